@@ -4,4 +4,18 @@
 //!
 //! No I/O here: the CLI, the controllers and `cargo xtask crds` all build on these types.
 
+pub mod capacitybuffer;
+pub mod common;
+pub mod crd;
 pub mod quantity;
+
+pub mod duration;
+pub mod ec2nodeclass;
+pub mod hash;
+pub mod label_policy;
+pub mod labels;
+pub mod manifest;
+pub mod nodeclaim;
+pub mod nodeoverlay;
+pub mod nodepool;
+pub mod validation;

@@ -15,7 +15,10 @@ pub struct QuantityError {
 }
 
 fn err(input: &str, reason: &'static str) -> QuantityError {
-    QuantityError { input: input.to_string(), reason }
+    QuantityError {
+        input: input.to_string(),
+        reason,
+    }
 }
 
 /// Parses a Kubernetes quantity into milli-units of its base unit, rounding fractions of a milli-unit up (as the
@@ -30,7 +33,9 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
         b'+' => (false, &s[1..]),
         _ => (false, s),
     };
-    let number_end = body.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(body.len());
+    let number_end = body
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(body.len());
     let (number, suffix) = body.split_at(number_end);
     if number.is_empty() || number == "." {
         return Err(err(input, "has no number"));
@@ -61,7 +66,9 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
         "Pi" => (1 << 50, 0),
         "Ei" => (1 << 60, 0),
         other if other.starts_with(['e', 'E']) => {
-            let exp: i32 = other[1..].parse().map_err(|_| err(input, "has an invalid exponent"))?;
+            let exp: i32 = other[1..]
+                .parse()
+                .map_err(|_| err(input, "has an invalid exponent"))?;
             if !(-30..=30).contains(&exp) {
                 return Err(err(input, "has an exponent out of range"));
             }
@@ -73,13 +80,23 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
     if digits.len() > 30 {
         return Err(err(input, "has too many digits"));
     }
-    let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| err(input, "is not a number"))? };
+    let mantissa: i128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| err(input, "is not a number"))?
+    };
     // value = mantissa * 10^(dec_exp - frac_len) * binary_mult, in base units; we want milli-units.
     let exp10 = dec_exp - i32::try_from(frac_part.len()).map_err(|_| err(input, "is too long"))? + 3;
-    let scaled = mantissa.checked_mul(binary_mult).ok_or_else(|| err(input, "is too large"))?;
+    let scaled = mantissa
+        .checked_mul(binary_mult)
+        .ok_or_else(|| err(input, "is too large"))?;
     let milli = if exp10 >= 0 {
-        let factor = 10i128.checked_pow(exp10.unsigned_abs()).ok_or_else(|| err(input, "is too large"))?;
-        scaled.checked_mul(factor).ok_or_else(|| err(input, "is too large"))?
+        let factor = 10i128
+            .checked_pow(exp10.unsigned_abs())
+            .ok_or_else(|| err(input, "is too large"))?;
+        scaled
+            .checked_mul(factor)
+            .ok_or_else(|| err(input, "is too large"))?
     } else {
         let divisor = 10i128.checked_pow(exp10.unsigned_abs()).unwrap_or(i128::MAX);
         // Round up: a request of 0.5m is one milli, as the API server does.
@@ -109,9 +126,17 @@ impl fmt::Display for FormatMilli<'_> {
             return write!(f, "{m}m");
         }
         let units = m / 1000;
-        let bytes_like = matches!(self.resource, "memory" | "ephemeral-storage" | "storage") || self.resource.starts_with("hugepages-");
+        let bytes_like = matches!(self.resource, "memory" | "ephemeral-storage" | "storage")
+            || self.resource.starts_with("hugepages-");
         if bytes_like && units != 0 {
-            for (suffix, shift) in [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+            for (suffix, shift) in [
+                ("Ei", 60),
+                ("Pi", 50),
+                ("Ti", 40),
+                ("Gi", 30),
+                ("Mi", 20),
+                ("Ki", 10),
+            ] {
                 let unit = 1i64 << shift;
                 if units % unit == 0 {
                     return write!(f, "{}{suffix}", units / unit);
@@ -141,7 +166,11 @@ mod tests {
         assert_eq!(parse_milli("1e3").unwrap(), 1_000_000);
         assert_eq!(parse_milli("0.5Gi").unwrap(), (1i64 << 29) * 1000);
         assert_eq!(parse_milli("-1").unwrap(), -1000);
-        assert_eq!(parse_milli("1n").unwrap(), 1, "sub-milli amounts round up to one milli");
+        assert_eq!(
+            parse_milli("1n").unwrap(),
+            1,
+            "sub-milli amounts round up to one milli"
+        );
     }
 
     #[test]

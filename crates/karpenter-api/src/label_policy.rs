@@ -1,0 +1,223 @@
+//! Which label keys NodePools, NodeClaims and NodeOverlays may use, in the two flavours upstream ships: the core
+//! rules, and the AWS provider's copy that also restricts the `karpenter.k8s.aws` domain to an allow-list.
+//!
+//! The Rust checks and the CEL rules injected into the CRDs are both generated from the lists below, so the two
+//! cannot drift apart.
+
+use crate::labels::{self, HOSTNAME_LABEL, NODEPOOL_LABEL};
+
+/// Which CRD flavour's label rules apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LabelPolicy {
+    /// The rules of the provider-neutral karpenter.sh CRDs.
+    Core,
+    /// The core rules plus the AWS provider's allow-list for the `karpenter.k8s.aws` domain.
+    Aws,
+}
+
+/// Where a key is used; the restrictions differ slightly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyUse {
+    /// `NodePool.spec.template.metadata.labels` keys.
+    NodePoolLabel,
+    /// `NodePool.spec.template.spec.requirements[].key`.
+    NodePoolRequirement,
+    /// `NodeClaim.spec.requirements[].key` (may name `karpenter.sh/nodepool`).
+    NodeClaimRequirement,
+    /// `NodeOverlay.spec.requirements[].key`.
+    NodeOverlayRequirement,
+}
+
+/// Keys in the kubernetes.io domain a user may still set or select.
+pub const ALLOWED_KUBERNETES_IO_KEYS: [&str; 11] = [
+    "beta.kubernetes.io/instance-type",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "failure-domain.beta.kubernetes.io/zone",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "node.kubernetes.io/instance-type",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "node.kubernetes.io/windows-build",
+];
+
+/// Keys in the karpenter.sh domain a user may set or select.
+pub const ALLOWED_KARPENTER_SH_KEYS: [&str; 2] = [labels::CAPACITY_TYPE_LABEL, NODEPOOL_LABEL];
+
+/// One restriction on label keys: a message, and the same rule as a Rust predicate and as CEL over `self`.
+pub struct KeyRule {
+    pub message: String,
+    allowed: Box<dyn Fn(&str) -> bool + Send + Sync>,
+    /// CEL over a string `self`.
+    pub cel: String,
+}
+
+impl KeyRule {
+    pub fn allows(&self, key: &str) -> bool {
+        (self.allowed)(key)
+    }
+}
+
+fn domain(key: &str) -> &str {
+    // The CEL rules look at everything before the first '/', or the whole key when there is none.
+    key.split('/').next().unwrap_or(key)
+}
+
+fn cel_list(keys: &[&str]) -> String {
+    let quoted: Vec<String> = keys.iter().map(|k| format!("\"{k}\"")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+const CEL_DOMAIN: &str = "self.find(\"^([^/]+)\")";
+
+/// The rules for a key used in `use_` under `policy`, in the order upstream reports them.
+pub fn key_rules(policy: LabelPolicy, use_: KeyUse) -> Vec<KeyRule> {
+    let mut rules = Vec::new();
+    rules.push(KeyRule {
+        message: "label domain \"kubernetes.io\" is restricted".into(),
+        allowed: Box::new(|k| {
+            let d = domain(k);
+            ALLOWED_KUBERNETES_IO_KEYS.contains(&k)
+                || d.ends_with("node.kubernetes.io")
+                || d.ends_with("node-restriction.kubernetes.io")
+                || !d.ends_with("kubernetes.io")
+        }),
+        cel: format!(
+            "self in {} || {CEL_DOMAIN}.endsWith(\"node.kubernetes.io\") || {CEL_DOMAIN}.endsWith(\"node-restriction.kubernetes.io\") || !{CEL_DOMAIN}.endsWith(\"kubernetes.io\")",
+            cel_list(&ALLOWED_KUBERNETES_IO_KEYS)
+        ),
+    });
+    rules.push(KeyRule {
+        message: "label domain \"k8s.io\" is restricted".into(),
+        allowed: Box::new(|k| {
+            let d = domain(k);
+            d.ends_with("kops.k8s.io") || !d.ends_with("k8s.io")
+        }),
+        cel: format!("{CEL_DOMAIN}.endsWith(\"kops.k8s.io\") || !{CEL_DOMAIN}.endsWith(\"k8s.io\")"),
+    });
+    rules.push(KeyRule {
+        message: "label domain \"karpenter.sh\" is restricted".into(),
+        allowed: Box::new(|k| ALLOWED_KARPENTER_SH_KEYS.contains(&k) || !domain(k).ends_with("karpenter.sh")),
+        cel: format!(
+            "self in {} || !{CEL_DOMAIN}.endsWith(\"karpenter.sh\")",
+            cel_list(&ALLOWED_KARPENTER_SH_KEYS)
+        ),
+    });
+    if matches!(use_, KeyUse::NodePoolLabel | KeyUse::NodePoolRequirement) {
+        rules.push(KeyRule {
+            message: format!("label {NODEPOOL_LABEL:?} is restricted"),
+            allowed: Box::new(|k| k != NODEPOOL_LABEL),
+            cel: format!("self != \"{NODEPOOL_LABEL}\""),
+        });
+    }
+    rules.push(KeyRule {
+        message: format!("label {HOSTNAME_LABEL:?} is restricted"),
+        allowed: Box::new(|k| k != HOSTNAME_LABEL),
+        cel: format!("self != \"{HOSTNAME_LABEL}\""),
+    });
+    if policy == LabelPolicy::Aws {
+        let allowed: Vec<&'static str> = if use_ == KeyUse::NodeOverlayRequirement {
+            labels::aws_allowed_overlay_keys().collect()
+        } else {
+            labels::aws_allowed_nodepool_keys().collect()
+        };
+        let cel = format!(
+            "self in {} || !{CEL_DOMAIN}.endsWith(\"karpenter.k8s.aws\")",
+            cel_list(&allowed)
+        );
+        rules.push(KeyRule {
+            message: "label domain \"karpenter.k8s.aws\" is restricted".into(),
+            allowed: Box::new(move |k| allowed.contains(&k) || !domain(k).ends_with("karpenter.k8s.aws")),
+            cel,
+        });
+    }
+    rules
+}
+
+/// The messages of every rule `key` breaks.
+pub fn key_problems(policy: LabelPolicy, use_: KeyUse, key: &str) -> Vec<String> {
+    key_rules(policy, use_)
+        .into_iter()
+        .filter(|r| !r.allows(key))
+        .map(|r| r.message)
+        .collect()
+}
+
+/// Wraps a rule over a single key `self` into a rule over every key of a map or every item of a list.
+pub fn for_all_keys(cel: &str) -> String {
+    format!("self.all(x, {})", cel.replace("self", "x"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restricted_domains() {
+        let p = |k| key_problems(LabelPolicy::Core, KeyUse::NodePoolLabel, k);
+        assert!(p("team").is_empty());
+        assert!(p("example.com/team").is_empty());
+        assert!(p("topology.kubernetes.io/zone").is_empty());
+        assert!(p("karpenter.sh/capacity-type").is_empty());
+        assert!(p("node.kubernetes.io/custom").is_empty());
+        assert!(p("kops.k8s.io/instancegroup").is_empty());
+        assert_eq!(
+            p("kubernetes.io/hostname").len(),
+            2,
+            "hostname is in the kubernetes.io domain and named"
+        );
+        assert_eq!(
+            p("karpenter.sh/nodepool"),
+            vec!["label \"karpenter.sh/nodepool\" is restricted"]
+        );
+        assert_eq!(
+            p("karpenter.sh/foo"),
+            vec!["label domain \"karpenter.sh\" is restricted"]
+        );
+        assert_eq!(
+            p("something.k8s.io/x"),
+            vec!["label domain \"k8s.io\" is restricted"]
+        );
+        assert_eq!(
+            p("kubernetes.io/foo"),
+            vec!["label domain \"kubernetes.io\" is restricted"]
+        );
+    }
+
+    #[test]
+    fn nodeclaims_may_name_their_nodepool() {
+        assert!(key_problems(LabelPolicy::Core, KeyUse::NodeClaimRequirement, NODEPOOL_LABEL).is_empty());
+        assert!(!key_problems(LabelPolicy::Core, KeyUse::NodePoolRequirement, NODEPOOL_LABEL).is_empty());
+    }
+
+    #[test]
+    fn aws_flavour_allows_only_listed_aws_keys() {
+        let aws = |use_, k| key_problems(LabelPolicy::Aws, use_, k);
+        assert!(aws(KeyUse::NodePoolRequirement, "karpenter.k8s.aws/instance-family").is_empty());
+        assert!(
+            aws(
+                KeyUse::NodePoolRequirement,
+                "karpenter.k8s.aws/capacity-reservation-id"
+            )
+            .is_empty()
+        );
+        assert!(!aws(KeyUse::NodePoolRequirement, "karpenter.k8s.aws/made-up").is_empty());
+        assert!(
+            !aws(
+                KeyUse::NodeOverlayRequirement,
+                "karpenter.k8s.aws/capacity-reservation-id"
+            )
+            .is_empty()
+        );
+        assert!(
+            key_problems(
+                LabelPolicy::Core,
+                KeyUse::NodePoolRequirement,
+                "karpenter.k8s.aws/made-up"
+            )
+            .is_empty()
+        );
+    }
+}
