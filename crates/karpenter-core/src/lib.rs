@@ -3,5 +3,7 @@
 //! function of its inputs.
 
 pub mod catalog;
+pub mod instance_type;
 pub mod requirements;
 pub mod resources;
+pub mod scheduling;

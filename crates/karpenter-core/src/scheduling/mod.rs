@@ -1,0 +1,25 @@
+//! The scheduling simulator: where pending pods go (existing nodes, NodeClaims opened during the simulation,
+//! new NodeClaims per NodePool) and why a pod stays pending.
+//!
+//! - [`pod`]: the compact pod and its relaxable preferences;
+//! - [`topology`]: spread, affinity and anti-affinity domain counting;
+//! - [`nodes`]: existing nodes and NodePool templates;
+//! - [`scheduler`]: the simulation loop, instance-type filtering, limits and launch choice.
+
+pub mod nodes;
+pub mod pod;
+pub mod scheduler;
+pub mod topology;
+
+pub use nodes::{ClaimMetadata, ExistingNode, NodePoolTemplate};
+pub use pod::{
+    AffinityTerm, HostPort, LabelSelector, Labels, NamespaceScope, Pod, PreferencePolicy, Relaxation,
+    SelectorExpression, SelectorOperator, SpreadConstraint, Taint, TaintEffect, Toleration,
+};
+pub use scheduler::{
+    BoundPod, Launch, MinValuesPolicy, NewNodeClaim, SchedulingInput, SchedulingResults, SchedulingSettings,
+    schedule,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,862 @@
+//! The scheduling simulation: pending pods, largest first, onto existing nodes, then onto the NodeClaims this
+//! simulation has opened (least-loaded first), then onto a new NodeClaim from each NodePool by weight. A pod
+//! that fits nowhere has one preference relaxed and goes to the back of the queue; the simulation ends when a
+//! full pass over the queue places nothing and relaxes nothing.
+//!
+//! Each open NodeClaim keeps the instance types that could still hold everything placed on it; a pod is added
+//! only if at least one type remains (and minValues still holds), so every NodeClaim can be launched.
+
+use std::{collections::BTreeSet, collections::HashMap, collections::VecDeque, sync::Arc};
+
+use crate::{
+    instance_type::{InstanceType, Offering},
+    requirements::{Incompatibility, LabelInterner, Requirements, Sides, Symbol, WellKnownKeys},
+    resources::{ResourceTable, Resources, first_exceeding, fits},
+};
+use karpenter_api::labels;
+
+use super::{
+    nodes::{ExistingNode, NodePoolTemplate},
+    pod::{AffinityTerm, HostPort, Labels, Pod, PreferencePolicy, Relaxation, untolerated},
+    topology::{PodGroups, Topology, TopologyError},
+};
+
+/// How minValues is enforced (the controller's MIN_VALUES_POLICY).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MinValuesPolicy {
+    /// A NodeClaim must keep at least minValues distinct values of each key among its instance types.
+    #[default]
+    Strict,
+    /// Relax minValues when it cannot be met, and say so on the NodeClaim.
+    BestEffort,
+}
+
+/// Settings of one simulation.
+#[derive(Debug, Clone)]
+pub struct SchedulingSettings {
+    pub preference_policy: PreferencePolicy,
+    pub min_values_policy: MinValuesPolicy,
+    /// The ReservedCapacity feature gate: launch into reservations first.
+    pub reserved_capacity: bool,
+    /// Instance types kept on each NodeClaim (upstream core keeps 600).
+    pub max_instance_types: usize,
+}
+
+impl Default for SchedulingSettings {
+    fn default() -> Self {
+        Self {
+            preference_policy: PreferencePolicy::Respect,
+            min_values_policy: MinValuesPolicy::Strict,
+            reserved_capacity: true,
+            max_instance_types: 600,
+        }
+    }
+}
+
+/// A pod already bound to an existing node, as topology sees it.
+#[derive(Debug, Clone)]
+pub struct BoundPod {
+    pub namespace: Symbol,
+    pub labels: Labels,
+    /// Index into `SchedulingInput::existing`.
+    pub node: usize,
+    /// Its required anti-affinity terms, which repel matching pending pods.
+    pub anti_affinity: Vec<AffinityTerm>,
+}
+
+/// Everything one simulation reads.
+#[derive(Debug, Clone)]
+pub struct SchedulingInput {
+    /// NodePool templates; tried by weight, highest first, then by name.
+    pub templates: Vec<NodePoolTemplate>,
+    pub existing: Vec<ExistingNode>,
+    pub bound_pods: Vec<BoundPod>,
+    pub pods: Vec<Pod>,
+    /// Keys a pod may select without the NodePool declaring them.
+    pub well_known: WellKnownKeys,
+    pub settings: SchedulingSettings,
+}
+
+/// The offering a launch of a NodeClaim would pick.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub instance_type: Arc<InstanceType>,
+    pub offering: Offering,
+}
+
+/// A NodeClaim the simulation opened.
+#[derive(Debug, Clone)]
+pub struct NewNodeClaim {
+    /// Index into `SchedulingInput::templates`.
+    pub template: usize,
+    /// The NodePool's requirements narrowed by every pod placed (and by topology), plus the instance types kept.
+    pub requirements: Requirements,
+    /// Every instance type that could hold the pods, cheapest first, truncated to `max_instance_types` without
+    /// breaking minValues.
+    pub instance_types: Vec<Arc<InstanceType>>,
+    /// DaemonSet overhead plus the pods' requests.
+    pub requests: Resources,
+    /// Indices into `SchedulingInput::pods`.
+    pub pods: Vec<usize>,
+    /// minValues could not be met and was relaxed (BestEffort).
+    pub min_values_relaxed: bool,
+    pub launch: Option<Launch>,
+}
+
+impl NewNodeClaim {
+    /// The worst price a launch could pay: the most expensive offering among its instance types.
+    pub fn worst_price(&self, zone_key: Symbol, ct_key: Symbol) -> f64 {
+        self.instance_types
+            .iter()
+            .filter_map(|it| it.worst_offering(&self.requirements, zone_key, ct_key))
+            .map(|o| o.price)
+            .fold(0.0, f64::max)
+    }
+}
+
+/// What a simulation decided.
+#[derive(Debug, Clone, Default)]
+pub struct SchedulingResults {
+    pub new_node_claims: Vec<NewNodeClaim>,
+    /// Pods placed on each existing node (index into `SchedulingInput::existing`).
+    pub existing_nodes: Vec<(usize, Vec<usize>)>,
+    /// Pods left pending, with why.
+    pub pod_errors: Vec<(usize, String)>,
+}
+
+/// A NodeClaim being filled.
+struct OpenClaim {
+    template: usize,
+    requirements: Requirements,
+    hostname: Symbol,
+    /// Indices into the template's instance types that still fit, cheapest first.
+    types: Vec<u32>,
+    /// Per-slot maximum allocatable over `types`: a cheap bound to reject pods early.
+    max_allocatable: Resources,
+    requests: Resources,
+    pods: Vec<usize>,
+    host_ports: Vec<HostPort>,
+    min_values_relaxed: bool,
+}
+
+struct NodeState {
+    available: Resources,
+    host_ports: Vec<HostPort>,
+    volumes_used: Vec<(Symbol, u32)>,
+    pods: Vec<usize>,
+}
+
+/// Why a pod could not go onto a NodeClaim, to explain it.
+enum Rejection {
+    Taint,
+    HostPort,
+    Requirements(Incompatibility),
+    Topology(TopologyError),
+    NoInstanceType { requests: Resources, compatible: usize },
+    MinValues(Vec<crate::requirements::MinValuesShortfall>),
+    Limits(String),
+}
+
+/// Runs one simulation. `interner` must be the one the input was built with; placeholder hostnames for new
+/// NodeClaims are interned into it.
+pub fn schedule(
+    input: &SchedulingInput,
+    interner: &mut LabelInterner,
+    table: &ResourceTable,
+) -> SchedulingResults {
+    Scheduler::new(input, interner).run(interner, table)
+}
+
+struct Scheduler<'a> {
+    input: &'a SchedulingInput,
+    template_order: Vec<usize>,
+    zone_key: Symbol,
+    ct_key: Symbol,
+    instance_type_key: Symbol,
+    wildcard_ip: Symbol,
+    topology: Topology,
+    groups: Vec<PodGroups>,
+    relax: Vec<Relaxation>,
+    nodes: Vec<NodeState>,
+    claims: Vec<OpenClaim>,
+    /// Open claims ordered by (pod count, creation order): least-loaded first, as upstream tries them.
+    claim_order: BTreeSet<(usize, usize)>,
+    remaining: Vec<Option<Resources>>,
+    remaining_nodes: Vec<Option<i64>>,
+    no_undefined: WellKnownKeys,
+}
+
+impl<'a> Scheduler<'a> {
+    fn new(input: &'a SchedulingInput, interner: &mut LabelInterner) -> Self {
+        let hostname_key = interner.intern_key(labels::HOSTNAME_LABEL);
+        let zone_key = interner.intern_key(labels::ZONE_LABEL);
+        let ct_key = interner.intern_key(labels::CAPACITY_TYPE_LABEL);
+        let instance_type_key = interner.intern_key(labels::INSTANCE_TYPE_LABEL);
+        let wildcard_ip = interner.intern("");
+
+        let mut template_order: Vec<usize> = (0..input.templates.len()).collect();
+        template_order.sort_by(|&a, &b| {
+            let (ta, tb) = (&input.templates[a], &input.templates[b]);
+            tb.weight.cmp(&ta.weight).then_with(|| ta.name.cmp(&tb.name))
+        });
+
+        let topology = Self::build_topology(input, hostname_key);
+        let mut s = Self {
+            input,
+            template_order,
+            zone_key,
+            ct_key,
+            instance_type_key,
+            wildcard_ip,
+            topology,
+            groups: Vec::new(),
+            relax: input
+                .pods
+                .iter()
+                .map(|p| Relaxation::new(p, input.settings.preference_policy))
+                .collect(),
+            nodes: input
+                .existing
+                .iter()
+                .map(|n| NodeState {
+                    available: n.available.clone(),
+                    host_ports: n.host_ports.clone(),
+                    volumes_used: n.volumes_used.clone(),
+                    pods: Vec::new(),
+                })
+                .collect(),
+            claims: Vec::new(),
+            claim_order: BTreeSet::new(),
+            remaining: input.templates.iter().map(|t| t.remaining.clone()).collect(),
+            remaining_nodes: input.templates.iter().map(|t| t.remaining_nodes).collect(),
+            no_undefined: WellKnownKeys::none(),
+        };
+        s.register_pods();
+        s
+    }
+
+    /// Every domain each topology key used by the pods can take: values the NodePools' instance types offer
+    /// and values existing nodes carry.
+    fn build_topology(input: &SchedulingInput, hostname_key: Symbol) -> Topology {
+        let mut keys: Vec<Symbol> = Vec::new();
+        let mut add_key = |k: Symbol| {
+            if k != hostname_key && !keys.contains(&k) {
+                keys.push(k);
+            }
+        };
+        for p in &input.pods {
+            p.spread.iter().for_each(|s| add_key(s.topology_key));
+            p.affinity
+                .iter()
+                .chain(p.anti_affinity.iter())
+                .for_each(|t| add_key(t.topology_key));
+            p.preferred_affinity
+                .iter()
+                .chain(p.preferred_anti_affinity.iter())
+                .for_each(|(_, t)| add_key(t.topology_key));
+        }
+        for b in &input.bound_pods {
+            b.anti_affinity.iter().for_each(|t| add_key(t.topology_key));
+        }
+        let mut universes: HashMap<Symbol, Vec<Symbol>> = HashMap::new();
+        for &key in &keys {
+            let mut domains = Vec::new();
+            for t in &input.templates {
+                let template_req = t.requirements.get(key);
+                for it in &t.instance_types {
+                    if let Some(r) = it.requirements.get(key).filter(|r| !r.is_complement()) {
+                        domains.extend(
+                            r.values()
+                                .iter()
+                                .copied()
+                                .filter(|v| template_req.is_none_or(|tr| tr.has(*v))),
+                        );
+                    }
+                }
+                if let Some(tr) = template_req.filter(|r| !r.is_complement()) {
+                    // A key only the NodePool defines (a custom label) takes the NodePool's values.
+                    if t.instance_types.iter().all(|it| !it.requirements.has(key)) {
+                        domains.extend(tr.values().iter().copied());
+                    }
+                }
+            }
+            for n in &input.existing {
+                if let Some(v) = n.requirements.single_value(key) {
+                    domains.push(v);
+                }
+            }
+            universes.insert(key, domains);
+        }
+        Topology::new(hostname_key, universes)
+    }
+
+    fn register_pods(&mut self) {
+        let input = self.input;
+        for p in &input.pods {
+            let affinity = p
+                .affinity
+                .iter()
+                .map(|t| (t.clone(), true))
+                .chain(p.preferred_affinity.iter().map(|(_, t)| (t.clone(), false)));
+            let anti = p
+                .anti_affinity
+                .iter()
+                .map(|t| (t.clone(), true))
+                .chain(p.preferred_anti_affinity.iter().map(|(_, t)| (t.clone(), false)));
+            let g = self.topology.register(p.namespace, &p.spread, affinity, anti);
+            self.groups.push(g);
+        }
+        let mut bound_groups = Vec::with_capacity(input.bound_pods.len());
+        for b in &input.bound_pods {
+            let anti = b.anti_affinity.iter().map(|t| (t.clone(), true));
+            bound_groups.push(self.topology.register(b.namespace, &[], std::iter::empty(), anti));
+        }
+        for (p, g) in input.pods.iter().zip(self.groups.iter_mut()) {
+            self.topology.link(g, p.namespace, &p.labels);
+        }
+        for (b, mut g) in input.bound_pods.iter().zip(bound_groups) {
+            self.topology.link(&mut g, b.namespace, &b.labels);
+            let node = &input.existing[b.node];
+            self.topology.record(&g, &node.requirements, node.hostname);
+        }
+    }
+
+    fn run(mut self, interner: &mut LabelInterner, table: &ResourceTable) -> SchedulingResults {
+        let pods = &self.input.pods;
+        let mut order: Vec<usize> = (0..pods.len()).collect();
+        // Largest first: by CPU, then memory, descending; input order breaks ties.
+        order.sort_by(|&a, &b| {
+            let (ra, rb) = (&pods[a].requests, &pods[b].requests);
+            rb.cpu()
+                .cmp(&ra.cpu())
+                .then_with(|| rb.memory().cmp(&ra.memory()))
+                .then_with(|| a.cmp(&b))
+        });
+        let mut queue: VecDeque<usize> = order.into();
+        let mut errors: HashMap<usize, String> = HashMap::new();
+        let mut since_progress = 0usize;
+        while let Some(p) = queue.pop_front() {
+            match self.place(p, interner, table) {
+                Ok(()) => {
+                    errors.remove(&p);
+                    since_progress = 0;
+                }
+                Err(e) => {
+                    errors.insert(p, e);
+                    if self.relax[p].relax(&pods[p]).is_some() {
+                        since_progress = 0;
+                    } else {
+                        since_progress += 1;
+                    }
+                    queue.push_back(p);
+                    if since_progress >= queue.len() {
+                        break;
+                    }
+                }
+            }
+        }
+        self.finish(errors)
+    }
+
+    /// Tries existing nodes, then open NodeClaims, then a new NodeClaim per NodePool.
+    fn place(&mut self, p: usize, interner: &mut LabelInterner, table: &ResourceTable) -> Result<(), String> {
+        let pod = &self.input.pods[p];
+        let reqs = self.relax[p].requirements(pod);
+
+        for n in 0..self.nodes.len() {
+            if self.try_existing(p, n, &reqs) {
+                return Ok(());
+            }
+        }
+
+        let candidates: Vec<usize> = self.claim_order.iter().map(|&(_, c)| c).collect();
+        for c in candidates {
+            if let Ok(update) = self.try_claim(p, &self.claims[c], &reqs) {
+                self.commit(p, c, update);
+                return Ok(());
+            }
+        }
+
+        let mut reasons = Vec::new();
+        for i in 0..self.template_order.len() {
+            let t = self.template_order[i];
+            match self.open_claim(p, t, &reqs, interner) {
+                Ok(()) => return Ok(()),
+                Err(r) => reasons.push((t, r)),
+            }
+        }
+        Err(self.explain(p, &reqs, reasons, interner, table))
+    }
+
+    fn try_existing(&mut self, p: usize, n: usize, reqs: &Requirements) -> bool {
+        let pod = &self.input.pods[p];
+        let node = &self.input.existing[n];
+        let state = &self.nodes[n];
+        if untolerated(
+            &pod.tolerations,
+            &node.taints,
+            !self.relax[p].prefer_no_schedule_tolerated,
+        )
+        .is_some()
+            || !fits(&pod.requests, &state.available)
+            || !node.requirements.is_compatible(reqs, &self.no_undefined)
+            || pod
+                .host_ports
+                .iter()
+                .any(|hp| state.host_ports.iter().any(|u| hp.conflicts(u, self.wildcard_ip)))
+        {
+            return false;
+        }
+        for (driver, count) in &pod.csi_volumes {
+            let limit = node
+                .volume_limits
+                .iter()
+                .find(|(d, _)| d == driver)
+                .map(|(_, l)| *l);
+            let used = state
+                .volumes_used
+                .iter()
+                .find(|(d, _)| d == driver)
+                .map_or(0, |(_, u)| *u);
+            if limit.is_some_and(|l| used + count > l) {
+                return false;
+            }
+        }
+        let topo = match self.topology_requirements(p, reqs, &node.requirements, node.hostname) {
+            Ok(t) => t,
+            Err(_) => return false,
+        };
+        if !node.requirements.is_compatible(&topo, &self.no_undefined) {
+            return false;
+        }
+        let state = &mut self.nodes[n];
+        state.available.sub_assign(&pod.requests);
+        state.host_ports.extend(pod.host_ports.iter().copied());
+        for (driver, count) in &pod.csi_volumes {
+            match state.volumes_used.iter_mut().find(|(d, _)| d == driver) {
+                Some((_, used)) => *used += count,
+                None => state.volumes_used.push((*driver, *count)),
+            }
+        }
+        state.pods.push(p);
+        self.topology
+            .record(&self.groups[p], &node.requirements, node.hostname);
+        true
+    }
+
+    fn topology_requirements(
+        &self,
+        p: usize,
+        pod_reqs: &Requirements,
+        node: &Requirements,
+        host: Symbol,
+    ) -> Result<Requirements, TopologyError> {
+        let pod = &self.input.pods[p];
+        let g = &self.groups[p];
+        let relax = &self.relax[p];
+        let soft = !relax.soft_spread_dropped;
+        let spread = g
+            .spread
+            .iter()
+            .filter(move |(_, hard)| *hard || soft)
+            .map(|(i, _)| *i);
+        let affinity = g.affinity[..pod.affinity.len()]
+            .iter()
+            .chain(
+                g.affinity[pod.affinity.len()..]
+                    .iter()
+                    .skip(relax.dropped_affinity),
+            )
+            .copied();
+        let anti = g.anti_affinity[..pod.anti_affinity.len()]
+            .iter()
+            .chain(
+                g.anti_affinity[pod.anti_affinity.len()..]
+                    .iter()
+                    .skip(relax.dropped_anti_affinity),
+            )
+            .copied();
+        self.topology.requirements_for(
+            spread,
+            affinity,
+            anti,
+            &g.inverse,
+            pod.namespace,
+            &pod.labels,
+            pod_reqs,
+            node,
+            host,
+        )
+    }
+
+    /// Checks whether pod `p` can join `claim`; returns the claim's new requirements, instance types and bound.
+    fn try_claim(&self, p: usize, claim: &OpenClaim, reqs: &Requirements) -> Result<ClaimUpdate, Rejection> {
+        let pod = &self.input.pods[p];
+        let template = &self.input.templates[claim.template];
+        if untolerated(
+            &pod.tolerations,
+            &template.taints,
+            !self.relax[p].prefer_no_schedule_tolerated,
+        )
+        .is_some()
+        {
+            return Err(Rejection::Taint);
+        }
+        if pod
+            .host_ports
+            .iter()
+            .any(|hp| claim.host_ports.iter().any(|u| hp.conflicts(u, self.wildcard_ip)))
+        {
+            return Err(Rejection::HostPort);
+        }
+        let requests = claim.requests.saturating_add(&pod.requests);
+        if !fits(&requests, &claim.max_allocatable) {
+            return Err(Rejection::NoInstanceType {
+                requests,
+                compatible: claim.types.len(),
+            });
+        }
+        claim
+            .requirements
+            .compatible(reqs, &self.input.well_known)
+            .map_err(Rejection::Requirements)?;
+        let mut merged = claim.requirements.intersect(reqs);
+        let topo = self
+            .topology_requirements(p, reqs, &merged, claim.hostname)
+            .map_err(Rejection::Topology)?;
+        if !topo.is_empty() {
+            merged
+                .compatible(&topo, &self.input.well_known)
+                .map_err(Rejection::Requirements)?;
+            merged.intersect_with(&topo);
+        }
+        let requirements_changed = merged != claim.requirements;
+        let mut types = Vec::with_capacity(claim.types.len());
+        let mut max_allocatable = Resources::zero();
+        let mut compatible = 0usize;
+        for &i in &claim.types {
+            let it = &template.instance_types[i as usize];
+            if requirements_changed
+                && (it.requirements.intersects(&merged).is_err()
+                    || it
+                        .cheapest_offering(&merged, self.zone_key, self.ct_key)
+                        .is_none())
+            {
+                continue;
+            }
+            compatible += 1;
+            if fits(&requests, &it.allocatable) {
+                max_allocatable.max_assign(&it.allocatable);
+                types.push(i);
+            }
+        }
+        if types.is_empty() {
+            return Err(Rejection::NoInstanceType { requests, compatible });
+        }
+        let mut min_values_relaxed = claim.min_values_relaxed;
+        if merged.has_min_values() {
+            let its: Vec<&Requirements> = types
+                .iter()
+                .map(|&i| &template.instance_types[i as usize].requirements)
+                .collect();
+            if let Err(shortfalls) = merged.check_min_values(its.iter().copied()) {
+                match self.input.settings.min_values_policy {
+                    MinValuesPolicy::Strict => return Err(Rejection::MinValues(shortfalls)),
+                    MinValuesPolicy::BestEffort => min_values_relaxed = true,
+                }
+            }
+        }
+        Ok(ClaimUpdate {
+            requirements: merged,
+            types,
+            max_allocatable,
+            requests,
+            min_values_relaxed,
+        })
+    }
+
+    fn commit(&mut self, p: usize, c: usize, update: ClaimUpdate) {
+        let pod = &self.input.pods[p];
+        let claim = &mut self.claims[c];
+        self.claim_order.remove(&(claim.pods.len(), c));
+        claim.requirements = update.requirements;
+        claim.types = update.types;
+        claim.max_allocatable = update.max_allocatable;
+        claim.requests = update.requests;
+        claim.min_values_relaxed = update.min_values_relaxed;
+        claim.pods.push(p);
+        claim.host_ports.extend(pod.host_ports.iter().copied());
+        self.claim_order.insert((claim.pods.len(), c));
+        self.topology
+            .record(&self.groups[p], &claim.requirements, claim.hostname);
+    }
+
+    fn open_claim(
+        &mut self,
+        p: usize,
+        t: usize,
+        reqs: &Requirements,
+        interner: &mut LabelInterner,
+    ) -> Result<(), Rejection> {
+        let template = &self.input.templates[t];
+        if self.remaining_nodes[t].is_some_and(|n| n <= 0) {
+            return Err(Rejection::Limits("its limit on nodes is reached".into()));
+        }
+        let mut types = Vec::with_capacity(template.instance_types.len());
+        let mut max_allocatable = Resources::zero();
+        for (i, it) in template.instance_types.iter().enumerate() {
+            // Limits are enforced pessimistically: a type whose whole capacity would not fit in what is left
+            // of the limits is not an option.
+            if self.remaining[t]
+                .as_ref()
+                .is_some_and(|rem| !fits(&it.capacity, rem))
+            {
+                continue;
+            }
+            max_allocatable.max_assign(&it.allocatable);
+            types.push(u32::try_from(i).unwrap_or(u32::MAX));
+        }
+        if types.is_empty() {
+            let msg = if template.instance_types.is_empty() {
+                "it has no instance type its requirements allow".to_string()
+            } else {
+                "every instance type would exceed what is left of its limits".to_string()
+            };
+            return Err(Rejection::Limits(msg));
+        }
+        let hostname = interner.intern(&format!("hostname-placeholder-{}", self.claims.len()));
+        let claim = OpenClaim {
+            template: t,
+            requirements: template.requirements.clone(),
+            hostname,
+            types,
+            max_allocatable,
+            requests: template.daemon_overhead.clone(),
+            pods: Vec::new(),
+            host_ports: Vec::new(),
+            min_values_relaxed: false,
+        };
+        let update = self.try_claim(p, &claim, reqs)?;
+        let c = self.claims.len();
+        self.claims.push(claim);
+        self.claim_order.insert((0, c));
+        self.commit(p, c, update);
+        // Charge the limits with the largest capacity the claim might still launch.
+        if let Some(rem) = self.remaining[t].as_mut() {
+            let template = &self.input.templates[t];
+            let mut largest = Resources::zero();
+            for &i in &self.claims[c].types {
+                largest.max_assign(&template.instance_types[i as usize].capacity);
+            }
+            rem.sub_assign(&largest);
+        }
+        if let Some(n) = self.remaining_nodes[t].as_mut() {
+            *n -= 1;
+        }
+        Ok(())
+    }
+
+    fn explain(
+        &self,
+        p: usize,
+        reqs: &Requirements,
+        reasons: Vec<(usize, Rejection)>,
+        interner: &LabelInterner,
+        table: &ResourceTable,
+    ) -> String {
+        let pod = &self.input.pods[p];
+        if reasons.is_empty() {
+            return "no existing node has room and no NodePool exists to launch a node".to_string();
+        }
+        let resolve = |s: Symbol| interner.resolve(s).to_string();
+        let parts: Vec<String> = reasons
+            .iter()
+            .map(|(t, r)| {
+                let template = &self.input.templates[*t];
+                let why = match r {
+                    Rejection::Taint => {
+                        let taint = untolerated(&pod.tolerations, &template.taints, true);
+                        match taint {
+                            Some(t) => format!(
+                                "the pod does not tolerate taint {}{}:{:?}",
+                                resolve(t.key),
+                                t.value.map(|v| format!("={}", resolve(v))).unwrap_or_default(),
+                                t.effect
+                            ),
+                            None => "a taint is not tolerated".to_string(),
+                        }
+                    }
+                    Rejection::HostPort => "its host ports conflict".to_string(),
+                    Rejection::Requirements(inc) => inc.explain(interner, Sides::POD_AND_NODEPOOL),
+                    Rejection::Topology(e) => e.explain(resolve),
+                    Rejection::NoInstanceType { requests, compatible } => {
+                        if *compatible == 0 {
+                            format!("no instance type satisfies the requirements {}", reqs.display(interner))
+                        } else {
+                            let largest = template
+                                .instance_types
+                                .iter()
+                                .map(|it| &it.allocatable)
+                                .fold(Resources::zero(), |a, b| a.max(b));
+                            let exceeded = first_exceeding(requests, &largest)
+                                .map(|e| e.explain(table))
+                                .unwrap_or_default();
+                            format!(
+                                "no instance type has room for the pod's requests {} plus DaemonSet overhead {} ({exceeded})",
+                                pod.requests.display(table),
+                                template.daemon_overhead.display(table)
+                            )
+                        }
+                    }
+                    Rejection::MinValues(shortfalls) => {
+                        let each: Vec<String> = shortfalls.iter().map(|s| s.explain(interner)).collect();
+                        format!("minValues cannot be met: {}", each.join(", "))
+                    }
+                    Rejection::Limits(m) => m.clone(),
+                };
+                format!("NodePool {:?}: {why}", template.name)
+            })
+            .collect();
+        format!(
+            "no existing node has room and no NodePool can launch a node for it: {}",
+            parts.join("; ")
+        )
+    }
+
+    fn finish(self, errors: HashMap<usize, String>) -> SchedulingResults {
+        let input = self.input;
+        let mut reservations: HashMap<Symbol, i64> = HashMap::new();
+        let mut new_node_claims = Vec::with_capacity(self.claims.len());
+        for claim in self.claims {
+            let template = &input.templates[claim.template];
+            let mut types: Vec<(f64, Arc<InstanceType>)> = claim
+                .types
+                .iter()
+                .map(|&i| template.instance_types[i as usize].clone())
+                .filter_map(|it| {
+                    it.cheapest_offering(&claim.requirements, self.zone_key, self.ct_key)
+                        .map(|o| (o.price, it.clone()))
+                })
+                .collect();
+            types.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+            let mut instance_types: Vec<Arc<InstanceType>> = types.into_iter().map(|(_, it)| it).collect();
+            truncate_keeping_min_values(
+                &mut instance_types,
+                &claim.requirements,
+                input.settings.max_instance_types,
+            );
+            let mut requirements = claim.requirements;
+            requirements.add(crate::requirements::Requirement::in_values(
+                self.instance_type_key,
+                instance_types.iter().map(|it| it.name_symbol),
+            ));
+            let launch = choose_launch(
+                &instance_types,
+                &requirements,
+                self.zone_key,
+                self.ct_key,
+                input.settings.reserved_capacity,
+                &mut reservations,
+            );
+            new_node_claims.push(NewNodeClaim {
+                template: claim.template,
+                requirements,
+                instance_types,
+                requests: claim.requests,
+                pods: claim.pods,
+                min_values_relaxed: claim.min_values_relaxed,
+                launch,
+            });
+        }
+        let existing_nodes = self
+            .nodes
+            .into_iter()
+            .enumerate()
+            .filter(|(_, n)| !n.pods.is_empty())
+            .map(|(i, n)| (i, n.pods))
+            .collect();
+        let mut pod_errors: Vec<(usize, String)> = errors.into_iter().collect();
+        pod_errors.sort_by_key(|(p, _)| *p);
+        SchedulingResults {
+            new_node_claims,
+            existing_nodes,
+            pod_errors,
+        }
+    }
+}
+
+struct ClaimUpdate {
+    requirements: Requirements,
+    types: Vec<u32>,
+    max_allocatable: Resources,
+    requests: Resources,
+    min_values_relaxed: bool,
+}
+
+/// Keeps the `max` cheapest types, extending the cut only as far as minValues needs.
+fn truncate_keeping_min_values(types: &mut Vec<Arc<InstanceType>>, requirements: &Requirements, max: usize) {
+    if types.len() <= max {
+        return;
+    }
+    if requirements.has_min_values() {
+        let reqs: Vec<&Requirements> = types.iter().map(|it| &it.requirements).collect();
+        if let Ok(needed) = requirements.check_min_values(reqs.iter().copied()) {
+            types.truncate(needed.max(max));
+            return;
+        }
+    }
+    types.truncate(max);
+}
+
+/// The offering a launch picks: reserved capacity first (with the gate on and capacity left), then the cheapest
+/// available offering across every instance type.
+fn choose_launch(
+    types: &[Arc<InstanceType>],
+    requirements: &Requirements,
+    zone_key: Symbol,
+    ct_key: Symbol,
+    reserved_first: bool,
+    reservations: &mut HashMap<Symbol, i64>,
+) -> Option<Launch> {
+    let allowed = |o: &Offering| {
+        o.available && requirements.allows(zone_key, o.zone) && requirements.allows(ct_key, o.capacity_type)
+    };
+    if reserved_first {
+        let mut best: Option<(&Arc<InstanceType>, &Offering)> = None;
+        for it in types {
+            for o in it.offerings.iter().filter(|o| allowed(o)) {
+                let Some(id) = o.reservation_id else { continue };
+                let left = *reservations
+                    .entry(id)
+                    .or_insert(o.reservation_capacity.unwrap_or(0));
+                if left > 0 && best.is_none_or(|(_, b)| o.price < b.price) {
+                    best = Some((it, o));
+                }
+            }
+        }
+        if let Some((it, o)) = best {
+            if let Some(id) = o.reservation_id {
+                *reservations.entry(id).or_insert(0) -= 1;
+            }
+            return Some(Launch {
+                instance_type: it.clone(),
+                offering: o.clone(),
+            });
+        }
+    }
+    let mut best: Option<(&Arc<InstanceType>, &Offering)> = None;
+    for it in types {
+        if let Some(o) = it
+            .offerings
+            .iter()
+            .find(|o| allowed(o) && o.reservation_id.is_none())
+            && best.is_none_or(|(_, b)| o.price < b.price)
+        {
+            best = Some((it, o));
+        }
+    }
+    best.map(|(it, o)| Launch {
+        instance_type: it.clone(),
+        offering: o.clone(),
+    })
+}

@@ -1,0 +1,518 @@
+//! Topology: pod counts per domain for every topology spread constraint and pod (anti-)affinity term in play,
+//! and the domain requirements a pod must add to be placed on a node.
+//!
+//! Semantics follow upstream Karpenter's topology groups:
+//! - spread: a domain may take the pod while `count + (1 if the pod selects itself) - min <= maxSkew`, where min is
+//!   over the domains the pod could use (0 for hostname, since a new node is always possible, and 0 when fewer
+//!   domains than minDomains exist); the least-loaded allowed domain is chosen, pinning the node to it;
+//! - affinity: only domains already holding a matching pod, or any domain for the first of a self-selecting group;
+//! - anti-affinity: only domains holding no matching pod; and the inverse: a pod matching the selector of another
+//!   pod's required anti-affinity stays out of the domains that pod is in;
+//! - a placed pod is counted in a domain only once its node is pinned to one (anti-affinity blocks every domain
+//!   the node might still land in).
+
+use std::collections::HashMap;
+
+use crate::requirements::{Requirement, Requirements, Symbol};
+
+use super::pod::{AffinityTerm, LabelSelector, Labels, NamespaceScope, SpreadConstraint};
+
+/// What a topology group enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupKind {
+    Spread {
+        max_skew: u32,
+        min_domains: Option<u32>,
+        honor_node_affinity: bool,
+    },
+    Affinity,
+    /// `required`: from required terms (enforced symmetrically against matching pods) or preferred ones.
+    AntiAffinity {
+        required: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct GroupKey {
+    kind: GroupKind,
+    key: Symbol,
+    selector: LabelSelector,
+    namespaces: NamespaceScope,
+}
+
+/// Pod counts per domain: a dense table for keys with a known set of domains (zones, capacity types), a map for
+/// hostnames (one domain per node).
+#[derive(Debug, Clone, Default)]
+struct Counts {
+    by_host: HashMap<Symbol, u32>,
+    /// Parallel to `Topology::universe(key)`.
+    dense: Vec<u32>,
+    total: u64,
+}
+
+/// One group of pods counted together.
+#[derive(Debug, Clone)]
+pub struct TopologyGroup {
+    pub kind: GroupKind,
+    pub key: Symbol,
+    pub selector: LabelSelector,
+    pub namespaces: NamespaceScope,
+    counts: Counts,
+    /// Anti-affinity only: where the pods owning this term are.
+    owners: Counts,
+}
+
+/// Why a pod's topology constraints rule a node out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopologyError {
+    Spread { key: Symbol },
+    Affinity { key: Symbol },
+    AntiAffinity { key: Symbol },
+    InverseAntiAffinity { key: Symbol },
+}
+
+impl TopologyError {
+    pub fn explain(&self, resolve: impl Fn(Symbol) -> String) -> String {
+        match self {
+            Self::Spread { key } => format!("topology spread on {} would exceed maxSkew", resolve(*key)),
+            Self::Affinity { key } => format!(
+                "no domain of {} holds a pod its pod affinity selects",
+                resolve(*key)
+            ),
+            Self::AntiAffinity { key } => format!(
+                "every allowed {} domain holds a pod its anti-affinity selects",
+                resolve(*key)
+            ),
+            Self::InverseAntiAffinity { key } => {
+                format!(
+                    "another pod's required anti-affinity on {} excludes it",
+                    resolve(*key)
+                )
+            }
+        }
+    }
+}
+
+/// The topology groups of one simulation.
+#[derive(Debug, Clone, Default)]
+pub struct Topology {
+    hostname_key: Option<Symbol>,
+    groups: Vec<TopologyGroup>,
+    index: HashMap<GroupKey, usize>,
+    /// Known domains per non-hostname key, sorted.
+    universes: HashMap<Symbol, Vec<Symbol>>,
+}
+
+/// The groups one pod owns, in the order its relaxation state lists its constraints.
+#[derive(Debug, Clone, Default)]
+pub struct PodGroups {
+    /// (group, hard) per spread constraint.
+    pub spread: Vec<(usize, bool)>,
+    /// Required affinity terms, then preferred ones heaviest first.
+    pub affinity: Vec<usize>,
+    /// Required anti-affinity terms, then preferred ones heaviest first.
+    pub anti_affinity: Vec<usize>,
+    /// Groups whose counts this pod adds to when placed.
+    pub counted_by: Vec<usize>,
+    /// Required anti-affinity groups of other pods that select this pod.
+    pub inverse: Vec<usize>,
+}
+
+impl Topology {
+    /// `universes`: every domain each non-hostname key can take (zones from the NodePools' instance types and the
+    /// existing nodes, and so on).
+    pub fn new(hostname_key: Symbol, universes: HashMap<Symbol, Vec<Symbol>>) -> Self {
+        let universes = universes
+            .into_iter()
+            .map(|(k, mut v)| {
+                v.sort_unstable();
+                v.dedup();
+                (k, v)
+            })
+            .collect();
+        Self {
+            hostname_key: Some(hostname_key),
+            groups: Vec::new(),
+            index: HashMap::new(),
+            universes,
+        }
+    }
+
+    fn is_host(&self, key: Symbol) -> bool {
+        self.hostname_key == Some(key)
+    }
+
+    /// The known domains of a key (empty for hostname).
+    pub fn universe(&self, key: Symbol) -> &[Symbol] {
+        self.universes.get(&key).map_or(&[], Vec::as_slice)
+    }
+
+    fn group(
+        &mut self,
+        kind: GroupKind,
+        key: Symbol,
+        selector: &LabelSelector,
+        namespaces: &NamespaceScope,
+    ) -> usize {
+        let gk = GroupKey {
+            kind,
+            key,
+            selector: selector.clone(),
+            namespaces: namespaces.clone(),
+        };
+        if let Some(&i) = self.index.get(&gk) {
+            return i;
+        }
+        let dense = vec![0; self.universe(key).len()];
+        let counts = Counts {
+            dense: dense.clone(),
+            ..Counts::default()
+        };
+        self.groups.push(TopologyGroup {
+            kind,
+            key,
+            selector: selector.clone(),
+            namespaces: namespaces.clone(),
+            counts,
+            owners: Counts {
+                dense,
+                ..Counts::default()
+            },
+        });
+        self.index.insert(gk, self.groups.len() - 1);
+        self.groups.len() - 1
+    }
+
+    /// Registers a pod's constraints and returns its groups. Call for every pending pod (and for bound pods with
+    /// anti-affinity, so their terms repel matching pods) before [`Topology::link`].
+    pub fn register(
+        &mut self,
+        namespace: Symbol,
+        spread: &[SpreadConstraint],
+        affinity: impl Iterator<Item = (AffinityTerm, bool)>,
+        anti_affinity: impl Iterator<Item = (AffinityTerm, bool)>,
+    ) -> PodGroups {
+        let own_ns = NamespaceScope::Only(vec![namespace]);
+        let mut groups = PodGroups::default();
+        for s in spread {
+            let kind = GroupKind::Spread {
+                max_skew: s.max_skew,
+                min_domains: s.min_domains,
+                honor_node_affinity: s.honor_node_affinity,
+            };
+            groups
+                .spread
+                .push((self.group(kind, s.topology_key, &s.selector, &own_ns), s.hard));
+        }
+        for (term, _) in affinity {
+            groups.affinity.push(self.group(
+                GroupKind::Affinity,
+                term.topology_key,
+                &term.selector,
+                &term.namespaces,
+            ));
+        }
+        for (term, required) in anti_affinity {
+            let kind = GroupKind::AntiAffinity { required };
+            groups
+                .anti_affinity
+                .push(self.group(kind, term.topology_key, &term.selector, &term.namespaces));
+        }
+        groups
+    }
+
+    /// Fills in which groups count a pod and which required anti-affinity terms repel it. Call after every pod
+    /// has been registered.
+    pub fn link(&self, groups: &mut PodGroups, namespace: Symbol, labels: &Labels) {
+        groups.counted_by.clear();
+        groups.inverse.clear();
+        for (i, g) in self.groups.iter().enumerate() {
+            if g.namespaces.contains(namespace) && g.selector.matches(labels) {
+                groups.counted_by.push(i);
+                if g.kind == (GroupKind::AntiAffinity { required: true }) {
+                    groups.inverse.push(i);
+                }
+            }
+        }
+    }
+
+    pub fn groups(&self) -> &[TopologyGroup] {
+        &self.groups
+    }
+
+    fn dense_index(&self, key: Symbol, domain: Symbol) -> Option<usize> {
+        self.universe(key).binary_search(&domain).ok()
+    }
+
+    fn get(&self, counts: &Counts, key: Symbol, domain: Symbol) -> u32 {
+        if self.is_host(key) {
+            counts.by_host.get(&domain).copied().unwrap_or(0)
+        } else {
+            self.dense_index(key, domain).map_or(0, |i| counts.dense[i])
+        }
+    }
+
+    fn bump(hostname: bool, universe: &[Symbol], counts: &mut Counts, domain: Symbol) {
+        if hostname {
+            *counts.by_host.entry(domain).or_insert(0) += 1;
+        } else if let Ok(i) = universe.binary_search(&domain) {
+            counts.dense[i] += 1;
+        } else {
+            return;
+        }
+        counts.total += 1;
+    }
+
+    /// The domains a node with requirements `node` (and hostname `host`) might be in for `key`.
+    fn node_domains(&self, key: Symbol, node: &Requirements, host: Symbol) -> Vec<Symbol> {
+        if self.is_host(key) {
+            return vec![host];
+        }
+        match node.get(key) {
+            None => self.universe(key).to_vec(),
+            Some(r) => self.universe(key).iter().copied().filter(|d| r.has(*d)).collect(),
+        }
+    }
+
+    /// Records a placed (or already bound) pod: its counts, and where it is for its own anti-affinity terms.
+    pub fn record(&mut self, groups: &PodGroups, node: &Requirements, host: Symbol) {
+        for &g in &groups.counted_by {
+            self.record_into(g, node, host, false);
+        }
+        for &g in &groups.anti_affinity {
+            self.record_into(g, node, host, true);
+        }
+    }
+
+    fn record_into(&mut self, g: usize, node: &Requirements, host: Symbol, owner: bool) {
+        let key = self.groups[g].key;
+        let hostname = self.is_host(key);
+        let anti = matches!(self.groups[g].kind, GroupKind::AntiAffinity { .. });
+        let domains: Vec<Symbol> = if hostname {
+            vec![host]
+        } else {
+            match node.get(key).and_then(|r| r.single_value()) {
+                Some(d) => vec![d],
+                // Anti-affinity must block every domain the node could still land in; the others count only a
+                // known domain.
+                None if anti => self.node_domains(key, node, host),
+                None => Vec::new(),
+            }
+        };
+        let universe = self.universes.get(&key).cloned().unwrap_or_default();
+        let group = &mut self.groups[g];
+        let counts = if owner {
+            &mut group.owners
+        } else {
+            &mut group.counts
+        };
+        for d in domains {
+            Self::bump(hostname, &universe, counts, d);
+        }
+    }
+
+    /// The requirements a pod must add to land on a node described by `node` (already intersected with the
+    /// pod's own requirements) with hostname `host`, given the constraints it honours now. `pod_reqs` is the
+    /// pod's own node requirements (for nodeAffinityPolicy Honor) and `self_labels`/`namespace` say whether it
+    /// selects itself.
+    #[allow(clippy::too_many_arguments)]
+    pub fn requirements_for(
+        &self,
+        spread: impl Iterator<Item = usize>,
+        affinity: impl Iterator<Item = usize>,
+        anti_affinity: impl Iterator<Item = usize>,
+        inverse: &[usize],
+        namespace: Symbol,
+        labels: &Labels,
+        pod_reqs: &Requirements,
+        node: &Requirements,
+        host: Symbol,
+    ) -> Result<Requirements, TopologyError> {
+        let mut out = Requirements::new();
+        for g in spread {
+            let group = &self.groups[g];
+            if let Some(r) = self.next_spread_domain(group, namespace, labels, pod_reqs, node, host)? {
+                out.add(r);
+            }
+        }
+        for g in affinity {
+            let group = &self.groups[g];
+            if let Some(r) = self.next_affinity_domain(group, namespace, labels, pod_reqs, node, host)? {
+                out.add(r);
+            }
+        }
+        for g in anti_affinity {
+            let group = &self.groups[g];
+            if let Some(r) = self.allowed_without(
+                group,
+                &group.counts,
+                node,
+                host,
+                TopologyError::AntiAffinity { key: group.key },
+            )? {
+                out.add(r);
+            }
+        }
+        for &g in inverse {
+            let group = &self.groups[g];
+            let err = TopologyError::InverseAntiAffinity { key: group.key };
+            if let Some(r) = self.allowed_without(group, &group.owners, node, host, err)? {
+                out.add(r);
+            }
+        }
+        Ok(out)
+    }
+
+    fn selects(group: &TopologyGroup, namespace: Symbol, labels: &Labels) -> bool {
+        group.namespaces.contains(namespace) && group.selector.matches(labels)
+    }
+
+    fn next_spread_domain(
+        &self,
+        group: &TopologyGroup,
+        namespace: Symbol,
+        labels: &Labels,
+        pod_reqs: &Requirements,
+        node: &Requirements,
+        host: Symbol,
+    ) -> Result<Option<Requirement>, TopologyError> {
+        let GroupKind::Spread {
+            max_skew,
+            min_domains,
+            honor_node_affinity,
+        } = group.kind
+        else {
+            return Ok(None);
+        };
+        let err = TopologyError::Spread { key: group.key };
+        let own = u32::from(Self::selects(group, namespace, labels));
+        if self.is_host(group.key) {
+            // A new node is always possible, so the minimum over hostname domains is 0.
+            let count = self.get(&group.counts, group.key, host);
+            return if count + own <= max_skew {
+                Ok(None)
+            } else {
+                Err(err)
+            };
+        }
+        let universe = self.universe(group.key);
+        let pod_allows = |d: Symbol| !honor_node_affinity || pod_reqs.get(group.key).is_none_or(|r| r.has(d));
+        let mut eligible = 0u32;
+        let mut min = u32::MAX;
+        for (i, &d) in universe.iter().enumerate() {
+            if pod_allows(d) {
+                eligible += 1;
+                min = min.min(group.counts.dense[i]);
+            }
+        }
+        if eligible == 0 {
+            return Err(err);
+        }
+        if min_domains.is_some_and(|m| eligible < m) {
+            min = 0;
+        }
+        let node_req = node.get(group.key);
+        let mut best: Option<(u32, Symbol)> = None;
+        for (i, &d) in universe.iter().enumerate() {
+            if !node_req.is_none_or(|r| r.has(d)) || !pod_reqs.get(group.key).is_none_or(|r| r.has(d)) {
+                continue;
+            }
+            let count = group.counts.dense[i] + own;
+            if count.saturating_sub(min) <= max_skew && best.is_none_or(|(c, _)| count < c) {
+                best = Some((count, d));
+            }
+        }
+        match best {
+            Some((_, d)) => Ok(Some(Requirement::in_values(group.key, [d]))),
+            None => Err(err),
+        }
+    }
+
+    fn next_affinity_domain(
+        &self,
+        group: &TopologyGroup,
+        namespace: Symbol,
+        labels: &Labels,
+        pod_reqs: &Requirements,
+        node: &Requirements,
+        host: Symbol,
+    ) -> Result<Option<Requirement>, TopologyError> {
+        let err = TopologyError::Affinity { key: group.key };
+        let self_selecting = Self::selects(group, namespace, labels);
+        if self.is_host(group.key) {
+            if self.get(&group.counts, group.key, host) > 0 {
+                return Ok(None);
+            }
+            // The first pod of a self-selecting group may start it anywhere.
+            return if group.counts.total == 0 && self_selecting {
+                Ok(None)
+            } else {
+                Err(err)
+            };
+        }
+        let universe = self.universe(group.key);
+        let pod_allows = |d: Symbol| pod_reqs.get(group.key).is_none_or(|r| r.has(d));
+        let node_allows = |d: Symbol| node.get(group.key).is_none_or(|r| r.has(d));
+        let occupied: Vec<Symbol> = universe
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| group.counts.dense[*i] > 0 && pod_allows(**d))
+            .map(|(_, d)| *d)
+            .collect();
+        let options: Vec<Symbol> = if !occupied.is_empty() {
+            occupied.into_iter().filter(|d| node_allows(*d)).collect()
+        } else if self_selecting {
+            // Bootstrap: prefer a domain the node is already in, else any the pod allows.
+            universe
+                .iter()
+                .copied()
+                .find(|d| pod_allows(*d) && node_allows(*d))
+                .into_iter()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if options.is_empty() {
+            Err(err)
+        } else {
+            Ok(Some(Requirement::in_values(group.key, options)))
+        }
+    }
+
+    /// Domains holding no pod counted in `counts`.
+    fn allowed_without(
+        &self,
+        group: &TopologyGroup,
+        counts: &Counts,
+        node: &Requirements,
+        host: Symbol,
+        err: TopologyError,
+    ) -> Result<Option<Requirement>, TopologyError> {
+        if counts.total == 0 {
+            return Ok(None);
+        }
+        if self.is_host(group.key) {
+            return if self.get(counts, group.key, host) == 0 {
+                Ok(None)
+            } else {
+                Err(err)
+            };
+        }
+        let universe = self.universe(group.key);
+        let blocked: Vec<Symbol> = universe
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| counts.dense[*i] > 0)
+            .map(|(_, d)| *d)
+            .collect();
+        let node_req = node.get(group.key);
+        if universe
+            .iter()
+            .enumerate()
+            .all(|(i, d)| counts.dense[i] > 0 || !node_req.is_none_or(|r| r.has(*d)))
+        {
+            return Err(err);
+        }
+        Ok(Some(Requirement::not_in(group.key, blocked)))
+    }
+}
