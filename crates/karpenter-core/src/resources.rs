@@ -446,6 +446,27 @@ pub fn fits(requests: &Resources, available: &Resources) -> bool {
     true
 }
 
+/// Whether `a + b` fits in `available`, without building the sum (the scheduler's hot path).
+#[inline]
+pub fn sum_fits(a: &Resources, b: &Resources, available: &Resources) -> bool {
+    for ((&x, &y), &avail) in a.fixed.iter().zip(&b.fixed).zip(&available.fixed) {
+        if avail < 0 || x.saturating_add(y) > avail {
+            return false;
+        }
+    }
+    let slots = a
+        .extended
+        .len()
+        .max(b.extended.len())
+        .max(available.extended.len());
+    (0..slots).all(|i| {
+        let x = a.extended.get(i).copied().unwrap_or(0);
+        let y = b.extended.get(i).copied().unwrap_or(0);
+        let avail = available.extended.get(i).copied().unwrap_or(0);
+        avail >= 0 && x.saturating_add(y) <= avail
+    })
+}
+
 /// The first slot (in slot order) that makes [`fits`] false, with both amounts.
 pub fn first_exceeding(requests: &Resources, available: &Resources) -> Option<Exceeded> {
     let slots = FIXED + requests.extended.len().max(available.extended.len());

@@ -11,14 +11,14 @@ use std::{collections::BTreeSet, collections::HashMap, collections::VecDeque, sy
 use crate::{
     instance_type::{InstanceType, Offering},
     requirements::{Incompatibility, LabelInterner, Requirements, Sides, Symbol, WellKnownKeys},
-    resources::{ResourceTable, Resources, first_exceeding, fits},
+    resources::{ResourceTable, Resources, first_exceeding, fits, sum_fits},
 };
 use karpenter_api::labels;
 
 use super::{
     nodes::{ExistingNode, NodePoolTemplate},
     pod::{AffinityTerm, HostPort, Labels, Pod, PreferencePolicy, Relaxation, untolerated},
-    topology::{PodGroups, Topology, TopologyError},
+    topology::{Host, PodGroups, Topology, TopologyError},
 };
 
 /// How minValues is enforced (the controller's MIN_VALUES_POLICY).
@@ -128,7 +128,8 @@ pub struct SchedulingResults {
 struct OpenClaim {
     template: usize,
     requirements: Requirements,
-    hostname: Symbol,
+    /// Its hostname domain (claims follow the existing nodes in the hostname tables).
+    hostname: Host,
     /// Indices into the template's instance types that still fit, cheapest first.
     types: Vec<u32>,
     /// Per-slot maximum allocatable over `types`: a cheap bound to reject pods early.
@@ -317,7 +318,7 @@ impl<'a> Scheduler<'a> {
         for (b, mut g) in input.bound_pods.iter().zip(bound_groups) {
             self.topology.link(&mut g, b.namespace, &b.labels);
             let node = &input.existing[b.node];
-            self.topology.record(&g, &node.requirements, node.hostname);
+            self.topology.record(&g, &node.requirements, host_of_node(b.node));
         }
     }
 
@@ -369,18 +370,22 @@ impl<'a> Scheduler<'a> {
             }
         }
 
-        let candidates: Vec<usize> = self.claim_order.iter().map(|&(_, c)| c).collect();
-        for c in candidates {
+        let mut found = None;
+        for &(_, c) in &self.claim_order {
             if let Ok(update) = self.try_claim(p, &self.claims[c], &reqs) {
-                self.commit(p, c, update);
-                return Ok(());
+                found = Some((c, update));
+                break;
             }
+        }
+        if let Some((c, update)) = found {
+            self.commit(p, c, update);
+            return Ok(());
         }
 
         let mut reasons = Vec::new();
         for i in 0..self.template_order.len() {
             let t = self.template_order[i];
-            match self.open_claim(p, t, &reqs, interner) {
+            match self.open_claim(p, t, &reqs) {
                 Ok(()) => return Ok(()),
                 Err(r) => reasons.push((t, r)),
             }
@@ -422,7 +427,7 @@ impl<'a> Scheduler<'a> {
                 return false;
             }
         }
-        let topo = match self.topology_requirements(p, reqs, &node.requirements, node.hostname) {
+        let topo = match self.topology_requirements(p, reqs, &node.requirements, host_of_node(n)) {
             Ok(t) => t,
             Err(_) => return false,
         };
@@ -440,8 +445,38 @@ impl<'a> Scheduler<'a> {
         }
         state.pods.push(p);
         self.topology
-            .record(&self.groups[p], &node.requirements, node.hostname);
+            .record(&self.groups[p], &node.requirements, host_of_node(n));
         true
+    }
+
+    /// The spread constraints pod `p` honours now.
+    fn active_spread(&self, p: usize) -> impl Iterator<Item = usize> + '_ {
+        let soft = !self.relax[p].soft_spread_dropped;
+        self.groups[p]
+            .spread
+            .iter()
+            .filter(move |(_, hard)| *hard || soft)
+            .map(|(i, _)| *i)
+    }
+
+    /// The affinity terms pod `p` honours now: required, then preferred ones not yet relaxed.
+    fn active_affinity(&self, p: usize) -> impl Iterator<Item = usize> + '_ {
+        let required = self.input.pods[p].affinity.len();
+        let g = &self.groups[p].affinity;
+        g[..required]
+            .iter()
+            .chain(g[required..].iter().skip(self.relax[p].dropped_affinity))
+            .copied()
+    }
+
+    /// The anti-affinity terms pod `p` honours now.
+    fn active_anti_affinity(&self, p: usize) -> impl Iterator<Item = usize> + '_ {
+        let required = self.input.pods[p].anti_affinity.len();
+        let g = &self.groups[p].anti_affinity;
+        g[..required]
+            .iter()
+            .chain(g[required..].iter().skip(self.relax[p].dropped_anti_affinity))
+            .copied()
     }
 
     fn topology_requirements(
@@ -449,38 +484,14 @@ impl<'a> Scheduler<'a> {
         p: usize,
         pod_reqs: &Requirements,
         node: &Requirements,
-        host: Symbol,
+        host: Host,
     ) -> Result<Requirements, TopologyError> {
         let pod = &self.input.pods[p];
-        let g = &self.groups[p];
-        let relax = &self.relax[p];
-        let soft = !relax.soft_spread_dropped;
-        let spread = g
-            .spread
-            .iter()
-            .filter(move |(_, hard)| *hard || soft)
-            .map(|(i, _)| *i);
-        let affinity = g.affinity[..pod.affinity.len()]
-            .iter()
-            .chain(
-                g.affinity[pod.affinity.len()..]
-                    .iter()
-                    .skip(relax.dropped_affinity),
-            )
-            .copied();
-        let anti = g.anti_affinity[..pod.anti_affinity.len()]
-            .iter()
-            .chain(
-                g.anti_affinity[pod.anti_affinity.len()..]
-                    .iter()
-                    .skip(relax.dropped_anti_affinity),
-            )
-            .copied();
         self.topology.requirements_for(
-            spread,
-            affinity,
-            anti,
-            &g.inverse,
+            self.active_spread(p),
+            self.active_affinity(p),
+            self.active_anti_affinity(p),
+            &self.groups[p].inverse,
             pod.namespace,
             &pod.labels,
             pod_reqs,
@@ -509,38 +520,67 @@ impl<'a> Scheduler<'a> {
         {
             return Err(Rejection::HostPort);
         }
-        let requests = claim.requests.saturating_add(&pod.requests);
-        if !fits(&requests, &claim.max_allocatable) {
+        let pod_groups = &self.groups[p];
+        if let Some(e) = self.topology.host_rejection(
+            self.active_spread(p),
+            self.active_anti_affinity(p),
+            &pod_groups.inverse,
+            pod.namespace,
+            &pod.labels,
+            claim.hostname,
+        ) {
+            return Err(Rejection::Topology(e));
+        }
+        if !sum_fits(&claim.requests, &pod.requests, &claim.max_allocatable) {
+            let requests = claim.requests.saturating_add(&pod.requests);
             return Err(Rejection::NoInstanceType {
                 requests,
                 compatible: claim.types.len(),
             });
         }
-        claim
-            .requirements
-            .compatible(reqs, &self.input.well_known)
-            .map_err(Rejection::Requirements)?;
-        let mut merged = claim.requirements.intersect(reqs);
+        let requests = claim.requests.saturating_add(&pod.requests);
+        // Most pods add no requirement a claim does not already have; build merged requirements only when
+        // something changes.
+        let mut merged = None;
+        if !reqs.is_empty() {
+            claim
+                .requirements
+                .compatible(reqs, &self.input.well_known)
+                .map_err(Rejection::Requirements)?;
+            merged = Some(claim.requirements.intersect(reqs));
+        }
         let topo = self
-            .topology_requirements(p, reqs, &merged, claim.hostname)
+            .topology_requirements(
+                p,
+                reqs,
+                merged.as_ref().unwrap_or(&claim.requirements),
+                claim.hostname,
+            )
             .map_err(Rejection::Topology)?;
         if !topo.is_empty() {
-            merged
-                .compatible(&topo, &self.input.well_known)
+            let mut m = merged.take().unwrap_or_else(|| claim.requirements.clone());
+            m.compatible(&topo, &self.input.well_known)
                 .map_err(Rejection::Requirements)?;
-            merged.intersect_with(&topo);
+            m.intersect_with(&topo);
+            merged = Some(m);
         }
-        let requirements_changed = merged != claim.requirements;
+        let merged = merged.filter(|m| *m != claim.requirements);
+        let requirements_changed = merged.is_some();
+        let view = merged.as_ref().unwrap_or(&claim.requirements);
+        // Offerings need re-checking only when the zone or capacity type narrowed.
+        let offerings_changed = merged.as_ref().is_some_and(|m| {
+            m.get(self.zone_key) != claim.requirements.get(self.zone_key)
+                || m.get(self.ct_key) != claim.requirements.get(self.ct_key)
+        });
         let mut types = Vec::with_capacity(claim.types.len());
         let mut max_allocatable = Resources::zero();
         let mut compatible = 0usize;
         for &i in &claim.types {
             let it = &template.instance_types[i as usize];
             if requirements_changed
-                && (it.requirements.intersects(&merged).is_err()
-                    || it
-                        .cheapest_offering(&merged, self.zone_key, self.ct_key)
-                        .is_none())
+                && (it.requirements.intersects(view).is_err()
+                    || (offerings_changed
+                        && it.cheapest_offering(view, self.zone_key, self.ct_key).is_none()))
             {
                 continue;
             }
@@ -554,12 +594,12 @@ impl<'a> Scheduler<'a> {
             return Err(Rejection::NoInstanceType { requests, compatible });
         }
         let mut min_values_relaxed = claim.min_values_relaxed;
-        if merged.has_min_values() {
+        if view.has_min_values() {
             let its: Vec<&Requirements> = types
                 .iter()
                 .map(|&i| &template.instance_types[i as usize].requirements)
                 .collect();
-            if let Err(shortfalls) = merged.check_min_values(its.iter().copied()) {
+            if let Err(shortfalls) = view.check_min_values(its.iter().copied()) {
                 match self.input.settings.min_values_policy {
                     MinValuesPolicy::Strict => return Err(Rejection::MinValues(shortfalls)),
                     MinValuesPolicy::BestEffort => min_values_relaxed = true,
@@ -579,7 +619,9 @@ impl<'a> Scheduler<'a> {
         let pod = &self.input.pods[p];
         let claim = &mut self.claims[c];
         self.claim_order.remove(&(claim.pods.len(), c));
-        claim.requirements = update.requirements;
+        if let Some(requirements) = update.requirements {
+            claim.requirements = requirements;
+        }
         claim.types = update.types;
         claim.max_allocatable = update.max_allocatable;
         claim.requests = update.requests;
@@ -591,13 +633,7 @@ impl<'a> Scheduler<'a> {
             .record(&self.groups[p], &claim.requirements, claim.hostname);
     }
 
-    fn open_claim(
-        &mut self,
-        p: usize,
-        t: usize,
-        reqs: &Requirements,
-        interner: &mut LabelInterner,
-    ) -> Result<(), Rejection> {
+    fn open_claim(&mut self, p: usize, t: usize, reqs: &Requirements) -> Result<(), Rejection> {
         let template = &self.input.templates[t];
         if self.remaining_nodes[t].is_some_and(|n| n <= 0) {
             return Err(Rejection::Limits("its limit on nodes is reached".into()));
@@ -624,7 +660,7 @@ impl<'a> Scheduler<'a> {
             };
             return Err(Rejection::Limits(msg));
         }
-        let hostname = interner.intern(&format!("hostname-placeholder-{}", self.claims.len()));
+        let hostname = host_of_node(self.input.existing.len() + self.claims.len());
         let claim = OpenClaim {
             template: t,
             requirements: template.requirements.clone(),
@@ -785,8 +821,14 @@ impl<'a> Scheduler<'a> {
     }
 }
 
+/// The hostname-table index of the n-th node (existing nodes, then opened claims).
+fn host_of_node(n: usize) -> Host {
+    Host(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
 struct ClaimUpdate {
-    requirements: Requirements,
+    /// `None` when the claim's requirements do not change.
+    requirements: Option<Requirements>,
     types: Vec<u32>,
     max_allocatable: Resources,
     requests: Resources,

@@ -40,11 +40,16 @@ struct GroupKey {
     namespaces: NamespaceScope,
 }
 
-/// Pod counts per domain: a dense table for keys with a known set of domains (zones, capacity types), a map for
-/// hostnames (one domain per node).
+/// A node's place in the hostname tables: existing nodes first, then the NodeClaims a simulation opens. Each
+/// node is its own hostname domain, so hostname counts are a dense vector indexed by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Host(pub u32);
+
+/// Pod counts per domain: a dense table for keys with a known set of domains (zones, capacity types), another
+/// indexed by [`Host`] for hostnames.
 #[derive(Debug, Clone, Default)]
 struct Counts {
-    by_host: HashMap<Symbol, u32>,
+    by_host: Vec<u32>,
     /// Parallel to `Topology::universe(key)`.
     dense: Vec<u32>,
     total: u64,
@@ -240,34 +245,29 @@ impl Topology {
         &self.groups
     }
 
-    fn dense_index(&self, key: Symbol, domain: Symbol) -> Option<usize> {
-        self.universe(key).binary_search(&domain).ok()
+    #[inline]
+    fn host_count(counts: &Counts, host: Host) -> u32 {
+        counts.by_host.get(host.0 as usize).copied().unwrap_or(0)
     }
 
-    fn get(&self, counts: &Counts, key: Symbol, domain: Symbol) -> u32 {
-        if self.is_host(key) {
-            counts.by_host.get(&domain).copied().unwrap_or(0)
-        } else {
-            self.dense_index(key, domain).map_or(0, |i| counts.dense[i])
+    fn bump_host(counts: &mut Counts, host: Host) {
+        let i = host.0 as usize;
+        if counts.by_host.len() <= i {
+            counts.by_host.resize(i + 1, 0);
         }
-    }
-
-    fn bump(hostname: bool, universe: &[Symbol], counts: &mut Counts, domain: Symbol) {
-        if hostname {
-            *counts.by_host.entry(domain).or_insert(0) += 1;
-        } else if let Ok(i) = universe.binary_search(&domain) {
-            counts.dense[i] += 1;
-        } else {
-            return;
-        }
+        counts.by_host[i] += 1;
         counts.total += 1;
     }
 
-    /// The domains a node with requirements `node` (and hostname `host`) might be in for `key`.
-    fn node_domains(&self, key: Symbol, node: &Requirements, host: Symbol) -> Vec<Symbol> {
-        if self.is_host(key) {
-            return vec![host];
+    fn bump(universe: &[Symbol], counts: &mut Counts, domain: Symbol) {
+        if let Ok(i) = universe.binary_search(&domain) {
+            counts.dense[i] += 1;
+            counts.total += 1;
         }
+    }
+
+    /// The domains a node with requirements `node` might be in for a non-hostname `key`.
+    fn node_domains(&self, key: Symbol, node: &Requirements) -> Vec<Symbol> {
         match node.get(key) {
             None => self.universe(key).to_vec(),
             Some(r) => self.universe(key).iter().copied().filter(|d| r.has(*d)).collect(),
@@ -275,7 +275,7 @@ impl Topology {
     }
 
     /// Records a placed (or already bound) pod: its counts, and where it is for its own anti-affinity terms.
-    pub fn record(&mut self, groups: &PodGroups, node: &Requirements, host: Symbol) {
+    pub fn record(&mut self, groups: &PodGroups, node: &Requirements, host: Host) {
         for &g in &groups.counted_by {
             self.record_into(g, node, host, false);
         }
@@ -284,21 +284,31 @@ impl Topology {
         }
     }
 
-    fn record_into(&mut self, g: usize, node: &Requirements, host: Symbol, owner: bool) {
+    fn record_into(&mut self, g: usize, node: &Requirements, host: Host, owner: bool) {
         let key = self.groups[g].key;
-        let hostname = self.is_host(key);
+        if self.is_host(key) {
+            let group = &mut self.groups[g];
+            Self::bump_host(
+                if owner {
+                    &mut group.owners
+                } else {
+                    &mut group.counts
+                },
+                host,
+            );
+            return;
+        }
         let anti = matches!(self.groups[g].kind, GroupKind::AntiAffinity { .. });
-        let domains: Vec<Symbol> = if hostname {
-            vec![host]
-        } else {
-            match node.get(key).and_then(|r| r.single_value()) {
-                Some(d) => vec![d],
-                // Anti-affinity must block every domain the node could still land in; the others count only a
-                // known domain.
-                None if anti => self.node_domains(key, node, host),
-                None => Vec::new(),
-            }
+        let domains: Vec<Symbol> = match node.get(key).and_then(|r| r.single_value()) {
+            Some(d) => vec![d],
+            // Anti-affinity must block every domain the node could still land in; the others count only a known
+            // domain.
+            None if anti => self.node_domains(key, node),
+            None => Vec::new(),
         };
+        if domains.is_empty() {
+            return;
+        }
         let universe = self.universes.get(&key).cloned().unwrap_or_default();
         let group = &mut self.groups[g];
         let counts = if owner {
@@ -307,7 +317,7 @@ impl Topology {
             &mut group.counts
         };
         for d in domains {
-            Self::bump(hostname, &universe, counts, d);
+            Self::bump(&universe, counts, d);
         }
     }
 
@@ -326,7 +336,7 @@ impl Topology {
         labels: &Labels,
         pod_reqs: &Requirements,
         node: &Requirements,
-        host: Symbol,
+        host: Host,
     ) -> Result<Requirements, TopologyError> {
         let mut out = Requirements::new();
         for g in spread {
@@ -363,6 +373,41 @@ impl Topology {
         Ok(out)
     }
 
+    /// A cheap first check on hostname-keyed constraints alone: true when the node `host` is ruled out whatever
+    /// its other requirements (anti-affinity or inverse anti-affinity to a pod on it, a full hostname spread).
+    pub fn host_rejection(
+        &self,
+        spread: impl Iterator<Item = usize>,
+        anti_affinity: impl Iterator<Item = usize>,
+        inverse: &[usize],
+        namespace: Symbol,
+        labels: &Labels,
+        host: Host,
+    ) -> Option<TopologyError> {
+        for g in spread {
+            let group = &self.groups[g];
+            if let GroupKind::Spread { max_skew, .. } = group.kind
+                && self.is_host(group.key)
+            {
+                let own = u32::from(Self::selects(group, namespace, labels));
+                if Self::host_count(&group.counts, host) + own > max_skew {
+                    return Some(TopologyError::Spread { key: group.key });
+                }
+            }
+        }
+        for g in anti_affinity {
+            let group = &self.groups[g];
+            if self.is_host(group.key) && Self::host_count(&group.counts, host) > 0 {
+                return Some(TopologyError::AntiAffinity { key: group.key });
+            }
+        }
+        inverse.iter().find_map(|&g| {
+            let group = &self.groups[g];
+            (self.is_host(group.key) && Self::host_count(&group.owners, host) > 0)
+                .then_some(TopologyError::InverseAntiAffinity { key: group.key })
+        })
+    }
+
     fn selects(group: &TopologyGroup, namespace: Symbol, labels: &Labels) -> bool {
         group.namespaces.contains(namespace) && group.selector.matches(labels)
     }
@@ -374,7 +419,7 @@ impl Topology {
         labels: &Labels,
         pod_reqs: &Requirements,
         node: &Requirements,
-        host: Symbol,
+        host: Host,
     ) -> Result<Option<Requirement>, TopologyError> {
         let GroupKind::Spread {
             max_skew,
@@ -388,7 +433,7 @@ impl Topology {
         let own = u32::from(Self::selects(group, namespace, labels));
         if self.is_host(group.key) {
             // A new node is always possible, so the minimum over hostname domains is 0.
-            let count = self.get(&group.counts, group.key, host);
+            let count = Self::host_count(&group.counts, host);
             return if count + own <= max_skew {
                 Ok(None)
             } else {
@@ -435,12 +480,12 @@ impl Topology {
         labels: &Labels,
         pod_reqs: &Requirements,
         node: &Requirements,
-        host: Symbol,
+        host: Host,
     ) -> Result<Option<Requirement>, TopologyError> {
         let err = TopologyError::Affinity { key: group.key };
         let self_selecting = Self::selects(group, namespace, labels);
         if self.is_host(group.key) {
-            if self.get(&group.counts, group.key, host) > 0 {
+            if Self::host_count(&group.counts, host) > 0 {
                 return Ok(None);
             }
             // The first pod of a self-selecting group may start it anywhere.
@@ -485,14 +530,14 @@ impl Topology {
         group: &TopologyGroup,
         counts: &Counts,
         node: &Requirements,
-        host: Symbol,
+        host: Host,
         err: TopologyError,
     ) -> Result<Option<Requirement>, TopologyError> {
         if counts.total == 0 {
             return Ok(None);
         }
         if self.is_host(group.key) {
-            return if self.get(counts, group.key, host) == 0 {
+            return if Self::host_count(counts, host) == 0 {
                 Ok(None)
             } else {
                 Err(err)
