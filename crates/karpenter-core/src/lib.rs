@@ -3,7 +3,9 @@
 //! function of its inputs.
 
 pub mod catalog;
+pub mod disruption;
 pub mod instance_type;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;
+pub mod snapshot;

@@ -64,4 +64,6 @@ pub struct ExistingNode {
     pub volumes_used: Vec<(Symbol, u32)>,
     /// The NodePool that owns it, if Karpenter manages it.
     pub nodepool: Option<String>,
+    /// False for a cordoned node: it takes no new pods, but its pods still count for topology.
+    pub schedulable: bool,
 }

@@ -397,12 +397,13 @@ impl<'a> Scheduler<'a> {
         let pod = &self.input.pods[p];
         let node = &self.input.existing[n];
         let state = &self.nodes[n];
-        if untolerated(
-            &pod.tolerations,
-            &node.taints,
-            !self.relax[p].prefer_no_schedule_tolerated,
-        )
-        .is_some()
+        if !node.schedulable
+            || untolerated(
+                &pod.tolerations,
+                &node.taints,
+                !self.relax[p].prefer_no_schedule_tolerated,
+            )
+            .is_some()
             || !fits(&pod.requests, &state.available)
             || !node.requirements.is_compatible(reqs, &self.no_undefined)
             || pod

@@ -260,6 +260,7 @@ impl Fx {
             volume_limits: Vec::new(),
             volumes_used: Vec::new(),
             nodepool: None,
+            schedulable: true,
         }
     }
 }

@@ -1,0 +1,332 @@
+//! Turning Kubernetes objects into the scheduler's input: a [`Snapshot`] holds the objects as read (from files
+//! for `karpenter schedule`, or from the state cache), and [`build_schedule_inputs`] converts them once, at the
+//! edge, into the compact, interned [`SchedulingInput`] the simulator runs on.
+//!
+//! - `load`: reading YAML/JSON documents into a snapshot, noting unknown kinds and malformed objects;
+//! - `context`: the interner, resource table and notes shared by every conversion;
+//! - `selectors`: label selectors and the namespaces a pod-affinity term counts pods in;
+//! - `taints`: taints and tolerations;
+//! - `volumes`: PVC/PV/StorageClass topology and CSI drivers;
+//! - `pods`: which pods are pending, bound or rescheduled, and the pod conversion;
+//! - `daemonsets`: the DaemonSet pods every node runs;
+//! - `nodes`: existing nodes and in-flight NodeClaims;
+//! - `overlays`: NodeOverlay price and capacity changes;
+//! - `nodepools`: NodePools as NodeClaim templates;
+//! - `buffers`: CapacityBuffer placeholder pods.
+//!
+//! Everything is indexed once (pods by node, PVCs by namespace/name, ...) so conversion stays linear in the
+//! snapshot's size.
+
+mod buffers;
+mod context;
+mod daemonsets;
+mod load;
+mod nodepools;
+mod nodes;
+mod overlays;
+mod pods;
+mod selectors;
+mod taints;
+mod volumes;
+
+#[cfg(test)]
+mod test_support;
+
+use std::{collections::HashMap, fmt, sync::Arc};
+
+use k8s_openapi::api::{
+    apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet},
+    core::v1::{
+        Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod as KubePod, PodTemplate, Service,
+    },
+    policy::v1::PodDisruptionBudget,
+    storage::v1::{CSINode, StorageClass},
+};
+use karpenter_api::{
+    capacitybuffer::CapacityBuffer, ec2nodeclass::EC2NodeClass, label_policy::LabelPolicy,
+    nodeclaim::NodeClaim, nodeoverlay::NodeOverlay, nodepool::NodePool,
+};
+
+use crate::{
+    catalog::CatalogFile,
+    instance_type::{self, InstanceType},
+    requirements::{LabelInterner, WellKnownKeys},
+    resources::ResourceTable,
+    scheduling::{SchedulingInput, SchedulingSettings},
+};
+
+use context::Context;
+
+/// The Kubernetes objects a decision reads, as read from files or the state cache.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub pods: Vec<KubePod>,
+    pub nodes: Vec<Node>,
+    pub node_claims: Vec<NodeClaim>,
+    pub node_pools: Vec<NodePool>,
+    pub daemon_sets: Vec<DaemonSet>,
+    pub pdbs: Vec<PodDisruptionBudget>,
+    pub pvcs: Vec<PersistentVolumeClaim>,
+    pub pvs: Vec<PersistentVolume>,
+    pub storage_classes: Vec<StorageClass>,
+    pub csi_nodes: Vec<CSINode>,
+    pub namespaces: Vec<Namespace>,
+    pub node_overlays: Vec<NodeOverlay>,
+    pub capacity_buffers: Vec<CapacityBuffer>,
+    pub ec2_node_classes: Vec<EC2NodeClass>,
+    pub replica_sets: Vec<ReplicaSet>,
+    pub stateful_sets: Vec<StatefulSet>,
+    pub deployments: Vec<Deployment>,
+    pub services: Vec<Service>,
+    /// PodTemplates, which CapacityBuffers' `podTemplateRef` names.
+    pub pod_templates: Vec<PodTemplate>,
+}
+
+/// Something worth telling the user about the snapshot: an object skipped, ignored or only partly used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotNote {
+    /// `Kind ns/name` (or `Kind name`), or `document 3 of file.yaml`.
+    pub object: String,
+    pub message: String,
+}
+
+impl SnapshotNote {
+    pub fn new(object: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            object: object.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for SnapshotNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.object, self.message)
+    }
+}
+
+/// How the snapshot is turned into scheduling input.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub settings: SchedulingSettings,
+    /// Which label rules NodePools and NodeOverlays are validated against, and whether the AWS instance labels
+    /// are well known.
+    pub label_policy: LabelPolicy,
+    /// More keys a pod may select without the NodePool declaring them (a catalog file's `wellKnownLabels`).
+    pub extra_well_known_labels: Vec<String>,
+    /// The CapacityBuffer feature gate.
+    pub capacity_buffers: bool,
+    /// The NodeOverlay feature gate.
+    pub node_overlays: bool,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        Self {
+            settings: SchedulingSettings::default(),
+            label_policy: LabelPolicy::Aws,
+            extra_well_known_labels: Vec::new(),
+            capacity_buffers: false,
+            node_overlays: false,
+        }
+    }
+}
+
+/// The scheduler's input and what is needed to read its answer back.
+#[derive(Debug, Clone)]
+pub struct ScheduleInputs {
+    pub input: SchedulingInput,
+    pub interner: LabelInterner,
+    pub table: ResourceTable,
+    /// Per `input.pods[i]`: `namespace/name`.
+    pub pod_names: Vec<String>,
+    /// Per `input.existing[i]`: the node's (or in-flight NodeClaim's) name.
+    pub node_names: Vec<String>,
+    /// Per `input.templates[i]`: the NodePool's name.
+    pub template_names: Vec<String>,
+    pub notes: Vec<SnapshotNote>,
+}
+
+/// Converts a snapshot into scheduling input: pending pods (and pods on nodes being deleted), existing nodes and
+/// in-flight NodeClaims with what is left on them, and a NodeClaim template per NodePool with the catalog's
+/// instance types it may launch.
+pub fn build_schedule_inputs(
+    snapshot: &Snapshot,
+    catalog: &CatalogFile,
+    options: &BuildOptions,
+) -> ScheduleInputs {
+    let mut cx = Context::new();
+    let well_known = well_known_keys(&mut cx.interner, catalog, options);
+
+    // The catalog is interned once; every NodePool shares these instance types.
+    let mut instance_types: Vec<Arc<InstanceType>> = Vec::with_capacity(catalog.instance_types.len());
+    for it in &catalog.instance_types {
+        match instance_type::from_catalog(it, &mut cx.interner, &mut cx.table) {
+            Ok(t) => instance_types.push(Arc::new(t)),
+            Err(e) => cx.note(format!("instance type {}", it.name), e.to_string()),
+        }
+    }
+    let types_by_name: HashMap<&str, &Arc<InstanceType>> =
+        instance_types.iter().map(|t| (t.name.as_str(), t)).collect();
+
+    let namespaces = selectors::NamespaceIndex::new(&snapshot.namespaces);
+    let volumes = volumes::VolumeIndex::new(snapshot);
+    let pools: HashMap<&str, &NodePool> = snapshot
+        .node_pools
+        .iter()
+        .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
+        .collect();
+    let daemons = daemonsets::DaemonPods::build(&mut cx, snapshot);
+
+    let mut node_set = nodes::NodeSet::build(&mut cx, snapshot, &pools, &types_by_name);
+    let mut converter = pods::PodConverter::new(&namespaces, &volumes);
+    let classified = pods::classify(snapshot, &node_set);
+    let mut bound_pods = Vec::new();
+    for bound in &classified.bound {
+        if let Some(b) = node_set.add_bound_pod(&mut cx, &mut converter, &daemons, bound.pod, bound.node) {
+            bound_pods.push(b);
+        }
+    }
+    node_set.subtract_missing_daemons(&daemons);
+    node_set.add_in_flight_claims(&mut cx, snapshot, &types_by_name, &daemons);
+
+    let mut input_pods = Vec::with_capacity(classified.pending.len());
+    let mut pod_names = Vec::with_capacity(classified.pending.len());
+    for pod in &classified.pending {
+        if let Some(p) = converter.convert_pending(&mut cx, pod) {
+            pod_names.push(p.id.clone());
+            input_pods.push(p);
+        }
+    }
+    if options.capacity_buffers {
+        for p in buffers::buffer_pods(&mut cx, snapshot, &mut converter) {
+            pod_names.push(p.id.clone());
+            input_pods.push(p);
+        }
+    } else if !snapshot.capacity_buffers.is_empty() {
+        cx.note(
+            "CapacityBuffer",
+            format!(
+                "the CapacityBuffer feature gate is off: {} buffer(s) ignored",
+                snapshot.capacity_buffers.len()
+            ),
+        );
+    }
+
+    let overlays = if options.node_overlays {
+        overlays::Overlays::compile(&mut cx, &snapshot.node_overlays, options.label_policy)
+    } else {
+        if !snapshot.node_overlays.is_empty() {
+            cx.note(
+                "NodeOverlay",
+                format!(
+                    "the NodeOverlay feature gate is off: {} overlay(s) ignored",
+                    snapshot.node_overlays.len()
+                ),
+            );
+        }
+        overlays::Overlays::default()
+    };
+    let usage = nodepools::pool_usage(&mut cx, snapshot, &node_set, &types_by_name);
+    let (templates, template_names) = nodepools::build_templates(
+        &mut cx,
+        &nodepools::TemplateSources {
+            snapshot,
+            policy: options.label_policy,
+            instance_types: &instance_types,
+            overlays: &overlays,
+            daemons: &daemons,
+            usage: &usage,
+            well_known: &well_known,
+        },
+    );
+
+    let (existing, node_names) = node_set.finish();
+    let Context {
+        interner,
+        table,
+        notes,
+        ..
+    } = cx;
+    ScheduleInputs {
+        input: SchedulingInput {
+            templates,
+            existing,
+            bound_pods,
+            pods: input_pods,
+            well_known,
+            settings: options.settings.clone(),
+        },
+        interner,
+        table,
+        pod_names,
+        node_names,
+        template_names,
+        notes,
+    }
+}
+
+/// The core well-known keys, the AWS instance labels under the AWS policy, the catalog's `wellKnownLabels` and
+/// any extra keys.
+fn well_known_keys(
+    interner: &mut LabelInterner,
+    catalog: &CatalogFile,
+    options: &BuildOptions,
+) -> WellKnownKeys {
+    let mut keys = WellKnownKeys::core(interner);
+    if options.label_policy == LabelPolicy::Aws {
+        for k in karpenter_api::labels::AWS_INSTANCE_LABELS {
+            keys.insert(interner.intern_key(k));
+        }
+    }
+    for k in catalog
+        .well_known_labels
+        .iter()
+        .chain(&options.extra_well_known_labels)
+    {
+        keys.insert(interner.intern_key(k));
+    }
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+
+    #[test]
+    fn well_known_keys_follow_the_label_policy_and_extra_labels() {
+        let snap = Snapshot::default();
+        let mut options = BuildOptions {
+            extra_well_known_labels: vec!["example.com/size".into()],
+            ..Default::default()
+        };
+        let built = build_schedule_inputs(&snap, &catalog(), &options);
+        let wk = &built.input.well_known;
+        let i = &built.interner;
+        assert!(wk.contains(i.lookup_key("karpenter.k8s.aws/instance-family").unwrap()));
+        assert!(wk.contains(i.lookup_key("example.com/size").unwrap()));
+        assert!(
+            wk.contains(i.lookup_key("size").unwrap()),
+            "the catalog's wellKnownLabels are included"
+        );
+        assert!(wk.contains(i.lookup_key("topology.kubernetes.io/zone").unwrap()));
+        options.label_policy = LabelPolicy::Core;
+        let built = build_schedule_inputs(&snap, &catalog(), &options);
+        let family = built.interner.lookup_key("karpenter.k8s.aws/instance-family");
+        assert!(family.is_none_or(|k| !built.input.well_known.contains(k)));
+    }
+
+    #[test]
+    fn a_snapshot_schedules_end_to_end() {
+        let snap = snapshot(&[DEFAULT_POOL, &pending_pod("default", "web", "500m", "")]);
+        let mut built = build_schedule_inputs(&snap, &catalog(), &BuildOptions::default());
+        assert!(built.notes.is_empty(), "{:?}", built.notes);
+        assert_eq!(built.pod_names, vec!["default/web"]);
+        assert_eq!(built.template_names, vec!["default"]);
+        let results = crate::scheduling::schedule(&built.input, &mut built.interner, &built.table);
+        assert!(results.pod_errors.is_empty(), "{:?}", results.pod_errors);
+        assert_eq!(results.new_node_claims.len(), 1);
+        assert_eq!(results.new_node_claims[0].pods, vec![0]);
+    }
+}
