@@ -1,9 +1,10 @@
-//! Project tasks: `cargo xtask crds [--check]`, `cargo xtask catalog [--check]`.
+//! Project tasks: `cargo xtask crds [--check]`, `cargo xtask catalog [--check]`, `cargo xtask bench schedule`.
 
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod catalog;
 mod crds;
 
@@ -22,6 +23,8 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Benchmarks: `bench schedule [--json] [--pods N]`, always timed in a release build.
+    Bench(bench::BenchArgs),
     /// Build the embedded AWS instance-type catalog from ../shared/data/aws.
     Catalog {
         /// Fail instead of writing when the committed data file is stale.
@@ -40,11 +43,27 @@ fn workspace_root() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// Benchmarks mean nothing unoptimised: a debug xtask (what the `cargo xtask` alias builds) re-runs itself as a
+/// release build and passes the exit code on.
+fn rerun_in_release() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["run", "--release", "--quiet", "--package", "xtask", "--"])
+        .args(&args)
+        .current_dir(workspace_root())
+        .status()?;
+    std::process::exit(status.code().unwrap_or(1));
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if cfg!(debug_assertions) && matches!(cli.command, Command::Bench(_)) {
+        return rerun_in_release();
+    }
     let root = workspace_root();
     match cli.command {
         Command::Crds { check } => crds::run(&root, check),
+        Command::Bench(args) => bench::run(&args),
         Command::Catalog { check, data } => {
             let data = if data.is_absolute() { data } else { root.join(data) };
             catalog::run(&data, &root.join("crates/karpenter-core/data"), check)

@@ -1,7 +1,13 @@
 //! Disruption decisions: which nodes may be taken away, for what reason, within which budgets.
 //!
 //! - [`budgets`]: how many nodes of a NodePool may be disrupted now, per reason;
-//! - [`protection`]: the do-not-disrupt annotation and PodDisruptionBudgets as eviction applies them.
+//! - [`protection`]: the do-not-disrupt annotation and PodDisruptionBudgets as eviction applies them;
+//! - [`drift`]: whether a NodeClaim has drifted from its NodePool, catalog or node class, and why;
+//! - [`expiration`]: when a NodeClaim expires, and the terminationGracePeriod deadline of a deleting node;
+//! - [`consolidatable`]: from when a NodeClaim may be consolidated (consolidateAfter).
 
 pub mod budgets;
+pub mod consolidatable;
+pub mod drift;
+pub mod expiration;
 pub mod protection;

@@ -1,0 +1,351 @@
+//! Reading what a CLI run decides over: snapshot files and folders (Kubernetes objects as
+//! `kubectl get -o yaml` prints them), the instance-type catalog (a catalog file, or the embedded AWS
+//! catalog of a region) and the controller settings file.
+//!
+//! Unusable input (a file that cannot be read, a catalog that does not parse, a setting with a bad value) is
+//! an error that names the file and the field; problems with single objects inside a snapshot are notes, and
+//! the run goes on with the rest.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result, bail};
+use karpenter_core::{
+    catalog::{AwsCapacitySettings, CatalogFile, aws_catalog},
+    scheduling::{MinValuesPolicy, PreferencePolicy, SchedulingSettings},
+    snapshot::{Snapshot, SnapshotNote},
+};
+use serde_json::Value;
+
+/// File name endings read when a `--snapshot` path is a folder.
+const SNAPSHOT_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
+
+/// Reads every `--snapshot` path into one snapshot. A folder is walked recursively (sorted, so notes and
+/// object order are stable) for `*.yaml`, `*.yml` and `*.json`; a file named directly is read whatever its
+/// name.
+pub fn load_snapshot(paths: &[PathBuf]) -> Result<(Snapshot, Vec<SnapshotNote>)> {
+    let mut snapshot = Snapshot::default();
+    let mut notes = Vec::new();
+    for path in paths {
+        let meta = fs::metadata(path).with_context(|| format!("cannot read snapshot {}", path.display()))?;
+        let files = if meta.is_dir() {
+            let mut files = Vec::new();
+            collect_snapshot_files(path, &mut files)?;
+            files
+        } else {
+            vec![path.clone()]
+        };
+        for file in files {
+            let text = read_text(&file, "snapshot")?;
+            notes.extend(snapshot.add_text(&text, &file.display().to_string()));
+        }
+    }
+    Ok((snapshot, notes))
+}
+
+fn collect_snapshot_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("cannot read snapshot folder {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("cannot read snapshot folder {}", dir.display()))?;
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            collect_snapshot_files(&path, out)?;
+        } else if path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| SNAPSHOT_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+        {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn read_text(path: &Path, what: &str) -> Result<String> {
+    fs::read_to_string(path).with_context(|| format!("cannot read {what} file {}", path.display()))
+}
+
+/// Reads JSON, or failing that YAML, into a JSON value.
+fn parse_document(text: &str) -> std::result::Result<Value, String> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) => Ok(v),
+        Err(json_err) => {
+            if text.trim_start().starts_with('{') {
+                return Err(json_err.to_string());
+            }
+            serde_saphyr::from_str::<Value>(text).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Where the instance types come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatalogSource {
+    /// A catalog file (`--instance-types`).
+    File,
+    /// The embedded AWS catalog of a region.
+    Aws,
+}
+
+/// Reads the catalog file at `path`, or builds the embedded AWS catalog for `region` under the AWS capacity
+/// settings.
+pub fn load_catalog(
+    path: Option<&Path>,
+    region: &str,
+    aws: &AwsCapacitySettings,
+) -> Result<(CatalogFile, CatalogSource)> {
+    match path {
+        Some(path) => {
+            let text = read_text(path, "instance-types")?;
+            let value = parse_document(&text).map_err(|e| {
+                anyhow::anyhow!("instance-types file {}: not JSON or YAML: {e}", path.display())
+            })?;
+            let catalog = CatalogFile::from_value(value)
+                .with_context(|| format!("instance-types file {}", path.display()))?;
+            if catalog.instance_types.is_empty() {
+                bail!("instance-types file {}: instanceTypes is empty", path.display());
+            }
+            Ok((catalog, CatalogSource::File))
+        }
+        None => {
+            let catalog = aws_catalog(region, aws)
+                .with_context(|| format!("embedded AWS catalog for --region {region}"))?;
+            Ok((catalog, CatalogSource::Aws))
+        }
+    }
+}
+
+/// The controller settings a `schedule` run honours.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    pub scheduling: SchedulingSettings,
+    /// The NodeOverlay feature gate.
+    pub node_overlay: bool,
+    /// The CapacityBuffer feature gate.
+    pub capacity_buffer: bool,
+    /// VM_MEMORY_OVERHEAD_PERCENT and RESERVED_ENIS, for the embedded AWS catalog.
+    pub aws: AwsCapacitySettings,
+}
+
+/// Feature gates the controller knows; `schedule` reads ReservedCapacity, NodeOverlay and CapacityBuffer.
+const FEATURE_GATES: [&str; 6] = [
+    "ReservedCapacity",
+    "NodeOverlay",
+    "CapacityBuffer",
+    "NodeRepair",
+    "SpotToSpotConsolidation",
+    "StaticCapacity",
+];
+
+/// Controller settings that exist but do not change what `schedule` decides (normalized: lower case, no
+/// `_`/`-`).
+const IGNORED_SETTINGS: [&str; 24] = [
+    "batchmaxduration",
+    "batchidleduration",
+    "clustername",
+    "clusterendpoint",
+    "clustercabundle",
+    "isolatedvpc",
+    "interruptionqueue",
+    "ekscontrolplane",
+    "loglevel",
+    "logoutputpaths",
+    "logerroroutputpaths",
+    "kubeclientqps",
+    "kubeclientburst",
+    "metricsport",
+    "healthprobeport",
+    "enableprofiling",
+    "disableleaderelection",
+    "leaderelectionname",
+    "leaderelectionnamespace",
+    "memorylimit",
+    "cpurequests",
+    "ignoredrarequests",
+    "disableclusterstateobservability",
+    "disabledryrun",
+];
+
+/// `preferencePolicy`, `PREFERENCE_POLICY` and `preference-policy` all become `preferencepolicy`.
+fn normalize(key: &str) -> String {
+    key.chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Reads a settings file (YAML or JSON): a map of the controller's settings, in the Helm chart's camelCase
+/// names (`preferencePolicy`, `minValuesPolicy`, `featureGates: {ReservedCapacity: true}`) or the environment
+/// variable names (`PREFERENCE_POLICY`, `FEATURE_GATES: "ReservedCapacity=true,NodeOverlay=false"`). A
+/// top-level `settings:` map (as in the chart's values) is read the same way. Returns the settings and notes
+/// about settings that do not affect scheduling.
+pub fn load_settings(path: Option<&Path>) -> Result<(Settings, Vec<String>)> {
+    let mut settings = Settings::default();
+    let mut notes = Vec::new();
+    let Some(path) = path else {
+        return Ok((settings, notes));
+    };
+    let text = read_text(path, "settings")?;
+    let value = parse_document(&text)
+        .map_err(|e| anyhow::anyhow!("settings file {}: not JSON or YAML: {e}", path.display()))?;
+    let map = match value {
+        Value::Null => return Ok((settings, notes)),
+        Value::Object(mut map) => match map.remove("settings") {
+            Some(Value::Object(inner)) if map.is_empty() => inner,
+            Some(other) => {
+                map.insert("settings".into(), other);
+                map
+            }
+            None => map,
+        },
+        other => bail!(
+            "settings file {}: must be a map of settings, not {}",
+            path.display(),
+            kind(&other)
+        ),
+    };
+    for (key, value) in &map {
+        apply_setting(&mut settings, key, value, &mut notes)
+            .with_context(|| format!("settings file {}", path.display()))?;
+    }
+    Ok((settings, notes))
+}
+
+fn apply_setting(settings: &mut Settings, key: &str, value: &Value, notes: &mut Vec<String>) -> Result<()> {
+    match normalize(key).as_str() {
+        "preferencepolicy" => {
+            settings.scheduling.preference_policy = match string_setting(key, value)?.as_str() {
+                "Respect" => PreferencePolicy::Respect,
+                "Ignore" => PreferencePolicy::Ignore,
+                other => bail!("setting {key}: {other:?} is not one of Respect, Ignore"),
+            }
+        }
+        "minvaluespolicy" => {
+            settings.scheduling.min_values_policy = match string_setting(key, value)?.as_str() {
+                "Strict" => MinValuesPolicy::Strict,
+                "BestEffort" => MinValuesPolicy::BestEffort,
+                other => bail!("setting {key}: {other:?} is not one of Strict, BestEffort"),
+            }
+        }
+        "featuregates" => apply_feature_gates(settings, key, value, notes)?,
+        "vmmemoryoverheadpercent" => {
+            let v = number_setting(key, value)?;
+            if !(0.0..1.0).contains(&v) {
+                bail!("setting {key}: {v} must be a fraction in [0, 1) (0.075 is 7.5%)");
+            }
+            settings.aws.vm_memory_overhead_percent = v;
+        }
+        "reservedenis" => {
+            let v = number_setting(key, value)?;
+            if v < 0.0 || v.fract() != 0.0 || v > f64::from(u32::MAX) {
+                bail!("setting {key}: {v} must be a whole number of ENIs, 0 or more");
+            }
+            settings.aws.reserved_enis = v as u32;
+        }
+        other if IGNORED_SETTINGS.contains(&other) => {
+            notes.push(format!("setting {key} does not affect scheduling; ignored"));
+        }
+        _ => bail!(
+            "unknown setting {key} (schedule reads preferencePolicy, minValuesPolicy, featureGates, \
+             vmMemoryOverheadPercent, reservedENIs, or their environment names such as PREFERENCE_POLICY)"
+        ),
+    }
+    Ok(())
+}
+
+fn apply_feature_gates(
+    settings: &mut Settings,
+    key: &str,
+    value: &Value,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    let gates: Vec<(String, bool)> = match value {
+        Value::Object(map) => map
+            .iter()
+            .map(|(gate, v)| Ok((gate.clone(), bool_setting(&format!("{key}.{gate}"), v)?)))
+            .collect::<Result<_>>()?,
+        Value::String(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .map(|part| {
+                let Some((gate, v)) = part.split_once('=') else {
+                    bail!("setting {key}: {part:?} is not Gate=true|false");
+                };
+                let gate = gate.trim();
+                Ok((
+                    gate.to_string(),
+                    bool_setting(&format!("{key}.{gate}"), &Value::String(v.trim().into()))?,
+                ))
+            })
+            .collect::<Result<_>>()?,
+        Value::Null => Vec::new(),
+        other => bail!(
+            "setting {key}: must be a map of gate to true/false or \"Gate=true,...\", not {}",
+            kind(other)
+        ),
+    };
+    for (gate, on) in gates {
+        // The chart spells gates in lowerCamelCase (reservedCapacity), the flag in UpperCamelCase.
+        let Some(known) = FEATURE_GATES.iter().find(|g| g.eq_ignore_ascii_case(&gate)) else {
+            bail!(
+                "setting {key}: unknown feature gate {gate:?} (known: {})",
+                FEATURE_GATES.join(", ")
+            );
+        };
+        match *known {
+            "ReservedCapacity" => settings.scheduling.reserved_capacity = on,
+            "NodeOverlay" => settings.node_overlay = on,
+            "CapacityBuffer" => settings.capacity_buffer = on,
+            other => notes.push(format!(
+                "feature gate {other} does not affect scheduling; ignored"
+            )),
+        }
+    }
+    Ok(())
+}
+
+fn string_setting(key: &str, value: &Value) -> Result<String> {
+    match value {
+        Value::String(s) => Ok(s.clone()),
+        other => bail!("setting {key}: must be a string, not {}", kind(other)),
+    }
+}
+
+fn bool_setting(key: &str, value: &Value) -> Result<bool> {
+    match value {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) if s.eq_ignore_ascii_case("true") => Ok(true),
+        Value::String(s) if s.eq_ignore_ascii_case("false") => Ok(false),
+        other => bail!("setting {key}: must be true or false, not {other}"),
+    }
+}
+
+fn number_setting(key: &str, value: &Value) -> Result<f64> {
+    match value {
+        Value::Number(n) => n
+            .as_f64()
+            .with_context(|| format!("setting {key}: {n} is not a number")),
+        Value::String(s) => s
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| anyhow::anyhow!("setting {key}: {s:?} is not a number")),
+        other => bail!("setting {key}: must be a number, not {}", kind(other)),
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}

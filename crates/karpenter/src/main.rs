@@ -1,0 +1,46 @@
+//! The Karpenter binary. Today it runs `karpenter schedule`: the scheduling simulation over a cluster
+//! snapshot read from files (see `karpenter schedule --help`); the controller, `disrupt` and `simulate` come
+//! later.
+
+use std::{io::Write as _, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+
+mod input;
+mod schedule;
+
+#[derive(Parser)]
+#[command(
+    name = "karpenter",
+    version,
+    about = "Karpenter: just-in-time nodes for Kubernetes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show what Karpenter would launch for the pending pods of a snapshot, and why any pod stays pending.
+    Schedule(schedule::ScheduleArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Schedule(args) => schedule::run(args),
+    };
+    match result {
+        Ok(text) => {
+            let mut stdout = std::io::stdout().lock();
+            // A closed pipe (`| head`) is not an error worth reporting.
+            let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

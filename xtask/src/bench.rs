@@ -1,0 +1,200 @@
+//! `cargo xtask bench schedule [--json] [--pods N]`: the scheduling benchmarks of benchmarks.md, run through
+//! the same path the CLI takes (Kubernetes objects -> `Snapshot` -> `build_schedule_inputs` -> `schedule`).
+//!
+//! - upstream's `scheduling_benchmark_test.go` (§1.1): the 400-type fake catalog, the five-class diverse pods
+//!   at 1000, 5000, 10000 and 20000, and 4000 preference pods under Respect and Ignore;
+//! - the KWOK e2e workloads (§1.3): Basic, Hostname spread and Wide on the KWOK catalog narrowed to 30 types.
+//!
+//! Only `schedule` is timed (wall clock; best of 3 runs up to 5000 pods, one run above), as upstream times
+//! only `Solve`. Each run reports pods/s, the node count against a node lower bound and the cost against the
+//! LP lower bound of §4.2 ([`bounds`]). Pods come from a fixed, published seed ([`workloads::SEED`]) through
+//! our own SplitMix64, so every run of every build sees the same pods.
+//!
+//! Timings are only meaningful in a release build: `cargo run --release -p xtask -- bench schedule`.
+
+mod bounds;
+mod catalogs;
+mod report;
+mod workloads;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use clap::{Args, Subcommand, builder::RangedU64ValueParser};
+use karpenter_api::label_policy::LabelPolicy;
+use karpenter_core::{
+    scheduling::{PreferencePolicy, SchedulingSettings, schedule},
+    snapshot::{BuildOptions, Snapshot, build_schedule_inputs},
+};
+
+use report::Row;
+use workloads::Workload;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Time the scheduling simulation on upstream's benchmark workloads and the KWOK e2e workloads.
+    Schedule {
+        /// Print one JSON object per run per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Run only the diverse workload, at this many pods.
+        #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+        pods: Option<usize>,
+    },
+}
+
+/// Diverse-pod sizes of upstream's BenchmarkScheduling{1000,5000,10000,20000}.
+const DIVERSE_SIZES: [usize; 4] = [1000, 5000, 10000, 20000];
+/// Upstream's makePreferencePods(4000).
+const PREFERENCE_PODS: usize = 4000;
+/// Sizes up to this are run three times and the best time kept; larger ones once.
+const BEST_OF_THREE_UP_TO: usize = 5000;
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    match &args.command {
+        BenchCommand::Schedule { json, pods } => run_schedule(*json, *pods),
+    }
+}
+
+fn run_schedule(json: bool, pods: Option<usize>) -> Result<()> {
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "warning: xtask was built without optimisations; these timings mean little. \
+             Run `cargo run --release -p xtask -- bench schedule` instead."
+        );
+    }
+    let fake = &catalogs::fake_catalog(catalogs::FAKE_INSTANCE_TYPES);
+    let kwok = &catalogs::kwok_catalog();
+    // Workloads are generated one at a time and dropped after their run, so each run's peak RSS is its own.
+    type Make<'a> = Box<dyn Fn() -> Workload + 'a>;
+    let mut plan: Vec<Make<'_>> = Vec::new();
+    match pods {
+        Some(n) => plan.push(Box::new(move || workloads::diverse(n, fake))),
+        None => {
+            for n in DIVERSE_SIZES {
+                plan.push(Box::new(move || workloads::diverse(n, fake)));
+            }
+            for policy in [PreferencePolicy::Respect, PreferencePolicy::Ignore] {
+                plan.push(Box::new(move || {
+                    workloads::preferences(PREFERENCE_PODS, policy, fake)
+                }));
+            }
+            plan.push(Box::new(|| workloads::kwok_basic(kwok)));
+            plan.push(Box::new(|| workloads::kwok_hostname_spread(kwok)));
+            plan.push(Box::new(|| workloads::kwok_wide(kwok)));
+        }
+    }
+    let mut rows = Vec::with_capacity(plan.len());
+    if !json {
+        report::print_table_header();
+    }
+    for make in &plan {
+        let row = run_workload(make())?;
+        if json {
+            println!("{}", row.to_json());
+        } else {
+            report::print_table_row(&row);
+        }
+        rows.push(row);
+    }
+    if !json {
+        report::print_table_footer(&rows);
+    }
+    Ok(())
+}
+
+/// Builds the workload's snapshot and scheduling input (untimed), then times `schedule`.
+fn run_workload(mut workload: Workload) -> Result<Row> {
+    let mut snapshot = Snapshot::default();
+    let notes = snapshot.add_documents(workload.take_documents(), &workload.name);
+    let options = BuildOptions {
+        settings: SchedulingSettings {
+            preference_policy: workload.preference_policy,
+            ..SchedulingSettings::default()
+        },
+        label_policy: LabelPolicy::Core,
+        extra_well_known_labels: Vec::new(),
+        capacity_buffers: false,
+        node_overlays: false,
+    };
+    let inputs = build_schedule_inputs(&snapshot, &workload.catalog, &options);
+    drop(snapshot);
+    for note in notes.iter().chain(&inputs.notes) {
+        eprintln!("note: {}: {}: {}", workload.name, note.object, note.message);
+    }
+    let pods = workload.requests.len();
+    if inputs.input.pods.len() != pods {
+        bail!(
+            "{}: {} pods generated but only {} reached the scheduler (see the notes above)",
+            workload.name,
+            pods,
+            inputs.input.pods.len()
+        );
+    }
+
+    report::reset_peak_rss();
+    let runs = if pods <= BEST_OF_THREE_UP_TO { 3 } else { 1 };
+    let mut best = Duration::MAX;
+    let mut first = None;
+    for _ in 0..runs {
+        let mut interner = inputs.interner.clone();
+        let start = Instant::now();
+        let results = schedule(&inputs.input, &mut interner, &inputs.table);
+        best = best.min(start.elapsed());
+        first.get_or_insert(results);
+    }
+    let peak_rss_bytes = report::peak_rss_bytes();
+    let Some(results) = first else {
+        bail!("{}: no run", workload.name)
+    };
+    if !results.pod_errors.is_empty() {
+        eprintln!(
+            "warning: {}: {} pod(s) left pending; first: {} ({})",
+            workload.name,
+            results.pod_errors.len(),
+            results
+                .pod_errors
+                .first()
+                .map(|(p, _)| inputs.pod_names[*p].as_str())
+                .unwrap_or_default(),
+            results
+                .pod_errors
+                .first()
+                .map(|(_, e)| e.as_str())
+                .unwrap_or_default(),
+        );
+    }
+
+    let nodes = results.new_node_claims.len();
+    let cost: f64 = results
+        .new_node_claims
+        .iter()
+        .filter_map(|c| c.launch.as_ref())
+        .map(|l| l.offering.price)
+        .sum();
+    let bound = bounds::lower_bounds(&workload);
+    let seconds = best.as_secs_f64();
+    Ok(Row {
+        workload: workload.name.clone(),
+        pods,
+        threads: 1,
+        seconds,
+        pods_per_second: if seconds > 0.0 {
+            pods as f64 / seconds
+        } else {
+            f64::INFINITY
+        },
+        nodes,
+        node_lower_bound: bound.nodes,
+        cost_per_hour: cost,
+        cost_lower_bound: bound.cost,
+        peak_rss_bytes,
+        pending: results.pod_errors.len(),
+    })
+}
