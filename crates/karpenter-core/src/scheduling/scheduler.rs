@@ -288,7 +288,11 @@ impl<'a> Scheduler<'a> {
             }
             universes.insert(key, domains);
         }
-        Topology::new(hostname_key, universes)
+        Topology::new(
+            hostname_key,
+            universes,
+            u32::try_from(input.existing.len()).unwrap_or(u32::MAX),
+        )
     }
 
     fn register_pods(&mut self) {
@@ -371,7 +375,12 @@ impl<'a> Scheduler<'a> {
         }
 
         let mut found = None;
-        for &(_, c) in &self.claim_order {
+        let blocked = self.topology.blocks_every_claim(
+            self.active_anti_affinity(p),
+            &self.groups[p].inverse,
+            self.claims.len(),
+        );
+        for &(_, c) in self.claim_order.iter().take(if blocked { 0 } else { usize::MAX }) {
             if let Ok(update) = self.try_claim(p, &self.claims[c], &reqs) {
                 found = Some((c, update));
                 break;

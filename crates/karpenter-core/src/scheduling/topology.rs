@@ -50,6 +50,8 @@ pub struct Host(pub u32);
 #[derive(Debug, Clone, Default)]
 struct Counts {
     by_host: Vec<u32>,
+    /// How many NodeClaim hosts (those at or past `Topology::first_claim_host`) hold at least one pod.
+    occupied_claim_hosts: u32,
     /// Parallel to `Topology::universe(key)`.
     dense: Vec<u32>,
     total: u64,
@@ -106,6 +108,8 @@ pub struct Topology {
     index: HashMap<GroupKey, usize>,
     /// Known domains per non-hostname key, sorted.
     universes: HashMap<Symbol, Vec<Symbol>>,
+    /// Hosts from this index on are NodeClaims opened by the simulation (existing nodes come first).
+    first_claim_host: u32,
 }
 
 /// The groups one pod owns, in the order its relaxation state lists its constraints.
@@ -126,7 +130,8 @@ pub struct PodGroups {
 impl Topology {
     /// `universes`: every domain each non-hostname key can take (zones from the NodePools' instance types and the
     /// existing nodes, and so on).
-    pub fn new(hostname_key: Symbol, universes: HashMap<Symbol, Vec<Symbol>>) -> Self {
+    /// `first_claim_host`: the number of existing nodes; hosts from there on are NodeClaims the simulation opens.
+    pub fn new(hostname_key: Symbol, universes: HashMap<Symbol, Vec<Symbol>>, first_claim_host: u32) -> Self {
         let universes = universes
             .into_iter()
             .map(|(k, mut v)| {
@@ -140,6 +145,7 @@ impl Topology {
             groups: Vec::new(),
             index: HashMap::new(),
             universes,
+            first_claim_host,
         }
     }
 
@@ -250,13 +256,38 @@ impl Topology {
         counts.by_host.get(host.0 as usize).copied().unwrap_or(0)
     }
 
-    fn bump_host(counts: &mut Counts, host: Host) {
+    fn bump_host(counts: &mut Counts, host: Host, first_claim_host: u32) {
         let i = host.0 as usize;
         if counts.by_host.len() <= i {
             counts.by_host.resize(i + 1, 0);
         }
+        if counts.by_host[i] == 0 && host.0 >= first_claim_host {
+            counts.occupied_claim_hosts += 1;
+        }
         counts.by_host[i] += 1;
         counts.total += 1;
+    }
+
+    /// True when hostname anti-affinity (the pod's own, or another pod's that selects it) rules out every one
+    /// of the `open_claims` NodeClaims the simulation has opened, so none needs trying.
+    pub fn blocks_every_claim(
+        &self,
+        anti_affinity: impl Iterator<Item = usize>,
+        inverse: &[usize],
+        open_claims: usize,
+    ) -> bool {
+        let open = u32::try_from(open_claims).unwrap_or(u32::MAX);
+        if open == 0 {
+            return false;
+        }
+        let full = |c: &Counts| c.occupied_claim_hosts >= open;
+        anti_affinity
+            .map(|g| &self.groups[g])
+            .any(|g| self.is_host(g.key) && full(&g.counts))
+            || inverse
+                .iter()
+                .map(|&g| &self.groups[g])
+                .any(|g| self.is_host(g.key) && full(&g.owners))
     }
 
     fn bump(universe: &[Symbol], counts: &mut Counts, domain: Symbol) {
@@ -287,15 +318,14 @@ impl Topology {
     fn record_into(&mut self, g: usize, node: &Requirements, host: Host, owner: bool) {
         let key = self.groups[g].key;
         if self.is_host(key) {
+            let first_claim_host = self.first_claim_host;
             let group = &mut self.groups[g];
-            Self::bump_host(
-                if owner {
-                    &mut group.owners
-                } else {
-                    &mut group.counts
-                },
-                host,
-            );
+            let counts = if owner {
+                &mut group.owners
+            } else {
+                &mut group.counts
+            };
+            Self::bump_host(counts, host, first_claim_host);
             return;
         }
         let anti = matches!(self.groups[g].kind, GroupKind::AntiAffinity { .. });
