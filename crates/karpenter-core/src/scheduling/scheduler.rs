@@ -175,6 +175,7 @@ struct Scheduler<'a> {
     ct_key: Symbol,
     instance_type_key: Symbol,
     wildcard_ip: Symbol,
+    spot: Symbol,
     topology: Topology,
     groups: Vec<PodGroups>,
     relax: Vec<Relaxation>,
@@ -194,6 +195,7 @@ impl<'a> Scheduler<'a> {
         let ct_key = interner.intern_key(labels::CAPACITY_TYPE_LABEL);
         let instance_type_key = interner.intern_key(labels::INSTANCE_TYPE_LABEL);
         let wildcard_ip = interner.intern("");
+        let spot = interner.intern(labels::CAPACITY_TYPE_SPOT);
 
         let mut template_order: Vec<usize> = (0..input.templates.len()).collect();
         template_order.sort_by(|&a, &b| {
@@ -209,6 +211,7 @@ impl<'a> Scheduler<'a> {
             ct_key,
             instance_type_key,
             wildcard_ip,
+            spot,
             topology,
             groups: Vec::new(),
             relax: input
@@ -802,6 +805,7 @@ impl<'a> Scheduler<'a> {
                 self.zone_key,
                 self.ct_key,
                 input.settings.reserved_capacity,
+                self.spot,
                 &mut reservations,
             );
             new_node_claims.push(NewNodeClaim {
@@ -860,14 +864,15 @@ fn truncate_keeping_min_values(types: &mut Vec<Arc<InstanceType>>, requirements:
     types.truncate(max);
 }
 
-/// The offering a launch picks: reserved capacity first (with the gate on and capacity left), then the cheapest
-/// available offering across every instance type.
+/// The offering a launch picks: reserved capacity first (with the gate on and capacity left), then spot, then
+/// on-demand, the cheapest available offering of that capacity type across every instance type.
 fn choose_launch(
     types: &[Arc<InstanceType>],
     requirements: &Requirements,
     zone_key: Symbol,
     ct_key: Symbol,
     reserved_first: bool,
+    spot: Symbol,
     reservations: &mut HashMap<Symbol, i64>,
 ) -> Option<Launch> {
     let allowed = |o: &Offering| {
@@ -896,15 +901,24 @@ fn choose_launch(
             });
         }
     }
+    // Then spot before on-demand, as the AWS launch does, cheapest within the capacity type.
     let mut best: Option<(&Arc<InstanceType>, &Offering)> = None;
     for it in types {
-        if let Some(o) = it
+        for o in it
             .offerings
             .iter()
-            .find(|o| allowed(o) && o.reservation_id.is_none())
-            && best.is_none_or(|(_, b)| o.price < b.price)
+            .filter(|o| allowed(o) && o.reservation_id.is_none())
         {
-            best = Some((it, o));
+            let better = match best {
+                None => true,
+                Some((_, b)) => {
+                    let (os, bs) = (o.capacity_type == spot, b.capacity_type == spot);
+                    (os && !bs) || (os == bs && o.price < b.price)
+                }
+            };
+            if better {
+                best = Some((it, o));
+            }
         }
     }
     best.map(|(it, o)| Launch {

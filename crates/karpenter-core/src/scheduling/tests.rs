@@ -1063,3 +1063,45 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn spot_is_launched_before_on_demand_when_both_are_allowed() {
+    let mut fx = Fx::new();
+    let mut cat = fx.catalog();
+    // Make spot dearer than on-demand for every type: spot still wins while the NodePool allows it.
+    for it in &mut cat {
+        let it = Arc::make_mut(it);
+        for o in &mut it.offerings {
+            o.price = if fx.i.resolve(o.capacity_type) == "spot" {
+                1.0
+            } else {
+                0.5
+            };
+        }
+        it.offerings.sort_by(|a, b| a.price.total_cmp(&b.price));
+    }
+    let t = fx.template("default", 0, &[], &cat);
+    let input = make_input(fx.wk.clone(), vec![t], vec![fx.pod("a", 500, 256)]);
+    let r = fx.run(&input);
+    let launch = r.new_node_claims[0].launch.as_ref().unwrap();
+    assert_eq!(fx.i.resolve(launch.offering.capacity_type), "spot");
+    let od_only = fx.template(
+        "default",
+        0,
+        &[("karpenter.sh/capacity-type", "In", &["on-demand"])],
+        &cat,
+    );
+    let input = make_input(fx.wk.clone(), vec![od_only], vec![fx.pod("a", 500, 256)]);
+    let r = fx.run(&input);
+    assert_eq!(
+        fx.i.resolve(
+            r.new_node_claims[0]
+                .launch
+                .as_ref()
+                .unwrap()
+                .offering
+                .capacity_type
+        ),
+        "on-demand"
+    );
+}
