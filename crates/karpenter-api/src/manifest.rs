@@ -104,14 +104,15 @@ pub fn split_documents(text: &str) -> Vec<Result<Value, DecodeError>> {
     for doc in docs {
         match doc {
             Ok(Value::Null) => {}
-            Ok(v)
+            Ok(mut v)
                 if v.get("kind")
                     .and_then(Value::as_str)
                     .is_some_and(|k| k.ends_with("List"))
                     && v.get("items").is_some() =>
             {
-                if let Some(Value::Array(items)) = v.get("items") {
-                    out.extend(items.iter().cloned().map(Ok));
+                // Move the items out rather than copy them: a List from kubectl can hold every object.
+                if let Some(Value::Array(items)) = v.get_mut("items").map(Value::take) {
+                    out.extend(items.into_iter().map(Ok));
                 }
             }
             other => out.push(other),
