@@ -311,13 +311,29 @@ impl<'a> Scheduler<'a> {
                 .iter()
                 .map(|t| (t.clone(), true))
                 .chain(p.preferred_anti_affinity.iter().map(|(_, t)| (t.clone(), false)));
-            let g = self.topology.register(p.namespace, &p.spread, affinity, anti);
+            // Spread constraints count pods on nodes matching the pod's required node affinity (the first term).
+            let mut node_requirements = p.base_requirements.clone();
+            if let Some(term) = p.required_terms.first() {
+                node_requirements.intersect_with(term);
+            }
+            let g = self.topology.register(
+                p.namespace,
+                &node_requirements,
+                &p.tolerations,
+                &p.spread,
+                affinity,
+                anti,
+            );
             self.groups.push(g);
         }
         let mut bound_groups = Vec::with_capacity(input.bound_pods.len());
         for b in &input.bound_pods {
             let anti = b.anti_affinity.iter().map(|t| (t.clone(), true));
-            bound_groups.push(self.topology.register(b.namespace, &[], std::iter::empty(), anti));
+            let none = Requirements::new();
+            bound_groups.push(
+                self.topology
+                    .register(b.namespace, &none, &[], &[], std::iter::empty(), anti),
+            );
         }
         for (p, g) in input.pods.iter().zip(self.groups.iter_mut()) {
             self.topology.link(g, p.namespace, &p.labels);
@@ -325,7 +341,8 @@ impl<'a> Scheduler<'a> {
         for (b, mut g) in input.bound_pods.iter().zip(bound_groups) {
             self.topology.link(&mut g, b.namespace, &b.labels);
             let node = &input.existing[b.node];
-            self.topology.record(&g, &node.requirements, host_of_node(b.node));
+            self.topology
+                .record(&g, &node.requirements, &node.taints, host_of_node(b.node));
         }
     }
 
@@ -458,7 +475,7 @@ impl<'a> Scheduler<'a> {
         }
         state.pods.push(p);
         self.topology
-            .record(&self.groups[p], &node.requirements, host_of_node(n));
+            .record(&self.groups[p], &node.requirements, &node.taints, host_of_node(n));
         true
     }
 
@@ -642,8 +659,12 @@ impl<'a> Scheduler<'a> {
         claim.pods.push(p);
         claim.host_ports.extend(pod.host_ports.iter().copied());
         self.claim_order.insert((claim.pods.len(), c));
-        self.topology
-            .record(&self.groups[p], &claim.requirements, claim.hostname);
+        self.topology.record(
+            &self.groups[p],
+            &claim.requirements,
+            &self.input.templates[claim.template].taints,
+            claim.hostname,
+        );
     }
 
     fn open_claim(&mut self, p: usize, t: usize, reqs: &Requirements) -> Result<(), Rejection> {

@@ -1105,3 +1105,67 @@ fn spot_is_launched_before_on_demand_when_both_are_allowed() {
         "on-demand"
     );
 }
+
+#[test]
+fn node_taints_policy_honor_ignores_pods_on_nodes_the_pod_does_not_tolerate() {
+    let zones_of = |fx: &mut Fx, policy_honor: bool| {
+        let cat = fx.catalog();
+        let t = fx.template(
+            "default",
+            0,
+            &[("topology.kubernetes.io/zone", "In", &["zone-a", "zone-b"])],
+            &cat,
+        );
+        let mut s = spread(fx, "topology.kubernetes.io/zone", 1, true);
+        s.honor_node_taints = policy_honor;
+        let pods = web_pods(fx, 2, 500, &s);
+        let mut input = make_input(fx.wk.clone(), vec![t], pods);
+        // A full, tainted node in zone-b already runs two web pods.
+        let mut tainted = fx.existing("tainted", 0, 0, &[("topology.kubernetes.io/zone", "zone-b")]);
+        tainted.available = Resources::zero();
+        let key = fx.i.intern_key("dedicated");
+        tainted.taints = vec![Taint {
+            key,
+            value: None,
+            effect: TaintEffect::NoSchedule,
+        }];
+        input.existing.push(tainted);
+        let ns = fx.sym("default");
+        let web = Labels::new(vec![(fx.sym("app"), fx.sym("web"))]);
+        for _ in 0..2 {
+            input.bound_pods.push(BoundPod {
+                namespace: ns,
+                labels: web.clone(),
+                node: 0,
+                anti_affinity: Vec::new(),
+            });
+        }
+        let r = fx.run(&input);
+        let zone_key = fx.i.intern_key("topology.kubernetes.io/zone");
+        let mut zones: Vec<String> = r
+            .new_node_claims
+            .iter()
+            .flat_map(|c| {
+                std::iter::repeat_n(
+                    fx.i.resolve(c.requirements.single_value(zone_key).unwrap())
+                        .to_string(),
+                    c.pods.len(),
+                )
+            })
+            .collect();
+        zones.sort();
+        zones
+    };
+    let mut fx = Fx::new();
+    assert_eq!(
+        zones_of(&mut fx, false),
+        ["zone-a", "zone-a"],
+        "Ignore: the tainted node's pods make zone-b the fuller zone"
+    );
+    let mut fx = Fx::new();
+    assert_eq!(
+        zones_of(&mut fx, true),
+        ["zone-a", "zone-b"],
+        "Honor: pods on an untolerated node do not count"
+    );
+}

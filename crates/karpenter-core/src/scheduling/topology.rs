@@ -15,7 +15,30 @@ use std::collections::HashMap;
 
 use crate::requirements::{Requirement, Requirements, Symbol};
 
-use super::pod::{AffinityTerm, LabelSelector, Labels, NamespaceScope, SpreadConstraint};
+use super::pod::{
+    AffinityTerm, LabelSelector, Labels, NamespaceScope, SpreadConstraint, Taint, Toleration, untolerated,
+};
+
+/// Which nodes a spread constraint counts pods on (nodeAffinityPolicy and nodeTaintsPolicy Honor): with
+/// requirements, only nodes compatible with the owning pod's node affinity; with tolerations, only nodes whose
+/// taints the owning pod tolerates. The default (Honor affinity, Ignore taints) sets only the requirements.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct NodeFilter {
+    pub requirements: Option<Requirements>,
+    pub tolerations: Option<Vec<Toleration>>,
+}
+
+impl NodeFilter {
+    fn matches(&self, node: &Requirements, taints: &[Taint]) -> bool {
+        self.requirements
+            .as_ref()
+            .is_none_or(|r| node.intersects(r).is_ok())
+            && self
+                .tolerations
+                .as_ref()
+                .is_none_or(|t| untolerated(t, taints, false).is_none())
+    }
+}
 
 /// What a topology group enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,6 +61,7 @@ struct GroupKey {
     key: Symbol,
     selector: LabelSelector,
     namespaces: NamespaceScope,
+    filter: NodeFilter,
 }
 
 /// A node's place in the hostname tables: existing nodes first, then the NodeClaims a simulation opens. Each
@@ -64,6 +88,8 @@ pub struct TopologyGroup {
     pub key: Symbol,
     pub selector: LabelSelector,
     pub namespaces: NamespaceScope,
+    /// Spread constraints only: the nodes whose pods count.
+    pub filter: NodeFilter,
     counts: Counts,
     /// Anti-affinity only: where the pods owning this term are.
     owners: Counts,
@@ -164,12 +190,14 @@ impl Topology {
         key: Symbol,
         selector: &LabelSelector,
         namespaces: &NamespaceScope,
+        filter: NodeFilter,
     ) -> usize {
         let gk = GroupKey {
             kind,
             key,
             selector: selector.clone(),
             namespaces: namespaces.clone(),
+            filter,
         };
         if let Some(&i) = self.index.get(&gk) {
             return i;
@@ -184,6 +212,7 @@ impl Topology {
             key,
             selector: selector.clone(),
             namespaces: namespaces.clone(),
+            filter: gk.filter.clone(),
             counts,
             owners: Counts {
                 dense,
@@ -196,9 +225,12 @@ impl Topology {
 
     /// Registers a pod's constraints and returns its groups. Call for every pending pod (and for bound pods with
     /// anti-affinity, so their terms repel matching pods) before [`Topology::link`].
+    /// `node_requirements` and `tolerations` are the pod's, for the spread constraints' node filters.
     pub fn register(
         &mut self,
         namespace: Symbol,
+        node_requirements: &Requirements,
+        tolerations: &[Toleration],
         spread: &[SpreadConstraint],
         affinity: impl Iterator<Item = (AffinityTerm, bool)>,
         anti_affinity: impl Iterator<Item = (AffinityTerm, bool)>,
@@ -211,23 +243,35 @@ impl Topology {
                 min_domains: s.min_domains,
                 honor_node_affinity: s.honor_node_affinity,
             };
-            groups
-                .spread
-                .push((self.group(kind, s.topology_key, &s.selector, &own_ns), s.hard));
+            let filter = NodeFilter {
+                requirements: s.honor_node_affinity.then(|| node_requirements.clone()),
+                tolerations: s.honor_node_taints.then(|| tolerations.to_vec()),
+            };
+            groups.spread.push((
+                self.group(kind, s.topology_key, &s.selector, &own_ns, filter),
+                s.hard,
+            ));
         }
         for (term, _) in affinity {
-            groups.affinity.push(self.group(
+            let group = self.group(
                 GroupKind::Affinity,
                 term.topology_key,
                 &term.selector,
                 &term.namespaces,
-            ));
+                NodeFilter::default(),
+            );
+            groups.affinity.push(group);
         }
         for (term, required) in anti_affinity {
             let kind = GroupKind::AntiAffinity { required };
-            groups
-                .anti_affinity
-                .push(self.group(kind, term.topology_key, &term.selector, &term.namespaces));
+            let group = self.group(
+                kind,
+                term.topology_key,
+                &term.selector,
+                &term.namespaces,
+                NodeFilter::default(),
+            );
+            groups.anti_affinity.push(group);
         }
         groups
     }
@@ -306,9 +350,12 @@ impl Topology {
     }
 
     /// Records a placed (or already bound) pod: its counts, and where it is for its own anti-affinity terms.
-    pub fn record(&mut self, groups: &PodGroups, node: &Requirements, host: Host) {
+    /// `taints` are the node's, for the spread constraints' node filters.
+    pub fn record(&mut self, groups: &PodGroups, node: &Requirements, taints: &[Taint], host: Host) {
         for &g in &groups.counted_by {
-            self.record_into(g, node, host, false);
+            if self.groups[g].filter.matches(node, taints) {
+                self.record_into(g, node, host, false);
+            }
         }
         for &g in &groups.anti_affinity {
             self.record_into(g, node, host, true);
