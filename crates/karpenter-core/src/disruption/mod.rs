@@ -1,5 +1,6 @@
 //! Disruption decisions: which nodes may be taken away, for what reason, within which budgets.
 //!
+//! - [`candidates`]: which nodes a pass may consider, and why the others are left alone;
 //! - [`budgets`]: how many nodes of a NodePool may be disrupted now, per reason;
 //! - [`protection`]: the do-not-disrupt annotation and PodDisruptionBudgets as eviction applies them;
 //! - [`drift`]: whether a NodeClaim has drifted from its NodePool, catalog or node class, and why;
@@ -7,6 +8,7 @@
 //! - [`consolidatable`]: from when a NodeClaim may be consolidated (consolidateAfter).
 
 pub mod budgets;
+pub mod candidates;
 pub mod consolidatable;
 pub mod drift;
 pub mod expiration;

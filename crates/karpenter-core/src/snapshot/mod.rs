@@ -12,7 +12,8 @@
 //! - `nodes`: existing nodes and in-flight NodeClaims;
 //! - `overlays`: NodeOverlay price and capacity changes;
 //! - `nodepools`: NodePools as NodeClaim templates;
-//! - `buffers`: CapacityBuffer placeholder pods.
+//! - `buffers`: CapacityBuffer placeholder pods;
+//! - `disruption_view`: the projection disruption decisions read (nodes, protections, PDBs).
 //!
 //! Everything is indexed once (pods by node, PVCs by namespace/name, ...) so conversion stays linear in the
 //! snapshot's size.
@@ -20,6 +21,7 @@
 mod buffers;
 mod context;
 mod daemonsets;
+mod disruption_view;
 mod load;
 mod nodepools;
 mod nodes;
@@ -56,6 +58,8 @@ use crate::{
 };
 
 use context::Context;
+
+pub use disruption_view::build_cluster_view;
 
 /// The Kubernetes objects a decision reads, as read from files or the state cache.
 #[derive(Debug, Clone, Default)]

@@ -31,7 +31,7 @@ use super::{
 };
 
 /// Whether a Node is going away: deleted, or tainted by Karpenter's disruption.
-fn is_deleting(node: &Node) -> bool {
+pub(super) fn is_deleting(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_some()
         || node
             .spec

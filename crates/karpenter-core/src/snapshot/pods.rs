@@ -48,7 +48,7 @@ pub(super) fn daemon_set_owner(pod: &KubePod) -> Option<(String, String)> {
     })
 }
 
-fn is_mirror(pod: &KubePod) -> bool {
+pub(super) fn is_mirror(pod: &KubePod) -> bool {
     owner_kind(pod, "Node").is_some()
         || pod
             .metadata

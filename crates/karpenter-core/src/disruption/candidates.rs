@@ -1,0 +1,305 @@
+//! Which nodes a disruption pass may consider, and why the others are left alone.
+//!
+//! A candidate is a managed node (it has a NodeClaim and a NodePool), initialized, not already being deleted,
+//! not annotated `karpenter.sh/do-not-disrupt: "true"`, and holding no pod that blocks eviction. A pod blocks
+//! when its own do-not-disrupt protection is active, or when a PodDisruptionBudget would refuse its eviction now
+//! (several PDBs on one pod always refuse). DaemonSet, mirror, terminating and terminal pods never block, and
+//! neither do pods that tolerate the `karpenter.sh/disrupted` taint (they are not drained). For the eventual
+//! methods (drift), a NodeClaim with a terminationGracePeriod stays a candidate despite blocking pods: draining
+//! honours the protections until the grace period ends. A node running CapacityBuffer placeholder pods is not a
+//! candidate for emptiness or consolidation.
+
+use jiff::Timestamp;
+
+use crate::{requirements::Symbol, scheduling::Labels};
+
+use super::protection::{DoNotDisrupt, PdbLimits, PdbView};
+
+/// The disruption-relevant projection of a pod bound to a node.
+#[derive(Debug, Clone)]
+pub struct PodView {
+    /// `namespace/name`.
+    pub id: String,
+    pub namespace: Symbol,
+    pub labels: Labels,
+    /// Index into `ClusterView::nodes`.
+    pub node: usize,
+    /// Owned by a DaemonSet, or a static (mirror) pod: never drained by Karpenter.
+    pub daemon_or_mirror: bool,
+    /// Succeeded or Failed.
+    pub terminal: bool,
+    /// Has a deletionTimestamp.
+    pub terminating: bool,
+    /// The Ready condition is True (a PDB with AlwaysAllow lets an unready pod go).
+    pub ready: bool,
+    pub do_not_disrupt: DoNotDisrupt,
+    /// Tolerates `karpenter.sh/disrupted:NoSchedule`: stays on the node while it drains.
+    pub tolerates_disrupted: bool,
+}
+
+impl PodView {
+    /// Whether draining the node would evict this pod (and so whether it must find a place elsewhere).
+    pub fn is_reschedulable(&self) -> bool {
+        !self.daemon_or_mirror && !self.terminal && !self.terminating && !self.tolerates_disrupted
+    }
+}
+
+/// The disruption-relevant projection of a node.
+#[derive(Debug, Clone)]
+pub struct NodeView {
+    pub name: String,
+    /// The NodeClaim behind it; `None` for nodes Karpenter does not manage.
+    pub node_claim: Option<String>,
+    /// The NodePool named by its `karpenter.sh/nodepool` label, when that NodePool exists.
+    pub node_pool: Option<String>,
+    pub initialized: bool,
+    /// Being deleted, or tainted `karpenter.sh/disrupted` by a disruption in progress.
+    pub deleting: bool,
+    pub ready: bool,
+    /// `karpenter.sh/do-not-disrupt: "true"` on the node.
+    pub do_not_disrupt: bool,
+    /// The NodeClaim sets a terminationGracePeriod.
+    pub has_termination_grace_period: bool,
+    /// Indices into `ClusterView::pods`.
+    pub pods: Vec<usize>,
+    /// Runs CapacityBuffer placeholder pods.
+    pub holds_capacity_buffer: bool,
+}
+
+/// The nodes and pods a disruption pass reads.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterView {
+    pub nodes: Vec<NodeView>,
+    pub pods: Vec<PodView>,
+    pub pdbs: Vec<PdbView>,
+}
+
+/// Graceful methods (emptiness, consolidation) respect every protection; eventual ones (drift) proceed past
+/// blocking pods on NodeClaims with a terminationGracePeriod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MethodClass {
+    Graceful,
+    Eventual,
+}
+
+/// Why a node is not a candidate, in words a user can act on; `None` when it is one.
+pub fn blocked_reason(view: &ClusterView, node: usize, class: MethodClass, now: Timestamp) -> Option<String> {
+    let n = &view.nodes[node];
+    if n.node_claim.is_none() {
+        return Some("node is not managed by Karpenter (no NodeClaim)".into());
+    }
+    if n.node_pool.is_none() {
+        return Some("node's NodePool was not found".into());
+    }
+    if n.deleting {
+        return Some("node is already being deleted".into());
+    }
+    if !n.initialized {
+        return Some("node is not initialized yet".into());
+    }
+    if n.do_not_disrupt {
+        return Some("node has karpenter.sh/do-not-disrupt".into());
+    }
+    if class == MethodClass::Eventual && n.has_termination_grace_period {
+        // Draining will honour the pods' protections until the NodeClaim's terminationGracePeriod ends.
+        return None;
+    }
+    let limits = PdbLimits::new(&view.pdbs);
+    for &p in &n.pods {
+        let pod = &view.pods[p];
+        if !pod.is_reschedulable() {
+            continue;
+        }
+        if pod.do_not_disrupt.blocks(now) {
+            return Some(format!("pod {} has karpenter.sh/do-not-disrupt", pod.id));
+        }
+        if let Err(block) = limits.check(&view.pdbs, pod.namespace, &pod.labels, pod.ready) {
+            return Some(format!("pod {} {block}", pod.id));
+        }
+    }
+    None
+}
+
+/// Whether a node's pods all leave with it and it runs no CapacityBuffer placeholder: what emptiness removes.
+pub fn is_empty(view: &ClusterView, node: usize) -> bool {
+    let n = &view.nodes[node];
+    !n.holds_capacity_buffer && n.pods.iter().all(|&p| !view.pods[p].is_reschedulable())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        requirements::LabelInterner,
+        scheduling::{LabelSelector, SelectorExpression, SelectorOperator},
+    };
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    struct Fx {
+        i: LabelInterner,
+        view: ClusterView,
+    }
+
+    impl Fx {
+        fn new() -> Self {
+            let mut fx = Self {
+                i: LabelInterner::new(),
+                view: ClusterView::default(),
+            };
+            fx.view.nodes.push(NodeView {
+                name: "node-1".into(),
+                node_claim: Some("default-abc".into()),
+                node_pool: Some("default".into()),
+                initialized: true,
+                deleting: false,
+                ready: true,
+                do_not_disrupt: false,
+                has_termination_grace_period: false,
+                pods: Vec::new(),
+                holds_capacity_buffer: false,
+            });
+            fx
+        }
+
+        fn pod(&mut self, name: &str) -> usize {
+            let pod = PodView {
+                id: format!("default/{name}"),
+                namespace: self.i.intern("default"),
+                labels: Labels::new(vec![(self.i.intern_key("app"), self.i.intern("web"))]),
+                node: 0,
+                daemon_or_mirror: false,
+                terminal: false,
+                terminating: false,
+                ready: true,
+                do_not_disrupt: DoNotDisrupt::No,
+                tolerates_disrupted: false,
+            };
+            self.view.pods.push(pod);
+            let idx = self.view.pods.len() - 1;
+            self.view.nodes[0].pods.push(idx);
+            idx
+        }
+
+        fn pdb(&mut self, allowed: i64) {
+            let app = self.i.intern_key("app");
+            let web = self.i.intern("web");
+            self.view.pdbs.push(PdbView {
+                name: "default/web".into(),
+                namespace: self.i.intern("default"),
+                selector: LabelSelector {
+                    expressions: vec![SelectorExpression {
+                        key: app,
+                        operator: SelectorOperator::In,
+                        values: vec![web],
+                    }],
+                },
+                disruptions_allowed: allowed,
+                always_allow_unhealthy: false,
+            });
+        }
+    }
+
+    const NOW: &str = "2026-12-02T10:00:00Z";
+
+    #[test]
+    fn a_managed_initialized_node_is_a_candidate() {
+        let mut fx = Fx::new();
+        fx.pod("a");
+        assert_eq!(blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)), None);
+    }
+
+    #[test]
+    fn unmanaged_deleting_uninitialized_and_annotated_nodes_are_not_candidates() {
+        for (edit, reason) in [
+            (
+                (|n: &mut NodeView| n.node_claim = None) as fn(&mut NodeView),
+                "not managed",
+            ),
+            (|n| n.node_pool = None, "NodePool was not found"),
+            (|n| n.deleting = true, "already being deleted"),
+            (|n| n.initialized = false, "not initialized"),
+            (
+                |n| n.do_not_disrupt = true,
+                "node has karpenter.sh/do-not-disrupt",
+            ),
+        ] {
+            let mut fx = Fx::new();
+            edit(&mut fx.view.nodes[0]);
+            let why = blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)).unwrap();
+            assert!(why.contains(reason), "{why}");
+        }
+    }
+
+    #[test]
+    fn a_do_not_disrupt_pod_blocks_until_its_duration_ends() {
+        let mut fx = Fx::new();
+        let p = fx.pod("batch");
+        fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Until(at("2026-12-02T11:00:00Z"));
+        let why = blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)).unwrap();
+        assert_eq!(why, "pod default/batch has karpenter.sh/do-not-disrupt");
+        assert_eq!(
+            blocked_reason(&fx.view, 0, MethodClass::Graceful, at("2026-12-02T11:00:01Z")),
+            None
+        );
+    }
+
+    #[test]
+    fn a_pdb_that_allows_no_eviction_blocks_graceful_methods() {
+        let mut fx = Fx::new();
+        fx.pod("web-1");
+        fx.pdb(0);
+        let why = blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)).unwrap();
+        assert!(
+            why.contains("PodDisruptionBudget default/web allows no more disruptions"),
+            "{why}"
+        );
+        fx.view.pdbs[0].disruptions_allowed = 1;
+        assert_eq!(blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)), None);
+    }
+
+    #[test]
+    fn daemonset_mirror_terminating_and_terminal_pods_do_not_block() {
+        let mut fx = Fx::new();
+        fx.pdb(0);
+        for edit in [
+            (|p: &mut PodView| p.daemon_or_mirror = true) as fn(&mut PodView),
+            |p| p.terminal = true,
+            |p| p.terminating = true,
+            |p| p.tolerates_disrupted = true,
+        ] {
+            let p = fx.pod("x");
+            fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Always;
+            edit(&mut fx.view.pods[p]);
+        }
+        assert_eq!(blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)), None);
+        assert!(is_empty(&fx.view, 0), "none of those pods needs a new place");
+    }
+
+    #[test]
+    fn eventual_methods_proceed_past_blocking_pods_with_a_termination_grace_period() {
+        let mut fx = Fx::new();
+        let p = fx.pod("batch");
+        fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Always;
+        assert!(
+            blocked_reason(&fx.view, 0, MethodClass::Eventual, at(NOW)).is_some(),
+            "no grace period: blocked"
+        );
+        fx.view.nodes[0].has_termination_grace_period = true;
+        assert_eq!(blocked_reason(&fx.view, 0, MethodClass::Eventual, at(NOW)), None);
+        assert!(
+            blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)).is_some(),
+            "graceful methods still wait"
+        );
+    }
+
+    #[test]
+    fn a_node_holding_capacity_buffer_headroom_is_not_empty() {
+        let mut fx = Fx::new();
+        assert!(is_empty(&fx.view, 0));
+        fx.view.nodes[0].holds_capacity_buffer = true;
+        assert!(!is_empty(&fx.view, 0));
+    }
+}

@@ -1,0 +1,203 @@
+//! The disruption projection of a snapshot: each node with its NodeClaim, NodePool and readiness, each bound pod
+//! with what protects it, and the PodDisruptionBudgets, as `disruption::candidates` reads them.
+
+use std::collections::HashMap;
+
+use karpenter_api::{labels, nodeclaim::conditions};
+
+use crate::{
+    disruption::{
+        candidates::{ClusterView, NodeView, PodView},
+        protection::{DoNotDisrupt, PdbView},
+    },
+    requirements::LabelInterner,
+    scheduling::Labels,
+};
+
+use super::{
+    Snapshot,
+    nodes::is_deleting,
+    pods::{daemon_set_owner, is_mirror, is_terminal, is_terminating, node_name, pod_id},
+    selectors::label_selector,
+    taints::tolerations,
+};
+
+fn label<'a>(labels: Option<&'a std::collections::BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
+    labels.and_then(|l| l.get(key)).map(String::as_str)
+}
+
+fn annotation<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// Builds the view. Pods bound to nodes missing from the snapshot are left out (they block nothing here).
+pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> ClusterView {
+    let pools: std::collections::HashSet<&str> = snapshot
+        .node_pools
+        .iter()
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    let claims_by_node: HashMap<&str, &karpenter_api::nodeclaim::NodeClaim> = snapshot
+        .node_claims
+        .iter()
+        .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
+        .collect();
+    let mut view = ClusterView::default();
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(snapshot.nodes.len());
+    for node in &snapshot.nodes {
+        let Some(name) = node.metadata.name.as_deref() else {
+            continue;
+        };
+        let node_labels = node.metadata.labels.as_ref();
+        let claim = claims_by_node.get(name).copied();
+        let node_pool = label(node_labels, labels::NODEPOOL_LABEL)
+            .filter(|p| pools.contains(p))
+            .map(str::to_string);
+        let initialized = label(node_labels, labels::INITIALIZED_LABEL) == Some("true")
+            || claim.and_then(|c| c.status.as_ref()).is_some_and(|s| {
+                karpenter_api::common::find_condition(&s.conditions, conditions::INITIALIZED)
+                    .is_some_and(|c| c.status == karpenter_api::common::ConditionStatus::True)
+            });
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True");
+        index.insert(name, view.nodes.len());
+        view.nodes.push(NodeView {
+            name: name.to_string(),
+            node_claim: claim.and_then(|c| c.metadata.name.clone()),
+            node_pool,
+            initialized,
+            deleting: is_deleting(node) || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
+            ready,
+            do_not_disrupt: DoNotDisrupt::for_node(annotation(
+                &node.metadata,
+                labels::DO_NOT_DISRUPT_ANNOTATION,
+            )),
+            has_termination_grace_period: claim.is_some_and(|c| c.spec.termination_grace_period.is_some()),
+            pods: Vec::new(),
+            holds_capacity_buffer: false,
+        });
+    }
+    let disrupted_key = interner.intern_key(labels::DISRUPTED_TAINT_KEY);
+    let disrupted = crate::scheduling::Taint {
+        key: disrupted_key,
+        value: None,
+        effect: crate::scheduling::TaintEffect::NoSchedule,
+    };
+    for pod in &snapshot.pods {
+        let Some(node) = node_name(pod).and_then(|n| index.get(n).copied()) else {
+            continue;
+        };
+        let meta = &pod.metadata;
+        let pod_labels = Labels::new(
+            meta.labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| (interner.intern(k), interner.intern(v)))
+                .collect(),
+        );
+        let started = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .or(meta.creation_timestamp.as_ref())
+            .map(|t| t.0);
+        let ready = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True");
+        let tols = tolerations(pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()), interner);
+        let is_buffer = annotation(meta, labels::CAPACITY_BUFFER_FAKE_POD_ANNOTATION) == Some("true");
+        if is_buffer {
+            view.nodes[node].holds_capacity_buffer = true;
+        }
+        view.nodes[node].pods.push(view.pods.len());
+        view.pods.push(PodView {
+            id: pod_id(pod),
+            namespace: interner.intern(meta.namespace.as_deref().unwrap_or("default")),
+            labels: pod_labels,
+            node,
+            daemon_or_mirror: daemon_set_owner(pod).is_some() || is_mirror(pod),
+            terminal: is_terminal(pod),
+            terminating: is_terminating(pod),
+            ready,
+            do_not_disrupt: DoNotDisrupt::for_pod(
+                annotation(meta, labels::DO_NOT_DISRUPT_ANNOTATION),
+                started,
+            ),
+            tolerates_disrupted: tols.iter().any(|t| t.tolerates(&disrupted)),
+        });
+    }
+    for pdb in &snapshot.pdbs {
+        let namespace = pdb.metadata.namespace.as_deref().unwrap_or("default");
+        let name = format!(
+            "{namespace}/{}",
+            pdb.metadata.name.as_deref().unwrap_or("<unnamed>")
+        );
+        let Ok(selector) = label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()), interner)
+        else {
+            continue;
+        };
+        view.pdbs.push(PdbView {
+            name,
+            namespace: interner.intern(namespace),
+            selector,
+            disruptions_allowed: i64::from(pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed)),
+            always_allow_unhealthy: pdb
+                .spec
+                .as_ref()
+                .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
+                == Some("AlwaysAllow"),
+        });
+    }
+    view
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+    use crate::disruption::candidates::{MethodClass, blocked_reason};
+
+    #[test]
+    fn nodes_pods_and_pdbs_are_projected_for_disruption() {
+        let snap = snapshot(&[
+            &node(
+                "n1",
+                ", karpenter.sh/nodepool: default, karpenter.sh/initialized: \"true\"",
+                "",
+            ),
+            &bound_pod("default", "web", "n1", "100m", ""),
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      requirements: []\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n",
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: default-x}\nspec:\n  requirements: []\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\nstatus: {nodeName: n1}\n",
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\nspec: {selector: {matchLabels: {app: web}}, maxUnavailable: 0}\nstatus: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}\n",
+        ]);
+        let mut interner = LabelInterner::new();
+        let view = build_cluster_view(&snap, &mut interner);
+        assert_eq!(view.nodes.len(), 1);
+        assert_eq!(view.nodes[0].node_claim.as_deref(), Some("default-x"));
+        assert_eq!(view.nodes[0].node_pool.as_deref(), Some("default"));
+        assert_eq!(view.pods.len(), 1);
+        let why = blocked_reason(
+            &view,
+            0,
+            MethodClass::Graceful,
+            "2026-12-02T10:00:00Z".parse().unwrap(),
+        );
+        assert_eq!(
+            why.as_deref(),
+            Some("pod default/web PodDisruptionBudget default/web allows no more disruptions")
+        );
+    }
+}
