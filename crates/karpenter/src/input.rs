@@ -128,6 +128,8 @@ pub struct Settings {
     pub node_overlay: bool,
     /// The CapacityBuffer feature gate.
     pub capacity_buffer: bool,
+    /// The SpotToSpotConsolidation feature gate.
+    pub spot_to_spot: bool,
     /// VM_MEMORY_OVERHEAD_PERCENT and RESERVED_ENIS, for the embedded AWS catalog.
     pub aws: AwsCapacitySettings,
 }
@@ -302,6 +304,7 @@ fn apply_feature_gates(
             "ReservedCapacity" => settings.scheduling.reserved_capacity = on,
             "NodeOverlay" => settings.node_overlay = on,
             "CapacityBuffer" => settings.capacity_buffer = on,
+            "SpotToSpotConsolidation" => settings.spot_to_spot = on,
             other => notes.push(format!(
                 "feature gate {other} does not affect scheduling; ignored"
             )),

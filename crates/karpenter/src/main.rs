@@ -1,11 +1,12 @@
-//! The Karpenter binary. Today it runs `karpenter schedule`: the scheduling simulation over a cluster
-//! snapshot read from files (see `karpenter schedule --help`); the controller, `disrupt` and `simulate` come
-//! later.
+//! The Karpenter binary. Today it runs `karpenter schedule` (the scheduling simulation over a cluster snapshot
+//! read from files) and `karpenter disrupt` (the next disruption pass over one); the controller and `simulate`
+//! come later.
 
 use std::{io::Write as _, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 
+mod disrupt;
 mod input;
 mod schedule;
 
@@ -24,12 +25,15 @@ struct Cli {
 enum Command {
     /// Show what Karpenter would launch for the pending pods of a snapshot, and why any pod stays pending.
     Schedule(schedule::ScheduleArgs),
+    /// Show what the next disruption pass would do on a snapshot, and why every other node is left alone.
+    Disrupt(disrupt::DisruptArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Schedule(args) => schedule::run(args),
+        Command::Disrupt(args) => disrupt::run(args),
     };
     match result {
         Ok(text) => {

@@ -8,7 +8,9 @@
 //! - [`consolidatable`]: from when a NodeClaim may be consolidated (consolidateAfter);
 //! - [`consolidation`]: multi- and single-node consolidation: which nodes to delete or replace by one cheaper node;
 //! - [`cost`]: what disrupting a pod or a node costs, and the order candidates are tried in;
-//! - [`balanced`]: the Balanced policy's score, savings share over disruption share.
+//! - [`balanced`]: the Balanced policy's score, savings share over disruption share;
+//! - [`pass`]: one disruption pass, the methods in upstream's order, and why every other node is left alone;
+//! - [`resimulate`]: re-running the scheduler as if some nodes were gone.
 
 pub mod balanced;
 pub mod budgets;
@@ -18,4 +20,6 @@ pub mod consolidation;
 pub mod cost;
 pub mod drift;
 pub mod expiration;
+pub mod pass;
 pub mod protection;
+pub mod resimulate;

@@ -13,7 +13,8 @@
 //! - `overlays`: NodeOverlay price and capacity changes;
 //! - `nodepools`: NodePools as NodeClaim templates;
 //! - `buffers`: CapacityBuffer placeholder pods;
-//! - `disruption_view`: the projection disruption decisions read (nodes, protections, PDBs).
+//! - `disruption_view`: the projection disruption decisions read (nodes, protections, PDBs);
+//! - `disruption_inputs`: everything a disruption pass reads (pools, claims, the base scheduling input).
 //!
 //! Everything is indexed once (pods by node, PVCs by namespace/name, ...) so conversion stays linear in the
 //! snapshot's size.
@@ -21,6 +22,7 @@
 mod buffers;
 mod context;
 mod daemonsets;
+mod disruption_inputs;
 mod disruption_view;
 mod load;
 mod nodepools;
@@ -32,7 +34,7 @@ mod taints;
 mod volumes;
 
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 
 use std::{collections::HashMap, fmt, sync::Arc};
 
@@ -59,6 +61,7 @@ use crate::{
 
 use context::Context;
 
+pub use disruption_inputs::{ClaimInfo, DisruptionInputs, PoolInfo, build_disruption_inputs};
 pub use disruption_view::build_cluster_view;
 
 /// The Kubernetes objects a decision reads, as read from files or the state cache.

@@ -192,7 +192,8 @@ fn round_price(price: f64) -> f64 {
     (price * 1e6).round() / 1e6
 }
 
-fn node_claim(
+/// A NodeClaim as the contract prints it; `disrupt` prints replacements the same way.
+pub(crate) fn node_claim(
     ctx: &OutputContext<'_>,
     claim: &NewNodeClaim,
     pod_id: &dyn Fn(usize) -> String,

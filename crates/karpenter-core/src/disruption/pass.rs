@@ -1,0 +1,647 @@
+//! One disruption pass: the methods in upstream's order (emptiness, static drift, drift, multi-node
+//! consolidation, single-node consolidation); the first that yields commands wins the pass. Every managed node
+//! the pass does not act on is listed with the reason, so "why is this node not consolidated?" has an answer.
+
+use jiff::Timestamp;
+use karpenter_api::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
+
+use crate::snapshot::{ClaimInfo, DisruptionInputs};
+
+use super::{
+    budgets::{allowed_disruptions, is_active},
+    candidates::{MethodClass, blocked_reason, is_empty},
+    consolidation::SimulationOutcome,
+    consolidation::{ConsolidationCandidate, ConsolidationSettings, Decision, multi_node, single_node},
+    drift::DriftReason,
+    resimulate::{SchedulerResimulator, simulate_removal},
+};
+use crate::scheduling::NewNodeClaim;
+
+/// The method that produced a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Emptiness,
+    StaticDrift,
+    Drift,
+    MultiNodeConsolidation,
+    SingleNodeConsolidation,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Emptiness => "emptiness",
+            Self::StaticDrift => "static-drift",
+            Self::Drift => "drift",
+            Self::MultiNodeConsolidation => "multi-node-consolidation",
+            Self::SingleNodeConsolidation => "single-node-consolidation",
+        }
+    }
+}
+
+/// What the pass would carry out.
+#[derive(Debug, Clone)]
+pub struct DisruptionCommand {
+    pub method: Method,
+    pub reason: DisruptionReason,
+    pub decision: Decision,
+    /// Cluster-view node indices.
+    pub candidates: Vec<usize>,
+    pub replacements: Vec<NewNodeClaim>,
+    pub savings_per_hour: f64,
+}
+
+/// How many nodes of a NodePool may still be disrupted for a reason, before the pass's commands; `None` when no
+/// budget limits that reason now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetEntry {
+    pub pool: usize,
+    pub reason: DisruptionReason,
+    pub allowed: Option<usize>,
+}
+
+/// The disruption conditions the pass computed for a managed NodeClaim.
+#[derive(Debug, Clone)]
+pub struct ClaimConditions {
+    pub node: usize,
+    pub drifted: Option<DriftReason>,
+    pub consolidatable: bool,
+}
+
+/// Everything a pass decided.
+#[derive(Debug, Clone, Default)]
+pub struct PassResult {
+    pub commands: Vec<DisruptionCommand>,
+    /// Managed nodes the pass left alone, with why (cluster-view node index, reason).
+    pub blocked: Vec<(usize, String)>,
+    pub node_claims: Vec<ClaimConditions>,
+    pub budgets: Vec<BudgetEntry>,
+    pub errors: Vec<String>,
+    /// Re-simulations run by consolidation.
+    pub candidates_evaluated: usize,
+}
+
+/// The pass's settings.
+#[derive(Debug, Clone)]
+pub struct PassSettings {
+    pub now: Timestamp,
+    /// The SpotToSpotConsolidation feature gate.
+    pub spot_to_spot: bool,
+}
+
+const REASONS: [DisruptionReason; 3] = [
+    DisruptionReason::Empty,
+    DisruptionReason::Drifted,
+    DisruptionReason::Underutilized,
+];
+
+/// Whether some budget limits `reason` now (the default budget limits every reason).
+fn budget_applies(budgets: Option<&[Budget]>, reason: DisruptionReason, now: Timestamp) -> bool {
+    match budgets {
+        None => true,
+        Some(list) => list.iter().any(|b| {
+            b.reasons.as_ref().is_none_or(|rs| rs.contains(&reason)) && is_active(b, now).unwrap_or(true)
+        }),
+    }
+}
+
+/// Runs one pass at `settings.now`.
+pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -> PassResult {
+    let now = settings.now;
+    let mut result = PassResult::default();
+
+    // Budgets per NodePool and reason, before any command.
+    let mut allowed: Vec<[usize; 3]> = Vec::with_capacity(inputs.pools.len());
+    for (p, pool) in inputs.pools.iter().enumerate() {
+        let mut per_reason = [0usize; 3];
+        for (r, reason) in REASONS.iter().enumerate() {
+            let (n, errors) =
+                allowed_disruptions(pool.budgets.as_deref(), *reason, pool.nodes, pool.disrupting, now);
+            per_reason[r] = n;
+            for e in errors {
+                result
+                    .errors
+                    .push(format!("NodePool {}: spec.disruption.{e}", pool.name));
+            }
+            let applies = budget_applies(pool.budgets.as_deref(), *reason, now);
+            result.budgets.push(BudgetEntry {
+                pool: p,
+                reason: *reason,
+                allowed: applies.then_some(n),
+            });
+        }
+        allowed.push(per_reason);
+    }
+
+    for (node, info) in inputs.claims.iter().enumerate() {
+        if let Some(info) = info {
+            result.node_claims.push(ClaimConditions {
+                node,
+                drifted: info.drift.clone(),
+                consolidatable: info.consolidatable,
+            });
+        }
+    }
+
+    let mut acted = vec![false; inputs.view.nodes.len()];
+    let mut explained = vec![false; inputs.view.nodes.len()];
+
+    // Nodes a graceful method may not touch, and why.
+    let graceful_blocked: Vec<Option<String>> = (0..inputs.view.nodes.len())
+        .map(|n| blocked_reason(&inputs.view, n, MethodClass::Graceful, now))
+        .collect();
+
+    let commands = 'methods: {
+        // 1. Emptiness.
+        let mut cmds = Vec::new();
+        for (p, pool) in inputs.pools.iter().enumerate() {
+            if pool.is_static {
+                continue;
+            }
+            let mut left = allowed[p][0];
+            let mut chosen = Vec::new();
+            for (n, info) in inputs.claims.iter().enumerate() {
+                let Some(info) = info.as_ref().filter(|i| i.pool == p) else {
+                    continue;
+                };
+                if graceful_blocked[n].is_some() || !info.consolidatable || !is_empty(&inputs.view, n) {
+                    continue;
+                }
+                if left == 0 {
+                    block(
+                        &mut result,
+                        &mut explained,
+                        n,
+                        format!(
+                            "empty, but NodePool {} allows no more disruptions for Empty now (budget)",
+                            pool.name
+                        ),
+                    );
+                    continue;
+                }
+                left -= 1;
+                chosen.push(n);
+            }
+            if !chosen.is_empty() {
+                let savings = chosen
+                    .iter()
+                    .filter_map(|&n| inputs.claims[n].as_ref())
+                    .map(|i| i.price)
+                    .sum();
+                cmds.push(DisruptionCommand {
+                    method: Method::Emptiness,
+                    reason: DisruptionReason::Empty,
+                    decision: Decision::Delete,
+                    candidates: chosen,
+                    replacements: Vec::new(),
+                    savings_per_hour: savings,
+                });
+            }
+        }
+        if !cmds.is_empty() {
+            break 'methods cmds;
+        }
+
+        // 2. Static drift: static NodePools keep their replica count themselves, so a drifted node is deleted and
+        // the static provisioner launches its replacement.
+        for (p, pool) in inputs.pools.iter().enumerate() {
+            if !pool.is_static || allowed[p][1] == 0 {
+                continue;
+            }
+            let drifted = drifted_candidates(inputs, p, now);
+            if let Some(&n) = drifted.first() {
+                break 'methods vec![DisruptionCommand {
+                    method: Method::StaticDrift,
+                    reason: DisruptionReason::Drifted,
+                    decision: Decision::Delete,
+                    candidates: vec![n],
+                    replacements: Vec::new(),
+                    savings_per_hour: 0.0,
+                }];
+            }
+        }
+
+        // 3. Drift: one candidate per command, empty nodes first, then the oldest.
+        let mut drifted: Vec<usize> = Vec::new();
+        for (p, pool) in inputs.pools.iter().enumerate() {
+            if pool.is_static {
+                continue;
+            }
+            if allowed[p][1] == 0 {
+                for n in drifted_candidates(inputs, p, now) {
+                    block(
+                        &mut result,
+                        &mut explained,
+                        n,
+                        format!(
+                            "drifted, but NodePool {} allows no more disruptions for Drifted now (budget)",
+                            pool.name
+                        ),
+                    );
+                }
+                continue;
+            }
+            drifted.extend(drifted_candidates(inputs, p, now));
+        }
+        drifted.sort_by_key(|&n| {
+            (
+                !is_empty(&inputs.view, n),
+                inputs.claims[n].as_ref().and_then(|i| i.created),
+            )
+        });
+        for n in drifted {
+            match simulate_removal(inputs, &[n]) {
+                SimulationOutcome::Delete => {
+                    break 'methods vec![drift_command(inputs, n, Decision::Delete, Vec::new())];
+                }
+                SimulationOutcome::Replace(claims) => {
+                    break 'methods vec![drift_command(inputs, n, Decision::Replace, claims)];
+                }
+                SimulationOutcome::Unschedulable(why) => {
+                    block(&mut result, &mut explained, n, format!("drifted, but {why}"));
+                }
+            }
+        }
+
+        // 4 and 5. Consolidation.
+        let candidates = consolidation_candidates(inputs, &graceful_blocked, &mut result, &mut explained);
+        let mut settings_c = ConsolidationSettings::new(&mut inputs.base.interner, settings.spot_to_spot);
+        settings_c.pool_totals = pool_totals(inputs);
+        let budgets_left: Vec<usize> = allowed.iter().map(|a| a[2]).collect();
+        for (p, pool) in inputs.pools.iter().enumerate() {
+            if budgets_left[p] == 0 {
+                for c in candidates.iter().filter(|c| c.node_pool == p) {
+                    block(
+                        &mut result,
+                        &mut explained,
+                        c.index,
+                        format!(
+                            "NodePool {} allows no more disruptions for Underutilized now (budget)",
+                            pool.name
+                        ),
+                    );
+                }
+            }
+        }
+        let mut sim = SchedulerResimulator::new(inputs);
+        if let Some(cmd) = multi_node(&candidates, &mut budgets_left.clone(), &mut sim, &settings_c) {
+            result.candidates_evaluated += cmd.candidates.len();
+            break 'methods vec![consolidation_command(Method::MultiNodeConsolidation, cmd)];
+        }
+        let (cmd, rejected, evaluated) = single_node(&candidates, &budgets_left, &mut sim, &settings_c);
+        result.candidates_evaluated += evaluated;
+        for (n, why) in rejected {
+            block(&mut result, &mut explained, n, why);
+        }
+        match cmd {
+            Some(cmd) => vec![consolidation_command(Method::SingleNodeConsolidation, cmd)],
+            None => Vec::new(),
+        }
+    };
+
+    for c in &commands {
+        for &n in &c.candidates {
+            acted[n] = true;
+        }
+    }
+    result.commands = commands;
+
+    // Explain every other managed node.
+    for n in 0..inputs.view.nodes.len() {
+        if acted[n] || explained[n] || inputs.view.nodes[n].node_claim.is_none() {
+            continue;
+        }
+        let why = match (&graceful_blocked[n], &inputs.claims[n]) {
+            (Some(why), _) => why.clone(),
+            (None, None) => "node's NodePool was not found".to_string(),
+            (None, Some(info)) => idle_reason(inputs, info, result.commands.first().map(|c| c.method)),
+        };
+        block(&mut result, &mut explained, n, why);
+    }
+    result.blocked.retain(|(n, _)| !acted[*n]);
+    result
+}
+
+/// Records why a node is left alone, once: the first reason found is the one reported.
+fn block(result: &mut PassResult, explained: &mut [bool], node: usize, why: String) {
+    if !explained[node] {
+        explained[node] = true;
+        result.blocked.push((node, why));
+    }
+}
+
+/// Why a healthy, unprotected node was left alone when no method chose it. `winner` is the method whose
+/// commands ended the pass, if any: later methods did not run.
+fn idle_reason(inputs: &DisruptionInputs, info: &ClaimInfo, winner: Option<Method>) -> String {
+    let pool = &inputs.pools[info.pool];
+    if pool.is_static {
+        return format!("NodePool {} is static: only drift replaces its nodes", pool.name);
+    }
+    if pool.consolidate_after_never {
+        return format!("NodePool {} has consolidateAfter: Never", pool.name);
+    }
+    if !info.consolidatable {
+        return "consolidateAfter has not elapsed since the last pod event".to_string();
+    }
+    if pool.policy == ConsolidationPolicy::WhenEmpty && info.reschedulable_pods > 0 {
+        return format!("NodePool {} consolidates only empty nodes (WhenEmpty)", pool.name);
+    }
+    match winner {
+        Some(m) if m != Method::SingleNodeConsolidation => {
+            format!(
+                "not considered this pass: {} produced the pass's commands first",
+                m.as_str()
+            )
+        }
+        _ => "no cheaper placement of its pods was found".to_string(),
+    }
+}
+
+/// Drifted NodeClaims of a pool the eventual methods may take, empty ones first.
+fn drifted_candidates(inputs: &DisruptionInputs, pool: usize, now: Timestamp) -> Vec<usize> {
+    inputs
+        .claims
+        .iter()
+        .enumerate()
+        .filter_map(|(n, info)| {
+            let info = info.as_ref()?;
+            (info.pool == pool
+                && info.drift.is_some()
+                && blocked_reason(&inputs.view, n, MethodClass::Eventual, now).is_none())
+            .then_some(n)
+        })
+        .collect()
+}
+
+fn drift_command(
+    inputs: &DisruptionInputs,
+    n: usize,
+    decision: Decision,
+    replacements: Vec<NewNodeClaim>,
+) -> DisruptionCommand {
+    let price = inputs.claims[n].as_ref().map_or(0.0, |i| i.price);
+    let zone_key = inputs.base.interner.lookup_key(karpenter_api::labels::ZONE_LABEL);
+    let ct_key = inputs
+        .base
+        .interner
+        .lookup_key(karpenter_api::labels::CAPACITY_TYPE_LABEL);
+    let replacement_price: f64 = match (zone_key, ct_key) {
+        (Some(z), Some(c)) => replacements.iter().map(|r| r.worst_price(z, c)).sum(),
+        _ => 0.0,
+    };
+    DisruptionCommand {
+        method: Method::Drift,
+        reason: DisruptionReason::Drifted,
+        decision,
+        candidates: vec![n],
+        replacements,
+        savings_per_hour: price - replacement_price,
+    }
+}
+
+fn consolidation_command(
+    method: Method,
+    cmd: super::consolidation::ConsolidationCommand,
+) -> DisruptionCommand {
+    DisruptionCommand {
+        method,
+        reason: DisruptionReason::Underutilized,
+        decision: cmd.decision,
+        candidates: cmd.candidates,
+        replacements: cmd.replacements,
+        savings_per_hour: cmd.savings_per_hour,
+    }
+}
+
+/// Per NodePool: total price and disruption cost of its managed nodes (for the Balanced score).
+fn pool_totals(inputs: &DisruptionInputs) -> Vec<(f64, f64)> {
+    let mut totals = vec![(0.0, 0.0); inputs.pools.len()];
+    for info in inputs.claims.iter().flatten() {
+        totals[info.pool].0 += info.price;
+        totals[info.pool].1 += info.disruption_cost;
+    }
+    totals
+}
+
+/// Consolidatable, unprotected nodes of dynamic NodePools, in disruption-cost order.
+fn consolidation_candidates(
+    inputs: &DisruptionInputs,
+    graceful_blocked: &[Option<String>],
+    result: &mut PassResult,
+    explained: &mut [bool],
+) -> Vec<ConsolidationCandidate> {
+    let mut out = Vec::new();
+    for (n, info) in inputs.claims.iter().enumerate() {
+        let Some(info) = info else { continue };
+        let pool = &inputs.pools[info.pool];
+        if pool.is_static
+            || pool.consolidate_after_never
+            || !info.consolidatable
+            || graceful_blocked[n].is_some()
+        {
+            continue;
+        }
+        if inputs.view.nodes[n].holds_capacity_buffer {
+            if !explained[n] {
+                explained[n] = true;
+                result
+                    .blocked
+                    .push((n, "node holds CapacityBuffer headroom".to_string()));
+            }
+            continue;
+        }
+        out.push(ConsolidationCandidate {
+            index: n,
+            node_pool: info.pool,
+            node_pool_name: pool.name.clone(),
+            policy: pool.policy,
+            instance_type: info.instance_type.clone(),
+            capacity_type: info.capacity_type,
+            zone: info.zone,
+            price: info.price,
+            disruption_cost: info.disruption_cost,
+            pod_count: info.reschedulable_pods,
+            reserved: info.reserved,
+        });
+    }
+    out.sort_by(|a, b| {
+        a.disruption_cost
+            .total_cmp(&b.disruption_cost)
+            .then_with(|| a.index.cmp(&b.index))
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        disruption::drift::NoProviderDrift,
+        snapshot::{BuildOptions, build_disruption_inputs, test_support::*},
+    };
+
+    const NOW: &str = "2026-12-02T10:00:00Z";
+
+    fn pool(disruption: &str) -> String {
+        format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: default}}\nspec:\n  template:\n    spec:\n      requirements: []\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n  disruption: {disruption}\n"
+        )
+    }
+
+    /// A managed, initialized `large` node (8 cpu in the catalog; the Node offers 4) with its NodeClaim.
+    fn managed(name: &str) -> [String; 2] {
+        let labels = ", karpenter.sh/nodepool: default, karpenter.sh/initialized: \"true\", node.kubernetes.io/instance-type: large, karpenter.sh/capacity-type: on-demand, kubernetes.io/arch: amd64, size: large";
+        let claim = format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: default-{name}\n  creationTimestamp: \"2026-12-01T00:00:00Z\"\n  labels: {{karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: large, karpenter.sh/capacity-type: on-demand, topology.kubernetes.io/zone: test-zone-1, kubernetes.io/arch: amd64, size: large}}\nspec:\n  requirements: []\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\nstatus:\n  nodeName: {name}\n  conditions:\n  - {{type: Launched, status: \"True\", lastTransitionTime: \"2026-12-01T00:00:00Z\"}}\n  - {{type: Initialized, status: \"True\", lastTransitionTime: \"2026-12-01T00:01:00Z\"}}\n"
+        );
+        // Ready: a NotReady node would use up the budget.
+        let node = node(name, labels, "") + "  conditions: [{type: Ready, status: \"True\"}]\n";
+        [node, claim]
+    }
+
+    fn run(objects: &[&str]) -> (crate::snapshot::DisruptionInputs, PassResult) {
+        let snap = snapshot(objects);
+        let now: Timestamp = NOW.parse().unwrap();
+        let mut inputs =
+            build_disruption_inputs(&snap, &catalog(), &BuildOptions::default(), &NoProviderDrift, now);
+        let result = disruption_pass(
+            &mut inputs,
+            &PassSettings {
+                now,
+                spot_to_spot: false,
+            },
+        );
+        (inputs, result)
+    }
+
+    fn names(inputs: &crate::snapshot::DisruptionInputs, nodes: &[usize]) -> Vec<String> {
+        let mut v: Vec<String> = nodes.iter().map(|&n| inputs.view.nodes[n].name.clone()).collect();
+        v.sort();
+        v
+    }
+
+    fn blocked<'a>(
+        inputs: &'a crate::snapshot::DisruptionInputs,
+        r: &'a PassResult,
+        node: &str,
+    ) -> Option<&'a str> {
+        r.blocked
+            .iter()
+            .find(|(n, _)| inputs.view.nodes[*n].name == node)
+            .map(|(_, why)| why.as_str())
+    }
+
+    #[test]
+    fn emptiness_deletes_empty_nodes_within_the_budget_first() {
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        let [n3, c3] = managed("n3");
+        let p = pool("{consolidateAfter: 0s, budgets: [{nodes: \"2\"}]}");
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2, &n3, &c3]);
+        assert_eq!(r.commands.len(), 1);
+        assert_eq!(r.commands[0].method, Method::Emptiness);
+        assert_eq!(r.commands[0].candidates.len(), 2, "the budget allows two");
+        let left = ["n1", "n2", "n3"]
+            .into_iter()
+            .find(|n| !names(&inputs, &r.commands[0].candidates).contains(&n.to_string()))
+            .unwrap();
+        assert!(
+            blocked(&inputs, &r, left)
+                .unwrap()
+                .contains("allows no more disruptions for Empty")
+        );
+    }
+
+    #[test]
+    fn consolidation_deletes_nodes_whose_pods_fit_elsewhere() {
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        let p = pool("{consolidateAfter: 0s}");
+        let a = bound_pod("default", "a", "n1", "1", "");
+        let b = bound_pod("default", "b", "n2", "1", "");
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b]);
+        assert_eq!(r.commands.len(), 1, "{:?}", r.blocked);
+        let cmd = &r.commands[0];
+        assert_eq!(cmd.reason, DisruptionReason::Underutilized);
+        assert_eq!(cmd.decision, Decision::Delete);
+        assert_eq!(cmd.candidates.len(), 1, "one node's pods fit on the other");
+        assert!((cmd.savings_per_hour - 0.4).abs() < 1e-9);
+        let kept = if names(&inputs, &cmd.candidates) == ["n1"] {
+            "n2"
+        } else {
+            "n1"
+        };
+        assert!(
+            blocked(&inputs, &r, kept).is_some(),
+            "the node left alone is explained"
+        );
+    }
+
+    #[test]
+    fn protected_nodes_are_left_alone_with_the_reason() {
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        let p = pool("{consolidateAfter: 0s}");
+        let a = bound_pod("default", "a", "n1", "1", "").replace(
+            "labels: {app: a}",
+            "labels: {app: a}, annotations: {karpenter.sh/do-not-disrupt: \"true\"}",
+        );
+        let b = bound_pod("default", "b", "n2", "1", "");
+        let pdb = "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: b, namespace: default}\nspec: {selector: {matchLabels: {app: b}}}\nstatus: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}\n";
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b, pdb]);
+        assert!(r.commands.is_empty());
+        assert_eq!(
+            blocked(&inputs, &r, "n1"),
+            Some("pod default/a has karpenter.sh/do-not-disrupt")
+        );
+        assert_eq!(
+            blocked(&inputs, &r, "n2"),
+            Some("pod default/b PodDisruptionBudget default/b allows no more disruptions")
+        );
+    }
+
+    #[test]
+    fn consolidate_after_not_elapsed_is_explained() {
+        let [n1, c1] = managed("n1");
+        let p = pool("{consolidateAfter: 720h}");
+        let a = bound_pod("default", "a", "n1", "1", "");
+        let (inputs, r) = run(&[&p, &n1, &c1, &a]);
+        assert!(r.commands.is_empty());
+        assert_eq!(
+            blocked(&inputs, &r, "n1"),
+            Some("consolidateAfter has not elapsed since the last pod event")
+        );
+    }
+
+    #[test]
+    fn budgets_are_reported_per_reason_and_null_when_none_applies() {
+        let [n1, c1] = managed("n1");
+        let p = pool("{consolidateAfter: Never, budgets: [{nodes: \"0\", reasons: [Drifted]}]}");
+        let a = bound_pod("default", "a", "n1", "1", "");
+        let (_, r) = run(&[&p, &n1, &c1, &a]);
+        let get = |reason| r.budgets.iter().find(|b| b.reason == reason).unwrap().allowed;
+        assert_eq!(get(DisruptionReason::Drifted), Some(0));
+        assert_eq!(get(DisruptionReason::Empty), None, "no budget limits Empty");
+        assert_eq!(get(DisruptionReason::Underutilized), None);
+    }
+
+    #[test]
+    fn a_drifted_node_is_replaced_or_deleted_within_the_drift_budget() {
+        let [n1, c1] = managed("n1");
+        let p = pool("{consolidateAfter: Never}");
+        // The claim's hash (same version) no longer matches the NodePool's template: NodePoolDrifted.
+        let c1 = c1.replace(
+            "  creationTimestamp:",
+            "  annotations: {karpenter.sh/nodepool-hash: \"1\", karpenter.sh/nodepool-hash-version: v3-rs1}\n  creationTimestamp:",
+        );
+        let a = bound_pod("default", "a", "n1", "1", "");
+        let (inputs, r) = run(&[&p, &n1, &c1, &a]);
+        assert_eq!(r.node_claims[0].drifted, Some(DriftReason::NodePoolDrifted));
+        assert_eq!(r.commands.len(), 1, "{:?}", r.blocked);
+        let cmd = &r.commands[0];
+        assert_eq!(cmd.method, Method::Drift);
+        assert_eq!(cmd.decision, Decision::Replace, "its pod needs a new node");
+        assert_eq!(names(&inputs, &cmd.candidates), ["n1"]);
+        assert_eq!(cmd.replacements.len(), 1);
+    }
+}

@@ -1,0 +1,349 @@
+//! Re-simulation backed by the real scheduler (upstream's `SimulateScheduling`): what happens to the pods of a
+//! set of nodes if those nodes go.
+//!
+//! The removed nodes stop taking pods (`schedulable = false`) and the pods bound to them leave the topology
+//! counts; their reschedulable pods are placed with [`crate::scheduling::schedule`] on the nodes that stay or on
+//! new NodeClaims. A pod that fits nowhere, that could not be converted, or that would only fit on a node that is
+//! not initialized yet (an in-flight NodeClaim, or a managed node still initializing: upstream does not rely on
+//! nodes that have not settled) makes the removal [`SimulationOutcome::Unschedulable`]; otherwise it is a
+//! [`SimulationOutcome::Delete`] when no new NodeClaim is needed and a [`SimulationOutcome::Replace`] when some
+//! are.
+//!
+//! The base input is built once ([`DisruptionInputs::base`]); each simulation changes it in place and puts it
+//! back: it flips the removed nodes' `schedulable` flags, moves their bound pods aside and moves their pods into
+//! the input, so nothing is cloned or rebuilt per simulation. The scheduler interns placeholder hostnames into
+//! the base's one interner.
+
+use std::time::Duration;
+
+use super::consolidation::{ConsolidationCandidate, Resimulator, SimulationOutcome};
+use crate::{scheduling::schedule, snapshot::DisruptionInputs};
+
+/// A [`Resimulator`] over the inputs of a disruption pass. [`ConsolidationCandidate::index`] is a view node
+/// index ([`crate::disruption::candidates::ClusterView::nodes`]).
+pub struct SchedulerResimulator<'a> {
+    inputs: &'a mut DisruptionInputs,
+    simulations: usize,
+    elapsed: Duration,
+}
+
+impl<'a> SchedulerResimulator<'a> {
+    pub fn new(inputs: &'a mut DisruptionInputs) -> Self {
+        Self {
+            inputs,
+            simulations: 0,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// The inputs simulated against (unchanged between simulations).
+    pub fn inputs(&self) -> &DisruptionInputs {
+        self.inputs
+    }
+
+    /// How many simulations ran, and the time they took together.
+    pub fn stats(&self) -> (usize, Duration) {
+        (self.simulations, self.elapsed)
+    }
+}
+
+impl Resimulator for SchedulerResimulator<'_> {
+    fn simulate(&mut self, candidates: &[&ConsolidationCandidate]) -> SimulationOutcome {
+        let nodes: Vec<usize> = candidates.iter().map(|c| c.index).collect();
+        let started = std::time::Instant::now();
+        let outcome = simulate_removal(self.inputs, &nodes);
+        self.simulations += 1;
+        self.elapsed += started.elapsed();
+        outcome
+    }
+}
+
+/// Simulates removing `nodes` (view node indices; unknown ones are ignored) and placing their reschedulable
+/// pods elsewhere. `inputs` is left as it was.
+pub fn simulate_removal(inputs: &mut DisruptionInputs, nodes: &[usize]) -> SimulationOutcome {
+    let mut nodes: Vec<usize> = nodes
+        .iter()
+        .copied()
+        .filter(|&n| n < inputs.view.nodes.len())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for &n in &nodes {
+        if let Some(why) = inputs.unconverted_of.get(n).and_then(|u| u.first()) {
+            return SimulationOutcome::Unschedulable(format!("pod {why}"));
+        }
+    }
+
+    let DisruptionInputs {
+        view,
+        base,
+        existing_of,
+        pods_of,
+        ..
+    } = inputs;
+    let input = &mut base.input;
+
+    // The removed nodes take no pods and their pods leave topology.
+    let mut removed = vec![false; input.existing.len()];
+    for &n in &nodes {
+        if let Some(e) = existing_of
+            .get(n)
+            .copied()
+            .flatten()
+            .filter(|&e| e < removed.len())
+        {
+            removed[e] = true;
+        }
+    }
+    let mut was_schedulable = Vec::new();
+    for (e, node) in input.existing.iter_mut().enumerate() {
+        if removed[e] {
+            was_schedulable.push((e, node.schedulable));
+            node.schedulable = false;
+        }
+    }
+    let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut input.bound_pods)
+        .into_iter()
+        .partition(|b| removed.get(b.node).copied().unwrap_or(false));
+    input.bound_pods = kept;
+
+    // Their reschedulable pods are the pods to place.
+    let first = input.pods.len();
+    let mut moved = Vec::with_capacity(nodes.len());
+    for &n in &nodes {
+        if let Some(pods) = pods_of.get_mut(n) {
+            moved.push((n, pods.len()));
+            input.pods.append(pods);
+        }
+    }
+
+    let results = schedule(input, &mut base.interner, &base.table);
+
+    let mut outcome = None;
+    if let Some((p, why)) = results.pod_errors.iter().find(|(p, _)| *p >= first) {
+        outcome = Some(SimulationOutcome::Unschedulable(format!(
+            "pod {}: {why}",
+            input.pods[*p].id
+        )));
+    }
+    if outcome.is_none() {
+        // Upstream does not count on existing nodes that are not initialized yet.
+        let mut initialized = vec![false; input.existing.len()];
+        for (n, e) in existing_of.iter().enumerate() {
+            if let Some(e) = e.filter(|&e| e < initialized.len()) {
+                let v = &view.nodes[n];
+                initialized[e] = v.node_claim.is_none() || v.initialized;
+            }
+        }
+        'nodes: for (e, pods) in &results.existing_nodes {
+            if initialized.get(*e).copied().unwrap_or(false) {
+                continue;
+            }
+            if let Some(&p) = pods.iter().find(|&&p| p >= first) {
+                outcome = Some(SimulationOutcome::Unschedulable(format!(
+                    "pod {} would schedule to {}, which is not initialized yet",
+                    input.pods[p].id, input.existing[*e].name
+                )));
+                break 'nodes;
+            }
+        }
+    }
+
+    // Put everything back.
+    for &(n, count) in moved.iter().rev() {
+        let at = input.pods.len().saturating_sub(count);
+        pods_of[n] = input.pods.split_off(at);
+    }
+    input.bound_pods.extend(gone);
+    for (e, schedulable) in was_schedulable {
+        input.existing[e].schedulable = schedulable;
+    }
+
+    match outcome {
+        Some(o) => o,
+        None if results.new_node_claims.is_empty() => SimulationOutcome::Delete,
+        None => SimulationOutcome::Replace(results.new_node_claims),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disruption::drift::NoProviderDrift;
+    use crate::snapshot::test_support::*;
+    use crate::snapshot::{BuildOptions, build_disruption_inputs};
+
+    fn inputs(objects: &[&str]) -> DisruptionInputs {
+        build_disruption_inputs(
+            &snapshot(objects),
+            &catalog(),
+            &BuildOptions::default(),
+            &NoProviderDrift,
+            "2026-06-01T12:00:00Z".parse().unwrap(),
+        )
+    }
+
+    fn two_nodes(cpu: &str, pool: bool) -> DisruptionInputs {
+        let mut objects = vec![
+            node("n1", "", ""),
+            node("n2", "", ""),
+            bound_pod("default", "a", "n1", cpu, ""),
+            bound_pod("default", "b", "n2", cpu, ""),
+        ];
+        if pool {
+            objects.push(DEFAULT_POOL.to_string());
+        }
+        inputs(&objects.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn removing_a_node_whose_pods_fit_elsewhere_is_a_delete() {
+        let mut d = two_nodes("1", true);
+        let outcome = simulate_removal(&mut d, &[0]);
+        assert!(matches!(outcome, SimulationOutcome::Delete), "{outcome:?}");
+        // The inputs are as they were.
+        assert_eq!(d.pods_of[0].len(), 1);
+        assert_eq!(d.pods_of[0][0].id, "default/a");
+        assert!(d.base.input.pods.is_empty());
+        assert_eq!(d.base.input.bound_pods.len(), 2);
+        assert!(d.base.input.existing.iter().all(|n| n.schedulable));
+    }
+
+    #[test]
+    fn removing_a_full_node_needs_a_replacement() {
+        let mut d = two_nodes("3", true);
+        match simulate_removal(&mut d, &[0]) {
+            SimulationOutcome::Replace(claims) => {
+                assert_eq!(claims.len(), 1);
+                assert_eq!(claims[0].pods, vec![0]);
+                assert!(claims[0].instance_types.iter().all(|it| it.name != "small"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Removing both needs room for both.
+        match simulate_removal(&mut d, &[1, 0]) {
+            SimulationOutcome::Replace(claims) => {
+                assert_eq!(claims.iter().map(|c| c.pods.len()).sum::<usize>(), 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(simulate_removal(&mut d, &[]), SimulationOutcome::Delete));
+    }
+
+    #[test]
+    fn a_pod_that_fits_nowhere_makes_the_removal_unschedulable() {
+        let mut d = two_nodes("3", false);
+        match simulate_removal(&mut d, &[1]) {
+            SimulationOutcome::Unschedulable(why) => assert!(why.starts_with("pod default/b: "), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(d.pods_of[1].len(), 1, "the pods are put back");
+    }
+
+    #[test]
+    fn a_removal_relying_on_an_uninitialized_node_is_unschedulable() {
+        let starting = node("n2", ", karpenter.sh/nodepool: default", "");
+        let mut d = inputs(&[
+            &node("n1", "", ""),
+            &starting,
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: c2, labels: {karpenter.sh/nodepool: default}}\nspec:\n  requirements: []\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\nstatus: {nodeName: n2}\n",
+            &bound_pod("default", "a", "n1", "1", ""),
+        ]);
+        match simulate_removal(&mut d, &[0]) {
+            SimulationOutcome::Unschedulable(why) => assert!(why.contains("not initialized"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_resimulator_maps_candidates_to_view_nodes() {
+        use karpenter_api::nodepool::ConsolidationPolicy;
+        let mut d = two_nodes("1", true);
+        let candidate = ConsolidationCandidate {
+            index: 1,
+            node_pool: 0,
+            node_pool_name: "default".into(),
+            policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
+            instance_type: "small".into(),
+            capacity_type: d.base.interner.intern("spot"),
+            zone: d.base.interner.intern("test-zone-1"),
+            price: 0.05,
+            disruption_cost: 1.0,
+            pod_count: 1,
+            reserved: false,
+        };
+        let mut r = SchedulerResimulator::new(&mut d);
+        assert!(matches!(r.simulate(&[&candidate]), SimulationOutcome::Delete));
+        assert_eq!(r.stats().0, 1);
+    }
+}
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+    use crate::disruption::drift::NoProviderDrift;
+    use crate::snapshot::test_support::*;
+    use crate::snapshot::{BuildOptions, build_disruption_inputs};
+
+    /// `cargo test --release -p karpenter-core timing -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn time_simulations_on_a_large_cluster() {
+        let catalog = crate::catalog::aws_catalog("us-east-1", &Default::default()).unwrap();
+        let mut objects = vec![
+            DEFAULT_POOL.to_string(),
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: c0, labels: {karpenter.sh/nodepool: default}}\nspec:\n  requirements: []\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\nstatus: {nodeName: n0}\n".to_string(),
+        ];
+        for n in 0..500 {
+            objects.push(
+                node(
+                    &format!("n{n}"),
+                    ", karpenter.sh/nodepool: default, karpenter.sh/initialized: \"true\", node.kubernetes.io/instance-type: m5.xlarge",
+                    "",
+                )
+                .replace("pods: \"10\"", "pods: \"110\""),
+            );
+            for p in 0..10 {
+                objects.push(bound_pod(
+                    "default",
+                    &format!("p{n}-{p}"),
+                    &format!("n{n}"),
+                    "100m",
+                    "",
+                ));
+            }
+        }
+        let started = std::time::Instant::now();
+        let mut snap = crate::snapshot::Snapshot::default();
+        let notes = snap.add_text(&objects.join("\n---\n"), "t.yaml");
+        assert!(notes.is_empty());
+        let loaded = started.elapsed();
+        let started = std::time::Instant::now();
+        let mut d = build_disruption_inputs(
+            &snap,
+            &catalog,
+            &BuildOptions::default(),
+            &NoProviderDrift,
+            "2026-06-01T12:00:00Z".parse().unwrap(),
+        );
+        let built = started.elapsed();
+        assert_eq!(d.pods_of.iter().map(Vec::len).sum::<usize>(), 5000);
+        assert!(
+            d.claims[0].is_some(),
+            "{:?} {:?}",
+            d.view.nodes[0],
+            d.notes.first()
+        );
+        let started = std::time::Instant::now();
+        let one = simulate_removal(&mut d, &[0]);
+        let single = started.elapsed();
+        let started = std::time::Instant::now();
+        let many = simulate_removal(&mut d, &(0..100).collect::<Vec<_>>());
+        let hundred = started.elapsed();
+        println!(
+            "load {loaded:?}, build {built:?}, 1 node {single:?} ({}), 100 nodes {hundred:?} ({})",
+            matches!(one, SimulationOutcome::Delete),
+            matches!(many, SimulationOutcome::Delete)
+        );
+    }
+}

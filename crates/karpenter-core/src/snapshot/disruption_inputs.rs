@@ -1,0 +1,564 @@
+//! The inputs of a disruption pass, converted once from a snapshot: the [`ClusterView`] candidates are chosen
+//! from, per NodePool what its budgets count, per managed node what its NodeClaim costs and whether it drifted,
+//! expired or may be consolidated, and the scheduling input of the cluster as it is, with each node's
+//! reschedulable pods ready to be placed elsewhere (see `disruption::resimulate`).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod as KubePod;
+use karpenter_api::{
+    labels,
+    nodeclaim::NodeClaim,
+    nodepool::{Budget, ConsolidationPolicy, NodePool},
+};
+
+use crate::{
+    catalog::CatalogFile,
+    disruption::{
+        candidates::ClusterView,
+        consolidatable::is_consolidatable,
+        cost::{disruption_cost, lifetime_remaining, pod_eviction_cost},
+        drift::{DriftProvider, DriftReason, drift_reason},
+        expiration::is_expired,
+    },
+    instance_type::{self, InstanceType},
+    requirements::{LabelInterner, Symbol},
+    resources::ResourceTable,
+    scheduling::Pod,
+};
+
+use super::{
+    BuildOptions, ScheduleInputs, Snapshot, SnapshotNote, build_cluster_view, build_schedule_inputs,
+    context::{Context, Keys, describe},
+    pods::{PodConverter, node_name, pod_id},
+    selectors::NamespaceIndex,
+    volumes::VolumeIndex,
+};
+
+/// A NodePool as a disruption pass reads it.
+#[derive(Debug, Clone)]
+pub struct PoolInfo {
+    pub name: String,
+    pub policy: ConsolidationPolicy,
+    /// The budgets as written; `None` for the default (`nodes: 10%`).
+    pub budgets: Option<Vec<Budget>>,
+    pub consolidate_after_never: bool,
+    pub is_static: bool,
+    /// Managed, initialized nodes of the pool (what budget percentages are of).
+    pub nodes: usize,
+    /// Of those, deleting or NotReady (they use up the budget).
+    pub disrupting: usize,
+}
+
+/// A managed node's NodeClaim as a disruption pass reads it.
+#[derive(Debug, Clone)]
+pub struct ClaimInfo {
+    /// Index into [`ClusterView::nodes`].
+    pub node: usize,
+    pub node_claim: String,
+    /// Index into [`DisruptionInputs::pools`].
+    pub pool: usize,
+    pub instance_type: String,
+    pub zone: Symbol,
+    pub capacity_type: Symbol,
+    pub reserved: bool,
+    /// The price of its current offering (catalog offering for its zone and capacity type; 0.0 when unknown,
+    /// with a note).
+    pub price: f64,
+    pub created: Option<Timestamp>,
+    pub drift: Option<DriftReason>,
+    pub consolidatable: bool,
+    pub expired: bool,
+    /// Σ pod eviction costs × remaining lifetime (`disruption::cost`).
+    pub disruption_cost: f64,
+    pub reschedulable_pods: usize,
+}
+
+/// Everything a disruption pass reads, converted once.
+#[derive(Debug, Clone)]
+pub struct DisruptionInputs {
+    pub view: ClusterView,
+    pub pools: Vec<PoolInfo>,
+    /// Per view node; `None` for unmanaged nodes or claims whose pool is missing.
+    pub claims: Vec<Option<ClaimInfo>>,
+    /// The scheduling input of the cluster as it is (existing nodes incl. the candidates, bound pods, templates,
+    /// NO pending pods).
+    pub base: ScheduleInputs,
+    /// Per view node: its index in `base.input.existing` (`None` when the node is not there, e.g. deleting).
+    pub existing_of: Vec<Option<usize>>,
+    /// Per view node: its reschedulable pods as full scheduling pods (what must find a place when it goes).
+    pub pods_of: Vec<Vec<Pod>>,
+    /// Per view node: reschedulable pods that could not be converted (`namespace/name: why`). A node with any
+    /// cannot be shown to be removable, so a simulation removing it is unschedulable.
+    pub unconverted_of: Vec<Vec<String>>,
+    pub notes: Vec<SnapshotNote>,
+}
+
+/// Converts a snapshot into the inputs of a disruption pass at `now`.
+pub fn build_disruption_inputs(
+    snapshot: &Snapshot,
+    catalog: &CatalogFile,
+    options: &BuildOptions,
+    provider: &dyn DriftProvider,
+    now: Timestamp,
+) -> DisruptionInputs {
+    let mut base = build_schedule_inputs(snapshot, catalog, options);
+    // The base holds the cluster as it is: what is pending is the provisioner's business.
+    base.input.pods.clear();
+    base.pod_names.clear();
+    let view = build_cluster_view(snapshot, &mut base.interner);
+
+    // View nodes are the snapshot's named Nodes, in order.
+    let nodes: Vec<&k8s_openapi::api::core::v1::Node> = snapshot
+        .nodes
+        .iter()
+        .filter(|n| n.metadata.name.is_some())
+        .collect();
+    let mut existing_index: HashMap<&str, usize> = HashMap::with_capacity(base.node_names.len());
+    for (i, name) in base.node_names.iter().enumerate() {
+        existing_index.entry(name.as_str()).or_insert(i);
+    }
+    let existing_of: Vec<Option<usize>> = view
+        .nodes
+        .iter()
+        .map(|n| {
+            if n.deleting {
+                None
+            } else {
+                existing_index.get(n.name.as_str()).copied()
+            }
+        })
+        .collect();
+
+    // The reschedulable pods of every node, converted with the base's interner and resource table.
+    let mut cx = context_from(&mut base.interner, &mut base.table);
+    let namespaces = NamespaceIndex::new(&snapshot.namespaces);
+    let volumes = VolumeIndex::new(snapshot);
+    let mut converter = PodConverter::new(&namespaces, &volumes);
+    let mut pods_of: Vec<Vec<Pod>> = vec![Vec::new(); view.nodes.len()];
+    let mut unconverted_of: Vec<Vec<String>> = vec![Vec::new(); view.nodes.len()];
+    let mut kube_pods: Vec<&KubePod> = Vec::with_capacity(view.pods.len());
+    {
+        let mut view_index: HashMap<&str, usize> = HashMap::with_capacity(view.nodes.len());
+        for (i, n) in view.nodes.iter().enumerate() {
+            view_index.insert(n.name.as_str(), i);
+        }
+        kube_pods.extend(
+            snapshot
+                .pods
+                .iter()
+                .filter(|p| node_name(p).is_some_and(|n| view_index.contains_key(n))),
+        );
+    }
+    for (p, pod_view) in view.pods.iter().enumerate() {
+        if !pod_view.is_reschedulable() {
+            continue;
+        }
+        let node = pod_view.node;
+        let Some(pod) = kube_pods.get(p).copied().filter(|k| pod_id(k) == pod_view.id) else {
+            unconverted_of[node].push(format!("{}: not found in the snapshot", pod_view.id));
+            continue;
+        };
+        let notes_before = cx.notes.len();
+        match converter.convert_pending(&mut cx, pod) {
+            Some(converted) => pods_of[node].push(converted),
+            None => {
+                let why = cx
+                    .notes
+                    .get(notes_before..)
+                    .and_then(|n| n.last())
+                    .map_or_else(|| "cannot be converted".to_string(), |n| n.message.clone());
+                unconverted_of[node].push(format!("{}: {why}", pod_view.id));
+            }
+        }
+    }
+    let mut notes = std::mem::take(&mut base.notes);
+    notes.append(&mut cx.notes);
+    restore(cx, &mut base.interner, &mut base.table);
+
+    // NodePools.
+    let named_pools: Vec<&NodePool> = snapshot
+        .node_pools
+        .iter()
+        .filter(|p| p.metadata.name.is_some())
+        .collect();
+    let mut pools: Vec<PoolInfo> = named_pools
+        .iter()
+        .map(|p| PoolInfo {
+            name: p.metadata.name.clone().unwrap_or_default(),
+            policy: p.spec.disruption.consolidation_policy(),
+            budgets: p.spec.disruption.budgets.clone(),
+            consolidate_after_never: p.spec.disruption.consolidate_after().is_none(),
+            is_static: p.is_static(),
+            nodes: 0,
+            disrupting: 0,
+        })
+        .collect();
+    let pool_index: HashMap<String, usize> = pools
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, p)| (p.name.clone(), i))
+        .collect();
+    for n in &view.nodes {
+        // Upstream counts managed, initialized nodes; NotReady or deleting ones are already disrupting.
+        let (Some(_), Some(pool)) = (&n.node_claim, &n.node_pool) else {
+            continue;
+        };
+        if !n.initialized {
+            continue;
+        }
+        if let Some(&i) = pool_index.get(pool) {
+            pools[i].nodes += 1;
+            if n.deleting || !n.ready {
+                pools[i].disrupting += 1;
+            }
+        }
+    }
+
+    // NodeClaims.
+    let claims_by_name: HashMap<&str, &NodeClaim> = snapshot
+        .node_claims
+        .iter()
+        .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
+        .collect();
+    let reserved_value = base.interner.intern(labels::CAPACITY_TYPE_RESERVED);
+    let mut catalog_types: Option<Vec<Arc<InstanceType>>> = None;
+    let mut claims: Vec<Option<ClaimInfo>> = vec![None; view.nodes.len()];
+    for (i, n) in view.nodes.iter().enumerate() {
+        let (Some(claim_name), Some(pool_name)) = (&n.node_claim, &n.node_pool) else {
+            continue;
+        };
+        let (Some(&claim), Some(&pool_i)) =
+            (claims_by_name.get(claim_name.as_str()), pool_index.get(pool_name))
+        else {
+            continue;
+        };
+        let pool = named_pools[pool_i];
+        let node_labels = nodes.get(i).and_then(|n| n.metadata.labels.as_ref());
+        let claim_labels = claim.metadata.labels.as_ref();
+        let label = |key: &str| -> Option<&str> {
+            get(node_labels, key)
+                .or_else(|| get(claim_labels, key))
+                .filter(|v| !v.is_empty())
+        };
+        let object = describe("NodeClaim", None, Some(claim_name));
+        let instance_type = label(labels::INSTANCE_TYPE_LABEL).unwrap_or_default().to_string();
+        let zone_name = label(labels::ZONE_LABEL).unwrap_or_default();
+        let ct_name = label(labels::CAPACITY_TYPE_LABEL).unwrap_or_default();
+        let reservation = label(labels::AWS_CAPACITY_RESERVATION_ID_LABEL);
+        let zone = base.interner.intern(zone_name);
+        let capacity_type = base.interner.intern(ct_name);
+        let reserved = capacity_type == reserved_value;
+
+        let template = base.template_names.iter().position(|t| t == pool_name);
+        let price = template
+            .and_then(|t| {
+                let it = base.input.templates[t]
+                    .instance_types
+                    .iter()
+                    .find(|it| it.name == instance_type)?;
+                let matching =
+                    |o: &&crate::instance_type::Offering| o.zone == zone && o.capacity_type == capacity_type;
+                let by_reservation = reservation.and_then(|r| {
+                    it.offerings
+                        .iter()
+                        .filter(matching)
+                        .find(|o| o.reservation_id.is_some_and(|id| base.interner.resolve(id) == r))
+                });
+                by_reservation
+                    .or_else(|| it.offerings.iter().find(matching))
+                    .map(|o| o.price)
+            })
+            .or_else(|| {
+                let it = catalog
+                    .instance_types
+                    .iter()
+                    .find(|it| it.name == instance_type)?;
+                let matching =
+                    |o: &&crate::catalog::CatalogOffering| o.zone == zone_name && o.capacity_type == ct_name;
+                let by_reservation = reservation.and_then(|r| {
+                    it.offerings
+                        .iter()
+                        .filter(matching)
+                        .find(|o| o.reservation_id.as_deref() == Some(r))
+                });
+                by_reservation
+                    .or_else(|| it.offerings.iter().find(matching))
+                    .map(|o| o.price)
+            });
+        let price = price.unwrap_or_else(|| {
+            notes.push(SnapshotNote::new(
+                object.clone(),
+                format!(
+                    "no catalog offering for instance type {instance_type:?} in zone {zone_name:?} with capacity type {ct_name:?}; its price counts as 0"
+                ),
+            ));
+            0.0
+        });
+
+        // Drift reads every instance type the provider offers, available or not.
+        let types = catalog_types
+            .get_or_insert_with(|| convert_catalog(catalog, &mut base.interner, &mut base.table));
+        let drift = drift_reason(claim, pool, types, &mut base.interner, provider, now);
+
+        let created = claim
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .or_else(|| {
+                nodes
+                    .get(i)
+                    .and_then(|n| n.metadata.creation_timestamp.as_ref())
+                    .map(|t| t.0)
+            });
+        let lifetime = created.map_or(1.0, |c| lifetime_remaining(c, claim.spec.expire_after(), now));
+        let mut reschedulable_pods = 0;
+        let pod_costs: Vec<f64> = n
+            .pods
+            .iter()
+            .filter(|&&p| view.pods[p].is_reschedulable())
+            .filter_map(|&p| {
+                reschedulable_pods += 1;
+                let pod = kube_pods.get(p).copied()?;
+                let annotation = pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(labels::POD_DELETION_COST_ANNOTATION))
+                    .map(String::as_str);
+                let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+                Some(pod_eviction_cost(annotation, priority))
+            })
+            .collect();
+
+        claims[i] = Some(ClaimInfo {
+            node: i,
+            node_claim: claim_name.clone(),
+            pool: pool_i,
+            instance_type,
+            zone,
+            capacity_type,
+            reserved,
+            price,
+            created,
+            drift,
+            consolidatable: is_consolidatable(claim, pool, now),
+            expired: is_expired(claim, now),
+            disruption_cost: disruption_cost(pod_costs, lifetime),
+            reschedulable_pods,
+        });
+    }
+
+    DisruptionInputs {
+        view,
+        pools,
+        claims,
+        base,
+        existing_of,
+        pods_of,
+        unconverted_of,
+        notes,
+    }
+}
+
+fn get<'a>(labels: Option<&'a BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
+    labels.and_then(|l| l.get(key)).map(String::as_str)
+}
+
+/// A conversion context over the base's interner and table (moved in; see [`restore`]).
+fn context_from(interner: &mut LabelInterner, table: &mut ResourceTable) -> Context {
+    let mut interner = std::mem::take(interner);
+    let keys = Keys {
+        zone: interner.intern_key(labels::ZONE_LABEL),
+        capacity_type: interner.intern_key(labels::CAPACITY_TYPE_LABEL),
+        nodepool: interner.intern_key(labels::NODEPOOL_LABEL),
+        instance_type: interner.intern_key(labels::INSTANCE_TYPE_LABEL),
+        wildcard_ip: interner.intern(""),
+        tcp: interner.intern("TCP"),
+    };
+    Context {
+        interner,
+        table: std::mem::take(table),
+        notes: Vec::new(),
+        keys,
+    }
+}
+
+fn restore(cx: Context, interner: &mut LabelInterner, table: &mut ResourceTable) {
+    *interner = cx.interner;
+    *table = cx.table;
+}
+
+fn convert_catalog(
+    catalog: &CatalogFile,
+    interner: &mut LabelInterner,
+    table: &mut ResourceTable,
+) -> Vec<Arc<InstanceType>> {
+    catalog
+        .instance_types
+        .iter()
+        .filter_map(|it| instance_type::from_catalog(it, interner, table).ok())
+        .map(Arc::new)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+    use crate::disruption::drift::NoProviderDrift;
+
+    const NOW: &str = "2026-06-01T12:00:00Z";
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    /// A managed node `name` of NodePool `default` (4 cpu, zone test-zone-1, instance type `small`, spot) with
+    /// its NodeClaim `name-claim`, created at `created`; `ready` sets the Ready condition, `node_extra` is more
+    /// `metadata` lines of the Node (indented by two spaces).
+    fn managed(name: &str, created: &str, ready: bool, initialized: bool, node_extra: &str) -> String {
+        let status = if ready { "True" } else { "False" };
+        let init = if initialized {
+            ", karpenter.sh/initialized: \"true\""
+        } else {
+            ""
+        };
+        let node = node(
+            name,
+            &format!(
+                ", karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: small, karpenter.sh/capacity-type: spot{init}"
+            ),
+            "",
+        )
+        .replace("metadata:\n", &format!("metadata:\n{node_extra}"))
+        + &format!(
+            "  conditions: [{{type: Ready, status: \"{status}\", lastHeartbeatTime: \"{created}\", lastTransitionTime: \"{created}\"}}]\n"
+        );
+        let init_condition = if initialized {
+            format!(
+                ", {{type: Initialized, status: \"True\", lastTransitionTime: \"{created}\", reason: Initialized}}"
+            )
+        } else {
+            String::new()
+        };
+        let claim = format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: {name}-claim\n  creationTimestamp: \"{created}\"\n  labels: {{karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: small, karpenter.sh/capacity-type: spot, topology.kubernetes.io/zone: test-zone-1}}\nspec:\n  requirements: []\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\nstatus:\n  nodeName: {name}\n  conditions: [{{type: Launched, status: \"True\", lastTransitionTime: \"{created}\", reason: Launched}}{init_condition}]\n"
+        );
+        format!("{node}---\n{claim}")
+    }
+
+    fn inputs(objects: &[&str]) -> DisruptionInputs {
+        build_disruption_inputs(
+            &snapshot(objects),
+            &catalog(),
+            &BuildOptions::default(),
+            &NoProviderDrift,
+            at(NOW),
+        )
+    }
+
+    #[test]
+    fn claim_info_reads_price_zone_and_capacity_type() {
+        let costly = "  priority: 33554432\n";
+        let d = inputs(&[
+            DEFAULT_POOL,
+            &managed("n1", "2026-06-01T00:00:00Z", true, true, ""),
+            &bound_pod("default", "a", "n1", "500m", ""),
+            &bound_pod("default", "b", "n1", "500m", costly),
+            &node("plain", "", ""),
+        ]);
+        assert!(d.notes.is_empty(), "{:?}", d.notes);
+        assert_eq!(d.claims.len(), 2);
+        assert!(d.claims[1].is_none(), "an unmanaged node has no claim");
+        let c = d.claims[0].as_ref().unwrap();
+        let i = &d.base.interner;
+        assert_eq!(c.node, 0);
+        assert_eq!(c.node_claim, "n1-claim");
+        assert_eq!(d.pools[c.pool].name, "default");
+        assert_eq!(c.instance_type, "small");
+        assert_eq!(i.resolve(c.zone), "test-zone-1");
+        assert_eq!(i.resolve(c.capacity_type), "spot");
+        assert!(!c.reserved);
+        assert_eq!(c.price, 0.05);
+        assert_eq!(c.created, Some(at("2026-06-01T00:00:00Z")));
+        assert_eq!(c.reschedulable_pods, 2);
+        // (1 + 2) pod costs × (1 - 12h / 720h) of its lifetime left.
+        assert!((c.disruption_cost - 3.0 * (1.0 - 12.0 / 720.0)).abs() < 1e-9);
+        assert!(c.consolidatable);
+        assert!(c.drift.is_none());
+        assert!(!c.expired);
+        assert_eq!(d.existing_of, vec![Some(0), Some(1)]);
+        assert_eq!(d.pods_of[0].len(), 2);
+        assert!(d.pods_of[1].is_empty());
+        assert!(d.base.input.pods.is_empty(), "the base places nothing");
+        assert_eq!(d.base.input.bound_pods.len(), 2);
+    }
+
+    #[test]
+    fn an_unknown_offering_prices_zero_with_a_note() {
+        let n = managed("n1", "2026-06-01T00:00:00Z", true, true, "")
+            .replace("instance-type: small", "instance-type: mystery");
+        let d = inputs(&[DEFAULT_POOL, &n]);
+        assert_eq!(d.claims[0].as_ref().unwrap().price, 0.0);
+        assert!(
+            d.notes.iter().any(|n| n.object == "NodeClaim n1-claim"),
+            "{:?}",
+            d.notes
+        );
+    }
+
+    #[test]
+    fn drifted_and_expired_claims_are_flagged() {
+        let old = managed("old", "2026-01-01T00:00:00Z", true, true, "").replace("small", "gone");
+        let d = inputs(&[
+            DEFAULT_POOL,
+            &old,
+            &managed("fresh", "2026-06-01T11:00:00Z", true, true, ""),
+        ]);
+        let old = d.claims[0].as_ref().unwrap();
+        assert_eq!(old.drift, Some(DriftReason::InstanceTypeNotFound));
+        assert!(old.expired, "older than the default 720h");
+        assert_eq!(old.disruption_cost, 0.0, "no pods, and no lifetime left");
+        let fresh = d.claims[1].as_ref().unwrap();
+        assert_eq!(fresh.drift, None);
+        assert!(!fresh.expired);
+    }
+
+    #[test]
+    fn budgets_count_deleting_and_not_ready_nodes() {
+        let pool = DEFAULT_POOL.to_string()
+            + "  disruption: {consolidationPolicy: WhenEmpty, consolidateAfter: Never, budgets: [{nodes: \"1\"}]}\n";
+        let d = inputs(&[
+            &pool,
+            &managed("ready", NOW, true, true, ""),
+            &managed("not-ready", NOW, false, true, ""),
+            &managed(
+                "deleting",
+                NOW,
+                true,
+                true,
+                "  deletionTimestamp: \"2026-06-01T11:00:00Z\"\n  finalizers: [karpenter.sh/termination]\n",
+            ),
+            &managed("starting", NOW, true, false, ""),
+            &node("unmanaged", "", ""),
+        ]);
+        assert_eq!(d.pools.len(), 1);
+        let p = &d.pools[0];
+        assert_eq!(p.name, "default");
+        assert_eq!(p.policy, ConsolidationPolicy::WhenEmpty);
+        assert!(p.consolidate_after_never);
+        assert!(!p.is_static);
+        assert_eq!(p.budgets.as_ref().map(Vec::len), Some(1));
+        assert_eq!(p.nodes, 3, "managed, initialized nodes");
+        assert_eq!(p.disrupting, 2, "the NotReady and the deleting node");
+        assert_eq!(d.existing_of[2], None, "a deleting node takes no pods");
+        assert!(d.claims[2].is_some());
+    }
+}
