@@ -644,4 +644,54 @@ mod tests {
         assert_eq!(names(&inputs, &cmd.candidates), ["n1"]);
         assert_eq!(cmd.replacements.len(), 1);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+
+        /// Whatever the cluster, a command stays within the budget, never disrupts a node holding an active
+        /// do-not-disrupt or PDB-protected pod through a graceful method, leaves every pod a place, and every
+        /// consolidation saves money.
+        #[test]
+        fn commands_keep_pods_placed_within_budgets_and_protections(
+            nodes in proptest::collection::vec(
+                (proptest::collection::vec(100u32..1500, 0..4), proptest::prelude::any::<bool>(), proptest::prelude::any::<bool>()),
+                1..6,
+            ),
+            budget in 0usize..4,
+        ) {
+            let mut objects: Vec<String> = vec![pool(&format!("{{consolidateAfter: 0s, budgets: [{{nodes: \"{budget}\"}}]}}"))];
+            objects.push("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: guarded, namespace: default}\nspec: {selector: {matchLabels: {guard: \"yes\"}}}\nstatus: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}\n".to_string());
+            for (i, (pods, dnd, guarded)) in nodes.iter().enumerate() {
+                let name = format!("n{i}");
+                objects.extend(managed(&name));
+                for (j, cpu) in pods.iter().enumerate() {
+                    let mut pod = bound_pod("default", &format!("p{i}-{j}"), &name, &format!("{cpu}m"), "");
+                    if j == 0 && *dnd {
+                        pod = pod.replace("labels: {app:", "annotations: {karpenter.sh/do-not-disrupt: \"true\"}, labels: {app:");
+                    }
+                    if j == 0 && *guarded {
+                        pod = pod.replace("labels: {app: ", "labels: {guard: \"yes\", app: ");
+                    }
+                    objects.push(pod);
+                }
+            }
+            let refs: Vec<&str> = objects.iter().map(String::as_str).collect();
+            let (mut inputs, r) = run(&refs);
+            for cmd in &r.commands {
+                proptest::prop_assert!(cmd.candidates.len() <= budget, "{} nodes disrupted with a budget of {budget}", cmd.candidates.len());
+                if cmd.method != Method::Drift && cmd.method != Method::StaticDrift {
+                    for &n in &cmd.candidates {
+                        let (_, dnd, guarded) = &nodes[inputs.view.nodes[n].name[1..].parse::<usize>().unwrap()];
+                        let has_pods = !nodes[inputs.view.nodes[n].name[1..].parse::<usize>().unwrap()].0.is_empty();
+                        proptest::prop_assert!(!(has_pods && (*dnd || *guarded)), "a protected pod would be evicted");
+                    }
+                }
+                if cmd.reason == DisruptionReason::Underutilized {
+                    proptest::prop_assert!(cmd.savings_per_hour > 0.0, "a consolidation that saves nothing");
+                }
+                let outcome = simulate_removal(&mut inputs, &cmd.candidates);
+                proptest::prop_assert!(!matches!(outcome, SimulationOutcome::Unschedulable(_)), "a pod is left without a place");
+            }
+        }
+    }
 }
