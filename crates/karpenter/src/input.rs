@@ -12,12 +12,57 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use karpenter_api::label_policy::LabelPolicy;
 use karpenter_core::{
     catalog::{AwsCapacitySettings, CatalogFile, aws_catalog},
     scheduling::{MinValuesPolicy, PreferencePolicy, SchedulingSettings},
-    snapshot::{Snapshot, SnapshotNote},
+    snapshot::{BuildOptions, Snapshot, SnapshotNote},
 };
 use serde_json::Value;
+
+/// Everything `schedule` and `disrupt` read, loaded once: settings, catalog, snapshot and the build options
+/// they imply.
+pub struct Loaded {
+    pub settings: Settings,
+    pub catalog: CatalogFile,
+    pub snapshot: Snapshot,
+    pub options: BuildOptions,
+}
+
+/// Loads the settings file, the catalog (a file, or the embedded AWS catalog of `region`) and the snapshots,
+/// passing every note to `note` as it comes. The label rules follow the catalog: the AWS flavour for the
+/// embedded AWS catalog, the provider-neutral one for a catalog file.
+pub fn load_all(
+    snapshots: &[PathBuf],
+    instance_types: Option<&Path>,
+    region: &str,
+    settings_path: Option<&Path>,
+    note: &mut dyn FnMut(String),
+) -> Result<Loaded> {
+    let (settings, setting_notes) = load_settings(settings_path)?;
+    setting_notes.into_iter().for_each(&mut *note);
+    let (catalog, source) = load_catalog(instance_types, region, &settings.aws)?;
+    let (snapshot, snapshot_notes) = load_snapshot(snapshots)?;
+    snapshot_notes
+        .into_iter()
+        .for_each(|n| note(format!("{}: {}", n.object, n.message)));
+    let options = BuildOptions {
+        settings: settings.scheduling.clone(),
+        label_policy: match source {
+            CatalogSource::Aws => LabelPolicy::Aws,
+            CatalogSource::File => LabelPolicy::Core,
+        },
+        extra_well_known_labels: catalog.well_known_labels.clone(),
+        capacity_buffers: settings.capacity_buffer,
+        node_overlays: settings.node_overlay,
+    };
+    Ok(Loaded {
+        settings,
+        catalog,
+        snapshot,
+        options,
+    })
+}
 
 /// File name endings read when a `--snapshot` path is a folder.
 const SNAPSHOT_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];

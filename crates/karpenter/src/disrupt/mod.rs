@@ -8,19 +8,15 @@ use std::{collections::BTreeMap, io::Write as _, path::PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use karpenter_api::label_policy::LabelPolicy;
 use karpenter_core::{
     disruption::{
         drift::NoProviderDrift,
         pass::{PassSettings, disruption_pass},
     },
-    snapshot::{BuildOptions, build_disruption_inputs},
+    snapshot::build_disruption_inputs,
 };
 
-use crate::{
-    input::{self, CatalogSource},
-    schedule::OutputFormat,
-};
+use crate::{input, schedule::OutputFormat};
 use output::DisruptOutput;
 
 #[derive(Debug, Clone, Args)]
@@ -72,26 +68,17 @@ pub fn run(args: &DisruptArgs) -> Result<String> {
         let line = line.replace(['\n', '\r'], " ");
         let _ = writeln!(stderr, "note: {line}");
     };
-    let (settings, setting_notes) = input::load_settings(args.settings.as_deref())?;
-    setting_notes.into_iter().for_each(&mut note);
-    let (catalog, source) = input::load_catalog(args.instance_types.as_deref(), &args.region, &settings.aws)?;
-    let (snapshot, snapshot_notes) = input::load_snapshot(&args.snapshots)?;
-    snapshot_notes
-        .into_iter()
-        .for_each(|n| note(format!("{}: {}", n.object, n.message)));
+    let loaded = input::load_all(
+        &args.snapshots,
+        args.instance_types.as_deref(),
+        &args.region,
+        args.settings.as_deref(),
+        &mut note,
+    )?;
+    let (snapshot, settings) = (&loaded.snapshot, &loaded.settings);
     let now = args.now.unwrap_or_else(jiff::Timestamp::now);
-
-    let options = BuildOptions {
-        settings: settings.scheduling.clone(),
-        label_policy: match source {
-            CatalogSource::Aws => LabelPolicy::Aws,
-            CatalogSource::File => LabelPolicy::Core,
-        },
-        extra_well_known_labels: catalog.well_known_labels.clone(),
-        capacity_buffers: settings.capacity_buffer,
-        node_overlays: settings.node_overlay,
-    };
-    let mut inputs = build_disruption_inputs(&snapshot, &catalog, &options, &NoProviderDrift, now);
+    let mut inputs =
+        build_disruption_inputs(snapshot, &loaded.catalog, &loaded.options, &NoProviderDrift, now);
     std::mem::take(&mut inputs.notes)
         .into_iter()
         .for_each(|n| note(format!("{}: {}", n.object, n.message)));

@@ -10,13 +10,9 @@ use std::{collections::BTreeMap, io::Write as _, path::PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use karpenter_api::label_policy::LabelPolicy;
-use karpenter_core::{
-    scheduling::schedule,
-    snapshot::{BuildOptions, build_schedule_inputs},
-};
+use karpenter_core::{scheduling::schedule, snapshot::build_schedule_inputs};
 
-use crate::input::{self, CatalogSource};
+use crate::input;
 use output::{OutputContext, ScheduleOutput};
 
 /// Output formats.
@@ -91,29 +87,20 @@ pub fn run(args: &ScheduleArgs) -> Result<String> {
         let _ = writeln!(stderr, "note: {line}");
     };
 
-    let (settings, setting_notes) = input::load_settings(args.settings.as_deref())?;
-    setting_notes.into_iter().for_each(&mut note);
-    let (catalog, source) = input::load_catalog(args.instance_types.as_deref(), &args.region, &settings.aws)?;
-    let (snapshot, snapshot_notes) = input::load_snapshot(&args.snapshots)?;
-    snapshot_notes
-        .into_iter()
-        .for_each(|n| note(format!("{}: {}", n.object, n.message)));
+    let loaded = input::load_all(
+        &args.snapshots,
+        args.instance_types.as_deref(),
+        &args.region,
+        args.settings.as_deref(),
+        &mut note,
+    )?;
+    let (snapshot, catalog, options) = (&loaded.snapshot, &loaded.catalog, &loaded.options);
 
     // Budgets, consolidateAfter and expireAfter read the clock; placing pods does not, so `schedule` only
     // checks that --now parses. The same flag drives `disrupt`.
     let _decision_time = args.now.unwrap_or_else(jiff::Timestamp::now);
 
-    let options = BuildOptions {
-        settings: settings.scheduling.clone(),
-        label_policy: match source {
-            CatalogSource::Aws => LabelPolicy::Aws,
-            CatalogSource::File => LabelPolicy::Core,
-        },
-        extra_well_known_labels: catalog.well_known_labels.clone(),
-        capacity_buffers: settings.capacity_buffer,
-        node_overlays: settings.node_overlay,
-    };
-    let mut inputs = build_schedule_inputs(&snapshot, &catalog, &options);
+    let mut inputs = build_schedule_inputs(snapshot, catalog, options);
     std::mem::take(&mut inputs.notes)
         .into_iter()
         .for_each(|n| note(format!("{}: {}", n.object, n.message)));
