@@ -8,7 +8,6 @@
 //! requirements stay plain (key, operator, values) data for the requirements algebra to compile.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 
 use karpenter_api::quantity::{format_milli, parse_milli};
 use serde::ser::SerializeMap;
@@ -75,60 +74,8 @@ impl CatalogRequirement {
     }
 }
 
-/// The node-selector operators Karpenter accepts (Kubernetes' six plus Karpenter's Gte and Lte).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub enum RequirementOperator {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-    Gt,
-    Lt,
-    Gte,
-    Lte,
-}
-
-impl RequirementOperator {
-    pub const ALL: [Self; 8] = [
-        Self::In,
-        Self::NotIn,
-        Self::Exists,
-        Self::DoesNotExist,
-        Self::Gt,
-        Self::Lt,
-        Self::Gte,
-        Self::Lte,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::In => "In",
-            Self::NotIn => "NotIn",
-            Self::Exists => "Exists",
-            Self::DoesNotExist => "DoesNotExist",
-            Self::Gt => "Gt",
-            Self::Lt => "Lt",
-            Self::Gte => "Gte",
-            Self::Lte => "Lte",
-        }
-    }
-
-    /// Parses the operator exactly as spelled in the API (case-sensitive).
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|op| op.as_str() == s)
-    }
-
-    /// Gt, Lt, Gte and Lte compare against exactly one integer value.
-    pub fn is_numeric(self) -> bool {
-        matches!(self, Self::Gt | Self::Lt | Self::Gte | Self::Lte)
-    }
-}
-
-impl fmt::Display for RequirementOperator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The node-selector operators, shared with the requirements algebra.
+pub use crate::requirements::Operator as RequirementOperator;
 
 /// What the kubelet and the system hold back from capacity.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

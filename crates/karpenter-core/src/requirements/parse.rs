@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::{LabelInterner, Requirement, Requirements};
 
 /// A node selector operator, including Karpenter's inclusive `Gte` and `Lte`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Operator {
     In,
     NotIn,
@@ -49,6 +49,18 @@ impl Operator {
             Self::Gte => "Gte",
             Self::Lte => "Lte",
         }
+    }
+}
+
+impl Operator {
+    /// Parses the operator exactly as spelled in the API (case-sensitive).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|op| op.as_str() == s)
+    }
+
+    /// Gt, Lt, Gte and Lte compare against exactly one integer value.
+    pub fn is_numeric(self) -> bool {
+        matches!(self, Self::Gt | Self::Lt | Self::Gte | Self::Lte)
     }
 }
 
