@@ -14,6 +14,8 @@
 
 mod bounds;
 mod catalogs;
+mod disrupt;
+mod disrupt_workloads;
 mod report;
 mod workloads;
 
@@ -47,6 +49,16 @@ pub enum BenchCommand {
         #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
         pods: Option<usize>,
     },
+    /// Time a disruption pass (build_disruption_inputs + disruption_pass) on generated clusters of 100, 1000
+    /// and 5000 nodes x NodePools x hostname spread.
+    Disrupt {
+        /// Print one JSON object per run per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Run only the clusters of this many nodes (default: 100, 1000, then 5000).
+        #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+        nodes: Option<usize>,
+    },
 }
 
 /// Diverse-pod sizes of upstream's BenchmarkScheduling{1000,5000,10000,20000}.
@@ -59,6 +71,7 @@ const BEST_OF_THREE_UP_TO: usize = 5000;
 pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.command {
         BenchCommand::Schedule { json, pods } => run_schedule(*json, *pods),
+        BenchCommand::Disrupt { json, nodes } => disrupt::run(*json, *nodes),
     }
 }
 
