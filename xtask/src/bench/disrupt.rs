@@ -1,0 +1,229 @@
+//! `cargo xtask bench disrupt [--json] [--nodes N]`: the consolidation harness of benchmarks.md §6 item 4 (the
+//! grid of upstream's consolidation microbenchmarks, §1.2, at cluster scale), run through the path
+//! `karpenter disrupt` takes: Kubernetes objects -> `Snapshot` -> `build_disruption_inputs` ->
+//! `disruption_pass`, at the fixed time [`NOW`] with the embedded AWS us-east-1 catalog.
+//!
+//! Grid: {100, 1000} nodes x {1, 10, 50} NodePools x {0, 50, 100}% hostname spread, 10..=30 pods per node;
+//! at 5000 nodes only (1 pool, 0%) and (10 pools, 50%), plus one 5000-node cluster with 30 pods per node
+//! (150,000 pods; 1 pool, 0%). `--nodes N` runs only the grid at N nodes (N >= 5000: the reduced 5000-node
+//! grid). The clusters are described in [`disrupt_workloads`](super::disrupt_workloads); seed 42.
+//!
+//! Building the snapshot is untimed. `build_disruption_inputs` (build_seconds) and `disruption_pass`
+//! (seconds) are timed once each, wall clock; total_seconds is their sum. Peak RSS is VmHWM after the pass,
+//! reset once the snapshot is built (so it includes the snapshot).
+
+use std::time::Instant;
+
+use anyhow::{Result, anyhow};
+use karpenter_api::label_policy::LabelPolicy;
+use karpenter_core::{
+    catalog::{CatalogFile, aws_catalog},
+    disruption::{
+        drift::NoProviderDrift,
+        pass::{PassSettings, disruption_pass},
+    },
+    snapshot::{BuildOptions, Snapshot, build_disruption_inputs},
+};
+use serde_json::json;
+
+use super::{
+    disrupt_workloads::{self, ClusterSpec, NOW, PodsPerNode},
+    report,
+};
+
+const POOLS: [usize; 3] = [1, 10, 50];
+const SPREADS: [u32; 3] = [0, 50, 100];
+const SIZES: [usize; 2] = [100, 1000];
+const LARGE: usize = 5000;
+const PODS_PER_NODE: PodsPerNode = PodsPerNode::Uniform(10, 30);
+
+/// What one run measured.
+struct Row {
+    workload: String,
+    nodes: usize,
+    pods: usize,
+    nodepools: usize,
+    spread: u32,
+    method: String,
+    candidates_evaluated: usize,
+    seconds: f64,
+    build_seconds: f64,
+    savings_per_hour: f64,
+    commands: usize,
+    peak_rss_bytes: u64,
+}
+
+impl Row {
+    fn to_json(&self) -> String {
+        json!({
+            "workload": self.workload,
+            "nodes": self.nodes,
+            "pods": self.pods,
+            "nodepools": self.nodepools,
+            "spread": self.spread,
+            "method": self.method,
+            "candidates_evaluated": self.candidates_evaluated,
+            "seconds": self.seconds,
+            "build_seconds": self.build_seconds,
+            "total_seconds": self.seconds + self.build_seconds,
+            "savings_per_hour": self.savings_per_hour,
+            "commands": self.commands,
+            "peak_rss_bytes": self.peak_rss_bytes,
+        })
+        .to_string()
+    }
+}
+
+fn grid(nodes: usize) -> Vec<ClusterSpec> {
+    let spec = |pools, spread, pods_per_node| ClusterSpec {
+        nodes,
+        pools,
+        spread,
+        pods_per_node,
+    };
+    if nodes >= LARGE {
+        return vec![
+            spec(1, 0, PODS_PER_NODE),
+            spec(10, 50, PODS_PER_NODE),
+            spec(1, 0, PodsPerNode::Fixed(30)),
+        ];
+    }
+    POOLS
+        .iter()
+        .flat_map(|&p| SPREADS.iter().map(move |&s| spec(p, s, PODS_PER_NODE)))
+        .collect()
+}
+
+pub fn run(json: bool, nodes: Option<usize>) -> Result<()> {
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "warning: xtask was built without optimisations; these timings mean little. \
+             Run `cargo run --release -p xtask -- bench disrupt` instead."
+        );
+    }
+    let catalog = aws_catalog("us-east-1", &Default::default()).map_err(|e| anyhow!("{e}"))?;
+    let plan: Vec<ClusterSpec> = match nodes {
+        Some(n) => grid(n),
+        None => SIZES.iter().chain([&LARGE]).flat_map(|&n| grid(n)).collect(),
+    };
+    if !json {
+        print_header();
+    }
+    for spec in &plan {
+        let row = run_one(spec, &catalog)?;
+        if json {
+            println!("{}", row.to_json());
+        } else {
+            print_row(&row);
+        }
+    }
+    Ok(())
+}
+
+fn run_one(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Row> {
+    let name = spec.name();
+    let cluster = disrupt_workloads::cluster(spec, catalog)?;
+    let pods = cluster.pods;
+    let mut snapshot = Snapshot::default();
+    let notes = snapshot.add_documents(cluster.documents.into_iter().map(Ok).collect(), &name);
+    for note in &notes {
+        eprintln!("note: {name}: {}: {}", note.object, note.message);
+    }
+    let now = NOW.parse().map_err(|e| anyhow!("bad time {NOW}: {e}"))?;
+    let options = BuildOptions {
+        label_policy: LabelPolicy::Aws,
+        extra_well_known_labels: catalog.well_known_labels.clone(),
+        ..BuildOptions::default()
+    };
+
+    report::reset_peak_rss();
+    let start = Instant::now();
+    let mut inputs = build_disruption_inputs(&snapshot, catalog, &options, &NoProviderDrift, now);
+    let build_seconds = start.elapsed().as_secs_f64();
+    drop(snapshot);
+    let start = Instant::now();
+    let result = disruption_pass(
+        &mut inputs,
+        &PassSettings {
+            now,
+            spot_to_spot: false,
+        },
+    );
+    let seconds = start.elapsed().as_secs_f64();
+    let peak_rss_bytes = report::peak_rss_bytes();
+
+    for note in &inputs.notes {
+        eprintln!("note: {name}: {}: {}", note.object, note.message);
+    }
+    for error in &result.errors {
+        eprintln!("warning: {name}: {error}");
+    }
+    if inputs.claims.iter().flatten().count() != spec.nodes {
+        eprintln!(
+            "warning: {name}: only {} of {} nodes are managed in the disruption inputs",
+            inputs.claims.iter().flatten().count(),
+            spec.nodes
+        );
+    }
+    Ok(Row {
+        workload: name,
+        nodes: spec.nodes,
+        pods,
+        nodepools: spec.pools,
+        spread: spec.spread,
+        method: result
+            .commands
+            .first()
+            .map_or("none", |c| c.method.as_str())
+            .to_string(),
+        candidates_evaluated: result.candidates_evaluated,
+        seconds,
+        build_seconds,
+        savings_per_hour: result.commands.iter().map(|c| c.savings_per_hour).sum(),
+        commands: result.commands.len(),
+        peak_rss_bytes,
+    })
+}
+
+fn print_header() {
+    println!(
+        "{:<28} {:>5} {:>6} {:>4} {:>4} {:<26} {:>5} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8}",
+        "WORKLOAD",
+        "NODES",
+        "PODS",
+        "NP",
+        "SPR%",
+        "METHOD",
+        "CANDS",
+        "PASS S",
+        "BUILD S",
+        "MS/CAND",
+        "SAVE $/H",
+        "CMDS",
+        "RSS MiB"
+    );
+}
+
+fn print_row(r: &Row) {
+    let per_candidate = if r.candidates_evaluated > 0 {
+        format!("{:.2}", r.seconds * 1e3 / r.candidates_evaluated as f64)
+    } else {
+        "-".into()
+    };
+    println!(
+        "{:<28} {:>5} {:>6} {:>4} {:>4} {:<26} {:>5} {:>9.4} {:>9.4} {:>9} {:>9.4} {:>4} {:>8.1}",
+        r.workload,
+        r.nodes,
+        r.pods,
+        r.nodepools,
+        r.spread,
+        r.method,
+        r.candidates_evaluated,
+        r.seconds,
+        r.build_seconds,
+        per_candidate,
+        r.savings_per_hour,
+        r.commands,
+        r.peak_rss_bytes as f64 / (1024.0 * 1024.0),
+    );
+}

@@ -1,0 +1,296 @@
+//! The disruption benchmark clusters as Kubernetes objects (JSON documents, as `kubectl get -o json` would
+//! print them), so they go through the same snapshot loader `karpenter disrupt` uses.
+//!
+//! Every cluster starts its own [`SplitMix64`] from [`SEED`] (42) and draws, node by node:
+//! - the instance type, uniform over [`INSTANCE_TYPES`] (m5.xlarge, m5.2xlarge, c5.2xlarge, r5.xlarge of the
+//!   embedded AWS us-east-1 catalog), then the zone, uniform over [`ZONES`] (us-east-1a/b/c); capacity type
+//!   on-demand; the NodePool is `np-{i % pools}` (round-robin);
+//! - the pod count, uniform over 10..=30 (or a fixed count), capped by the type's pod capacity;
+//! - per pod, CPU uniform over {100, 250, 500}m and memory over {256, 512, 1024}Mi, then an `app` label
+//!   uniform over `app-0`..`app-9` (used by pods not in a hostname spread). A drawn shape that would leave too little
+//!   of the node's allocatable for the node's remaining pods at the smallest shape (100m, 256Mi) is replaced by
+//!   the smallest shape, so no node is ever over-committed. The `app` draw is made for every pod, so clusters
+//!   that differ only in spread or NodePools have the same nodes and pod shapes.
+//!
+//! Hostname spread: pod `j` of a node is in a spread when `(j * spread) % 100 < spread` (every pod at 100%,
+//! every other pod at 50%). The `s`-th spread pod of a node is labelled `app=spread-{s}` and carries a
+//! `topologySpreadConstraints` entry (maxSkew 1, `kubernetes.io/hostname`, DoNotSchedule, selecting its own
+//! `app`), so every spread app has at most one pod per node and the cluster as generated satisfies its
+//! constraints.
+//!
+//! Every node is a managed, registered, initialized and Ready Node with a NodeClaim (Launched, Registered and
+//! Initialized True), both labelled with the type's single-valued catalog requirements (instance type, arch,
+//! OS, region, `karpenter.k8s.aws/instance-*`) plus zone, capacity type and NodePool; both were created
+//! [`CREATED`], a day before the pass's time [`NOW`]. Capacity is the catalog's; allocatable is capacity minus
+//! the catalog's overhead. NodePools require instance-category In [c, m, r], arch amd64 and capacity type
+//! on-demand, and consolidate WhenEmptyOrUnderutilized after 0s with a 100% node budget.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, bail};
+use karpenter_core::catalog::{CatalogFile, RequirementOperator};
+use serde_json::{Map, Value, json};
+
+use super::{
+    catalogs::MIB,
+    workloads::{SEED, SplitMix64},
+};
+
+/// The time of every pass.
+pub const NOW: &str = "2026-12-02T10:00:00Z";
+/// When every Node and NodeClaim was created and initialized: a day before [`NOW`].
+pub const CREATED: &str = "2026-12-01T10:00:00Z";
+
+pub const INSTANCE_TYPES: [&str; 4] = ["m5.xlarge", "m5.2xlarge", "c5.2xlarge", "r5.xlarge"];
+pub const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
+const CPU_MILLI: [i64; 3] = [100, 250, 500];
+const MEMORY_MIB: [i64; 3] = [256, 512, 1024];
+const APPS: usize = 10;
+
+const HOSTNAME: &str = "kubernetes.io/hostname";
+const ZONE: &str = "topology.kubernetes.io/zone";
+const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+const NODEPOOL: &str = "karpenter.sh/nodepool";
+
+/// How many pods each node gets.
+#[derive(Debug, Clone, Copy)]
+pub enum PodsPerNode {
+    /// Uniform over `min..=max`.
+    Uniform(usize, usize),
+    Fixed(usize),
+}
+
+/// One benchmark cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterSpec {
+    pub nodes: usize,
+    pub pools: usize,
+    /// Percentage of pods in a hostname spread (0..=100).
+    pub spread: u32,
+    pub pods_per_node: PodsPerNode,
+}
+
+impl ClusterSpec {
+    pub fn name(&self) -> String {
+        let mut name = format!("disrupt-{}n-{}p-{}s", self.nodes, self.pools, self.spread);
+        if let PodsPerNode::Fixed(n) = self.pods_per_node {
+            name.push_str(&format!("-{n}ppn"));
+        }
+        name
+    }
+}
+
+/// The generated objects.
+pub struct Cluster {
+    pub documents: Vec<Value>,
+    pub pods: usize,
+}
+
+/// What a node of one instance type looks like.
+struct Shape {
+    name: &'static str,
+    labels: BTreeMap<String, String>,
+    capacity: Map<String, Value>,
+    allocatable: Map<String, Value>,
+    cpu_milli: i64,
+    memory_bytes: i64,
+    max_pods: usize,
+}
+
+/// A milli-unit amount as a Kubernetes quantity (whole units when exact; CPU always in millicores).
+fn quantity(resource: &str, milli: i64) -> Value {
+    if resource != "cpu" && milli % 1000 == 0 {
+        json!((milli / 1000).to_string())
+    } else {
+        json!(format!("{milli}m"))
+    }
+}
+
+fn shape(catalog: &CatalogFile, name: &'static str) -> Result<Shape> {
+    let it = catalog
+        .instance_types
+        .iter()
+        .find(|t| t.name == name)
+        .with_context(|| format!("instance type {name} is not in the catalog"))?;
+    let overhead = it.overhead.total();
+    let mut capacity = Map::new();
+    let mut allocatable = Map::new();
+    let mut alloc = BTreeMap::new();
+    for (resource, &amount) in &it.capacity {
+        let left = amount - overhead.get(resource).copied().unwrap_or(0);
+        capacity.insert(resource.clone(), quantity(resource, amount));
+        allocatable.insert(resource.clone(), quantity(resource, left));
+        alloc.insert(resource.as_str(), left);
+    }
+    let labels = it
+        .requirements
+        .iter()
+        .filter(|r| r.operator == RequirementOperator::In && r.values.len() == 1 && r.key != ZONE)
+        .map(|r| (r.key.clone(), r.values[0].clone()))
+        .collect();
+    let (Some(&cpu_milli), Some(&memory_milli), Some(&pods_milli)) =
+        (alloc.get("cpu"), alloc.get("memory"), alloc.get("pods"))
+    else {
+        bail!("instance type {name} lacks cpu, memory or pods capacity");
+    };
+    Ok(Shape {
+        name,
+        labels,
+        capacity,
+        allocatable,
+        cpu_milli,
+        memory_bytes: memory_milli / 1000,
+        max_pods: usize::try_from(pods_milli / 1000).unwrap_or(0),
+    })
+}
+
+fn nodepool(name: &str) -> Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {"spec": {
+                "requirements": [
+                    {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                    {"key": CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+                ],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            }},
+            "disruption": {
+                "consolidationPolicy": "WhenEmptyOrUnderutilized",
+                "consolidateAfter": "0s",
+                "budgets": [{"nodes": "100%"}],
+            },
+        },
+    })
+}
+
+fn condition(kind: &str) -> Value {
+    json!({"type": kind, "status": "True", "lastTransitionTime": CREATED, "reason": kind, "message": ""})
+}
+
+/// Generates the cluster of `spec` on `catalog` (the embedded AWS us-east-1 catalog).
+pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
+    let shapes = INSTANCE_TYPES
+        .iter()
+        .map(|name| shape(catalog, name))
+        .collect::<Result<Vec<_>>>()?;
+    let mut rng = SplitMix64::new(SEED);
+    let mut documents = Vec::new();
+    for p in 0..spec.pools {
+        documents.push(nodepool(&format!("np-{p}")));
+    }
+    let mut pods = 0;
+    for i in 0..spec.nodes {
+        let shape = rng.pick(&shapes);
+        let zone = *rng.pick(&ZONES);
+        let pool = format!("np-{}", i % spec.pools.max(1));
+        let node_name = format!("node-{i:05}");
+        let claim_name = format!("{pool}-{i:05}");
+        let provider_id = format!("aws:///{zone}/i-{i:017x}");
+
+        let mut labels = shape.labels.clone();
+        labels.insert(ZONE.into(), zone.into());
+        labels.insert(CAPACITY_TYPE.into(), "on-demand".into());
+        labels.insert(NODEPOOL.into(), pool.clone());
+        let claim_labels = labels.clone();
+        labels.insert(HOSTNAME.into(), node_name.clone());
+        labels.insert("karpenter.sh/registered".into(), "true".into());
+        labels.insert("karpenter.sh/initialized".into(), "true".into());
+
+        documents.push(json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node_name, "labels": labels, "creationTimestamp": CREATED},
+            "spec": {"providerID": provider_id},
+            "status": {
+                "capacity": shape.capacity,
+                "allocatable": shape.allocatable,
+                "conditions": [{
+                    "type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "lastHeartbeatTime": NOW, "lastTransitionTime": CREATED,
+                }],
+            },
+        }));
+        documents.push(json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": claim_name, "labels": claim_labels, "creationTimestamp": CREATED},
+            "spec": {
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [shape.name]},
+                ],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            },
+            "status": {
+                "nodeName": node_name,
+                "providerID": provider_id,
+                "capacity": shape.capacity,
+                "allocatable": shape.allocatable,
+                "conditions": [condition("Launched"), condition("Registered"), condition("Initialized")],
+            },
+        }));
+
+        let count = match spec.pods_per_node {
+            PodsPerNode::Uniform(lo, hi) => lo + rng.below(hi - lo + 1),
+            PodsPerNode::Fixed(n) => n,
+        }
+        .min(shape.max_pods);
+        let (min_cpu, min_mem) = (CPU_MILLI[0], MEMORY_MIB[0] * MIB);
+        let (mut cpu_left, mut mem_left) = (shape.cpu_milli, shape.memory_bytes);
+        let mut spread_index = 0;
+        for j in 0..count {
+            let mut cpu = *rng.pick(&CPU_MILLI);
+            let mut mem = rng.pick(&MEMORY_MIB) * MIB;
+            let rest = (count - j - 1) as i64;
+            if cpu + rest * min_cpu > cpu_left || mem + rest * min_mem > mem_left {
+                (cpu, mem) = (min_cpu, min_mem);
+            }
+            if cpu > cpu_left || mem > mem_left {
+                break;
+            }
+            cpu_left -= cpu;
+            mem_left -= mem;
+            let spread = (j as u64 * u64::from(spec.spread)) % 100 < u64::from(spec.spread);
+            // Drawn for every pod, so clusters differing only in spread have the same nodes and pods.
+            let plain_app = rng.below(APPS);
+            let app = if spread {
+                spread_index += 1;
+                format!("spread-{}", spread_index - 1)
+            } else {
+                format!("app-{plain_app}")
+            };
+            let mut pod_spec = json!({
+                "nodeName": node_name,
+                "containers": [{
+                    "name": "app",
+                    "image": "registry.k8s.io/pause:3.9",
+                    "resources": {"requests": {"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)}},
+                }],
+            });
+            if spread {
+                pod_spec["topologySpreadConstraints"] = json!([{
+                    "maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": app}},
+                }]);
+            }
+            documents.push(json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": format!("pod-{i:05}-{j:02}"),
+                    "namespace": "default",
+                    "uid": format!("00000000-0000-4000-8000-{pods:012x}"),
+                    "labels": {"app": app},
+                    "creationTimestamp": CREATED,
+                },
+                "spec": pod_spec,
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+            }));
+            pods += 1;
+        }
+    }
+    Ok(Cluster { documents, pods })
+}
