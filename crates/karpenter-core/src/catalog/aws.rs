@@ -219,7 +219,6 @@ fn operating_systems(family: AmiFamily, arch: &str) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, HashMap};
-    use std::time::Instant;
 
     use karpenter_api::quantity::parse_milli;
     use serde::Deserialize;
@@ -588,25 +587,10 @@ mod tests {
     }
 
     #[test]
-    fn embedded_catalog_loads_quickly() {
-        let start = Instant::now();
+    fn embedded_catalog_is_the_same_every_time_it_is_built() {
         let data = aws_catalog_data().unwrap();
-        let parsed = start.elapsed();
-        let start = Instant::now();
-        let catalog = us_east_1();
-        let built = start.elapsed();
-        let start = Instant::now();
-        let again = us_east_1();
-        let rebuilt = start.elapsed();
-        assert_eq!(again, catalog);
-        println!(
-            "embedded data: {} types parsed in {parsed:?}; us-east-1 catalog of {} types built in {built:?}, \
-             again in {rebuilt:?}",
-            data.instance_types.len(),
-            catalog.instance_types.len()
-        );
-        // Generous for unoptimised test builds; a release build takes a few milliseconds.
-        assert!(parsed.as_secs_f64() + built.as_secs_f64() < 5.0);
+        assert!(data.instance_types.len() > 1000);
+        assert_eq!(us_east_1(), us_east_1());
     }
 
     #[test]

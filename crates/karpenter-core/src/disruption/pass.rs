@@ -77,7 +77,7 @@ pub struct PassResult {
     pub node_claims: Vec<ClaimConditions>,
     pub budgets: Vec<BudgetEntry>,
     pub errors: Vec<String>,
-    /// Re-simulations run by consolidation.
+    /// Re-simulations consolidation ran (multi-node prefixes and single-node candidates together).
     pub candidates_evaluated: usize,
 }
 
@@ -285,11 +285,11 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
         }
         let mut sim = SchedulerResimulator::new(inputs);
         if let Some(cmd) = multi_node(&candidates, &mut budgets_left.clone(), &mut sim, &settings_c) {
-            result.candidates_evaluated += cmd.candidates.len();
+            result.candidates_evaluated = sim.simulations();
             break 'methods vec![consolidation_command(Method::MultiNodeConsolidation, cmd)];
         }
-        let (cmd, rejected, evaluated) = single_node(&candidates, &budgets_left, &mut sim, &settings_c);
-        result.candidates_evaluated += evaluated;
+        let (cmd, rejected, _) = single_node(&candidates, &budgets_left, &mut sim, &settings_c);
+        result.candidates_evaluated = sim.simulations();
         for (n, why) in rejected {
             block(&mut result, &mut explained, n, why);
         }
