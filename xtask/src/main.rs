@@ -1,4 +1,5 @@
-//! Project tasks: `cargo xtask crds [--check]`, `cargo xtask catalog [--check]`, `cargo xtask bench schedule`.
+//! Project tasks: `cargo xtask crds [--check]`, `cargo xtask catalog [--check]`, `cargo xtask bench schedule` and
+//! `cargo xtask bench disrupt`.
 
 use std::path::{Path, PathBuf};
 
@@ -23,7 +24,8 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Benchmarks: `bench schedule [--json] [--pods N]`, always timed in a release build.
+    /// Benchmarks: `bench schedule [--json] [--pods N]`, `bench disrupt [--json] [--nodes N]`, always timed in a
+    /// release build.
     Bench(bench::BenchArgs),
     /// Build the embedded AWS instance-type catalog from ../shared/data/aws.
     Catalog {

@@ -3,7 +3,9 @@
 //! `karpenter disrupt` takes: Kubernetes objects -> `Snapshot` -> `build_disruption_inputs` ->
 //! `disruption_pass`, at the fixed time [`NOW`] with the embedded AWS us-east-1 catalog.
 //!
-//! Grid: {100, 1000} nodes x {1, 10, 50} NodePools x {0, 50, 100}% hostname spread, 10..=30 pods per node;
+//! Grid: {100, 1000} nodes x {1, 10, 50} NodePools x {0, 50, 100}% hostname spread, 10..=30 pods per node,
+//! plus a full-coverage cluster at each size (full m5.xlarge nodes a NodePool limited to m5.xlarge cannot
+//! consolidate, so single-node consolidation evaluates every candidate);
 //! at 5000 nodes only (1 pool, 0%) and (10 pools, 50%), plus one 5000-node cluster with 30 pods per node
 //! (150,000 pods; 1 pool, 0%). `--nodes N` runs only the grid at N nodes (N >= 5000: the reduced 5000-node
 //! grid). The clusters are described in [`disrupt_workloads`](super::disrupt_workloads); seed 42.
@@ -80,6 +82,12 @@ fn grid(nodes: usize) -> Vec<ClusterSpec> {
         pools,
         spread,
         pods_per_node,
+        full_coverage: false,
+    };
+    // Every candidate evaluated by single-node consolidation, none consolidatable (the coverage target).
+    let full = ClusterSpec {
+        full_coverage: true,
+        ..spec(1, 0, PODS_PER_NODE)
     };
     if nodes >= LARGE {
         return vec![
@@ -91,6 +99,7 @@ fn grid(nodes: usize) -> Vec<ClusterSpec> {
     POOLS
         .iter()
         .flat_map(|&p| SPREADS.iter().map(move |&s| spec(p, s, PODS_PER_NODE)))
+        .chain([full])
         .collect()
 }
 
@@ -179,7 +188,11 @@ fn run_one(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Row> {
         candidates_evaluated: result.candidates_evaluated,
         seconds,
         build_seconds,
-        savings_per_hour: result.commands.iter().map(|c| c.savings_per_hour).sum(),
+        savings_per_hour: result
+            .commands
+            .iter()
+            .map(|c| c.savings_per_hour)
+            .fold(0.0, |a, b| a + b),
         commands: result.commands.len(),
         peak_rss_bytes,
     })

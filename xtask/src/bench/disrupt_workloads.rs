@@ -68,6 +68,9 @@ pub struct ClusterSpec {
     /// Percentage of pods in a hostname spread (0..=100).
     pub spread: u32,
     pub pods_per_node: PodsPerNode,
+    /// Full coverage: every node an m5.xlarge filled to the brim and NodePools limited to m5.xlarge, so no
+    /// node can be deleted or replaced more cheaply and single-node consolidation evaluates every candidate.
+    pub full_coverage: bool,
 }
 
 impl ClusterSpec {
@@ -75,6 +78,9 @@ impl ClusterSpec {
         let mut name = format!("disrupt-{}n-{}p-{}s", self.nodes, self.pools, self.spread);
         if let PodsPerNode::Fixed(n) = self.pods_per_node {
             name.push_str(&format!("-{n}ppn"));
+        }
+        if self.full_coverage {
+            name.push_str("-full");
         }
         name
     }
@@ -144,8 +150,8 @@ fn shape(catalog: &CatalogFile, name: &'static str) -> Result<Shape> {
     })
 }
 
-fn nodepool(name: &str) -> Value {
-    json!({
+fn nodepool(name: &str, full_coverage: bool) -> Value {
+    let mut pool = json!({
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
         "metadata": {"name": name},
@@ -164,8 +170,19 @@ fn nodepool(name: &str) -> Value {
                 "budgets": [{"nodes": "100%"}],
             },
         },
-    })
+    });
+    if full_coverage
+        && let Some(reqs) = pool
+            .pointer_mut("/spec/template/spec/requirements")
+            .and_then(Value::as_array_mut)
+    {
+        reqs.push(json!({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [FULL_COVERAGE_TYPE]}));
+    }
+    pool
 }
+
+/// The one instance type of the full-coverage clusters.
+const FULL_COVERAGE_TYPE: &str = "m5.xlarge";
 
 fn condition(kind: &str) -> Value {
     json!({"type": kind, "status": "True", "lastTransitionTime": CREATED, "reason": kind, "message": ""})
@@ -180,11 +197,13 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
     let mut rng = SplitMix64::new(SEED);
     let mut documents = Vec::new();
     for p in 0..spec.pools {
-        documents.push(nodepool(&format!("np-{p}")));
+        documents.push(nodepool(&format!("np-{p}"), spec.full_coverage));
     }
+    let full = shape(catalog, FULL_COVERAGE_TYPE)?;
     let mut pods = 0;
     for i in 0..spec.nodes {
-        let shape = rng.pick(&shapes);
+        let drawn = rng.pick(&shapes);
+        let shape = if spec.full_coverage { &full } else { drawn };
         let zone = *rng.pick(&ZONES);
         let pool = format!("np-{}", i % spec.pools.max(1));
         let node_name = format!("node-{i:05}");
@@ -238,6 +257,34 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
             PodsPerNode::Fixed(n) => n,
         }
         .min(shape.max_pods);
+        if spec.full_coverage {
+            // Fill the node: pods of a fixed shape until the CPU is used up, so nothing fits elsewhere.
+            let (cpu, mem) = (CPU_MILLI[1], MEMORY_MIB[0] * MIB);
+            let fitting = usize::try_from(shape.cpu_milli / cpu)
+                .unwrap_or(0)
+                .min(shape.max_pods);
+            for j in 0..fitting {
+                documents.push(json!({
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": format!("pod-{i:05}-{j:02}"),
+                        "namespace": "default",
+                        "uid": format!("00000000-0000-4000-8000-{pods:012x}"),
+                        "labels": {"app": format!("app-{}", j % APPS)},
+                        "creationTimestamp": CREATED,
+                    },
+                    "spec": {"nodeName": node_name, "containers": [{
+                        "name": "app",
+                        "image": "registry.k8s.io/pause:3.9",
+                        "resources": {"requests": {"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)}},
+                    }]},
+                    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+                }));
+                pods += 1;
+            }
+            continue;
+        }
         let (min_cpu, min_mem) = (CPU_MILLI[0], MEMORY_MIB[0] * MIB);
         let (mut cpu_left, mut mem_left) = (shape.cpu_milli, shape.memory_bytes);
         let mut spread_index = 0;
