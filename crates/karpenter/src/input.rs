@@ -20,6 +20,71 @@ use karpenter_core::{
 };
 use serde_json::Value;
 
+use crate::schedule::OutputFormat;
+
+/// The flags `schedule` and `disrupt` share: what to read, when the decision is made and how to print it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InputArgs {
+    /// A YAML or JSON file, or a folder searched recursively for *.yaml, *.yml and *.json, holding Kubernetes
+    /// objects as `kubectl get -o yaml` prints them (multi-document streams and `kind: List` accepted): Pods,
+    /// Nodes, NodeClaims, NodePools, EC2NodeClasses, NodeOverlays, CapacityBuffers, DaemonSets, ReplicaSets,
+    /// StatefulSets, Deployments, Services, PodDisruptionBudgets, PVCs, PVs, StorageClasses, CSINodes and
+    /// Namespaces. Repeatable. Unbound pods not owned by a DaemonSet are pending. Unknown kinds and malformed
+    /// objects are reported on stderr and skipped.
+    #[arg(long = "snapshot", value_name = "PATH", required = true)]
+    pub snapshots: Vec<PathBuf>,
+
+    /// A catalog file (JSON or YAML: {"wellKnownLabels": [...], "instanceTypes": [{name, requirements,
+    /// capacity, overhead, offerings}]}) to use instead of the embedded AWS catalog.
+    #[arg(long, value_name = "PATH", conflicts_with = "region")]
+    pub instance_types: Option<PathBuf>,
+
+    /// The region whose embedded AWS catalog to use when no --instance-types is given (us-east-1, us-west-2,
+    /// eu-west-1).
+    #[arg(long, value_name = "REGION", default_value = "us-east-1")]
+    pub region: String,
+
+    /// The time the decision is made at, as RFC 3339 (2026-01-02T15:04:05Z): budgets' cron windows,
+    /// consolidateAfter, expireAfter and do-not-disrupt durations are evaluated at it. Defaults to now.
+    #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
+    pub now: Option<jiff::Timestamp>,
+
+    /// A YAML or JSON map of controller settings, in the controller's names: preferencePolicy
+    /// (Respect|Ignore), minValuesPolicy (Strict|BestEffort), featureGates ({ReservedCapacity: true,
+    /// NodeOverlay: false, CapacityBuffer: false, SpotToSpotConsolidation: false}), vmMemoryOverheadPercent,
+    /// reservedENIs; the environment names (PREFERENCE_POLICY, MIN_VALUES_POLICY, FEATURE_GATES:
+    /// "ReservedCapacity=true,NodeOverlay=false", ...) work too.
+    #[arg(long, value_name = "PATH")]
+    pub settings: Option<PathBuf>,
+
+    /// Output format; json is the stable contract other tools read.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Json)]
+    pub output: OutputFormat,
+}
+
+fn parse_now(s: &str) -> std::result::Result<jiff::Timestamp, String> {
+    s.parse::<jiff::Timestamp>()
+        .map_err(|e| format!("not an RFC 3339 time: {e}"))
+}
+
+impl InputArgs {
+    /// Loads everything the flags name (see [`load_all`]).
+    pub fn load(&self, note: &mut dyn FnMut(String)) -> Result<Loaded> {
+        load_all(
+            &self.snapshots,
+            self.instance_types.as_deref(),
+            &self.region,
+            self.settings.as_deref(),
+            note,
+        )
+    }
+
+    /// `--now`, or the current time.
+    pub fn now(&self) -> jiff::Timestamp {
+        self.now.unwrap_or_else(jiff::Timestamp::now)
+    }
+}
+
 /// Everything `schedule` and `disrupt` read, loaded once: settings, catalog, snapshot and the build options
 /// they imply.
 pub struct Loaded {

@@ -4,7 +4,7 @@
 pub mod output;
 pub mod table;
 
-use std::{collections::BTreeMap, io::Write as _, path::PathBuf};
+use std::{collections::BTreeMap, io::Write as _};
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -28,37 +28,8 @@ Examples:
 
 Exit status: 0 when the pass ran (a pass that does nothing is a result), 1 when the input is unusable.")]
 pub struct DisruptArgs {
-    /// A YAML or JSON file, or a folder searched recursively for *.yaml, *.yml and *.json, holding the cluster's
-    /// objects as `kubectl get -o yaml` prints them: Nodes, NodeClaims, NodePools, Pods,
-    /// PodDisruptionBudgets, DaemonSets and the rest `schedule` reads. Repeatable.
-    #[arg(long = "snapshot", value_name = "PATH", required = true)]
-    pub snapshots: Vec<PathBuf>,
-
-    /// A catalog file to use instead of the embedded AWS catalog (prices and offerings of replacements).
-    #[arg(long, value_name = "PATH", conflicts_with = "region")]
-    pub instance_types: Option<PathBuf>,
-
-    /// The region whose embedded AWS catalog to use when no --instance-types is given.
-    #[arg(long, value_name = "REGION", default_value = "us-east-1")]
-    pub region: String,
-
-    /// The time of the pass, as RFC 3339: budgets' cron windows, consolidateAfter, expireAfter and
-    /// do-not-disrupt durations are evaluated at it. Defaults to the current time.
-    #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
-    pub now: Option<jiff::Timestamp>,
-
-    /// Controller settings, as for `schedule` (featureGates.SpotToSpotConsolidation, preferencePolicy, ...).
-    #[arg(long, value_name = "PATH")]
-    pub settings: Option<PathBuf>,
-
-    /// Output format; json is the stable contract other tools read.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Json)]
-    pub output: OutputFormat,
-}
-
-fn parse_now(s: &str) -> Result<jiff::Timestamp, String> {
-    s.parse::<jiff::Timestamp>()
-        .map_err(|e| format!("not an RFC 3339 time: {e}"))
+    #[command(flatten)]
+    pub input: input::InputArgs,
 }
 
 /// Runs the command, writing notes to stderr and returning the rendered output.
@@ -68,15 +39,9 @@ pub fn run(args: &DisruptArgs) -> Result<String> {
         let line = line.replace(['\n', '\r'], " ");
         let _ = writeln!(stderr, "note: {line}");
     };
-    let loaded = input::load_all(
-        &args.snapshots,
-        args.instance_types.as_deref(),
-        &args.region,
-        args.settings.as_deref(),
-        &mut note,
-    )?;
+    let loaded = args.input.load(&mut note)?;
     let (snapshot, settings) = (&loaded.snapshot, &loaded.settings);
-    let now = args.now.unwrap_or_else(jiff::Timestamp::now);
+    let now = args.input.now();
     let mut inputs =
         build_disruption_inputs(snapshot, &loaded.catalog, &loaded.options, &NoProviderDrift, now);
     std::mem::take(&mut inputs.notes)
@@ -97,7 +62,7 @@ pub fn run(args: &DisruptArgs) -> Result<String> {
         .filter_map(|np| np.metadata.name.clone().map(|name| (name, np.hash())))
         .collect();
     let out = DisruptOutput::new(&inputs, &result, &nodepool_hashes);
-    Ok(match args.output {
+    Ok(match args.input.output {
         OutputFormat::Json => {
             let mut s = serde_json::to_string_pretty(&out).context("cannot encode the output as JSON")?;
             s.push('\n');
