@@ -15,8 +15,8 @@ use crate::{
 /// A resource list: resource name to quantity, as Kubernetes writes it.
 pub type ResourceList = BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
 
-/// The operators a requirement may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+/// The operators a requirement may use: Kubernetes' six plus Karpenter's inclusive Gte and Lte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 pub enum Operator {
     In,
     NotIn,
@@ -29,7 +29,23 @@ pub enum Operator {
 }
 
 impl Operator {
-    pub fn as_str(self) -> &'static str {
+    pub const ALL: [Self; 8] = [
+        Self::In,
+        Self::NotIn,
+        Self::Exists,
+        Self::DoesNotExist,
+        Self::Gt,
+        Self::Lt,
+        Self::Gte,
+        Self::Lte,
+    ];
+
+    /// Parses the operator exactly as spelled in the API (case-sensitive).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|op| op.as_str() == s)
+    }
+
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::In => "In",
             Self::NotIn => "NotIn",
@@ -45,6 +61,25 @@ impl Operator {
     /// Gt, Lt, Gte and Lte compare one integer.
     pub fn is_numeric(self) -> bool {
         matches!(self, Self::Gt | Self::Lt | Self::Gte | Self::Lte)
+    }
+}
+
+impl std::fmt::Display for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The operator string is not one of the eight Karpenter accepts.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown operator {0:?}; use one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte")]
+pub struct UnknownOperator(pub String);
+
+impl std::str::FromStr for Operator {
+    type Err = UnknownOperator;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s).ok_or_else(|| UnknownOperator(s.to_string()))
     }
 }
 

@@ -4,88 +4,14 @@
 //! Errors name the key, the operator and the offending value, because they reach users verbatim (a malformed
 //! NodePool or snapshot file).
 
-use std::fmt;
-use std::str::FromStr;
-
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use karpenter_api::common::NodeSelectorRequirementWithMinValues;
 use serde::{Deserialize, Serialize};
 
 use super::{LabelInterner, Requirement, Requirements};
 
-/// A node selector operator, including Karpenter's inclusive `Gte` and `Lte`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Operator {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-    Gt,
-    Lt,
-    Gte,
-    Lte,
-}
-
-impl Operator {
-    pub const ALL: [Self; 8] = [
-        Self::In,
-        Self::NotIn,
-        Self::Exists,
-        Self::DoesNotExist,
-        Self::Gt,
-        Self::Lt,
-        Self::Gte,
-        Self::Lte,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::In => "In",
-            Self::NotIn => "NotIn",
-            Self::Exists => "Exists",
-            Self::DoesNotExist => "DoesNotExist",
-            Self::Gt => "Gt",
-            Self::Lt => "Lt",
-            Self::Gte => "Gte",
-            Self::Lte => "Lte",
-        }
-    }
-}
-
-impl Operator {
-    /// Parses the operator exactly as spelled in the API (case-sensitive).
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|op| op.as_str() == s)
-    }
-
-    /// Gt, Lt, Gte and Lte compare against exactly one integer value.
-    pub fn is_numeric(self) -> bool {
-        matches!(self, Self::Gt | Self::Lt | Self::Gte | Self::Lte)
-    }
-}
-
-impl fmt::Display for Operator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The operator string is not one of the eight Karpenter accepts.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown operator {0:?}; use one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte")]
-pub struct UnknownOperator(pub String);
-
-impl FromStr for Operator {
-    type Err = UnknownOperator;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        // Kubernetes operators are case-sensitive.
-        Self::ALL
-            .into_iter()
-            .find(|op| op.as_str() == s)
-            .ok_or_else(|| UnknownOperator(s.to_string()))
-    }
-}
+/// The node selector operators, as the API types define them (Kubernetes' six plus Karpenter's Gte and Lte).
+pub use karpenter_api::common::{Operator, UnknownOperator};
 
 /// Why a requirement could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
