@@ -47,6 +47,22 @@ impl ValidationErrors {
         self.0.is_empty()
     }
 
+    /// The problems as `path: message`, joined, without the object's name (for callers that name it already).
+    pub fn fields(&self) -> String {
+        let each: Vec<String> = self
+            .0
+            .iter()
+            .map(|e| {
+                if e.path.is_empty() {
+                    e.message.clone()
+                } else {
+                    format!("{}: {}", e.path, e.message)
+                }
+            })
+            .collect();
+        each.join("; ")
+    }
+
     /// True when some error is at `path` or below it.
     pub fn has_path(&self, path: &str) -> bool {
         self.0.iter().any(|e| {

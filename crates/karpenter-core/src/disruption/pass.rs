@@ -146,9 +146,39 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
     let mut acted = vec![false; inputs.view.nodes.len()];
     let mut explained = vec![false; inputs.view.nodes.len()];
 
-    // Nodes a graceful method may not touch, and why.
+    // A NodePool that fails validation is reported and its nodes left alone.
+    for pool in &inputs.pools {
+        if let Some(why) = &pool.invalid {
+            result.errors.push(format!("NodePool {}: {why}", pool.name));
+        }
+    }
+    for (n, info) in inputs.claims.iter().enumerate() {
+        let Some(info) = info else { continue };
+        let pool = &inputs.pools[info.pool];
+        if pool.invalid.is_some() {
+            block(
+                &mut result,
+                &mut explained,
+                n,
+                format!(
+                    "NodePool {} is invalid (see errors); its nodes are left alone",
+                    pool.name
+                ),
+            );
+        }
+    }
+
+    // Nodes a graceful method may not touch, and why (the nodes of an invalid NodePool included).
     let graceful_blocked: Vec<Option<String>> = (0..inputs.view.nodes.len())
-        .map(|n| blocked_reason(&inputs.view, n, MethodClass::Graceful, now))
+        .map(|n| {
+            if inputs.claims[n]
+                .as_ref()
+                .is_some_and(|i| inputs.pools[i.pool].invalid.is_some())
+            {
+                return Some("its NodePool is invalid".to_string());
+            }
+            blocked_reason(&inputs.view, n, MethodClass::Graceful, now)
+        })
         .collect();
 
     let commands = 'methods: {
@@ -366,6 +396,7 @@ fn drifted_candidates(inputs: &DisruptionInputs, pool: usize, now: Timestamp) ->
         .filter_map(|(n, info)| {
             let info = info.as_ref()?;
             (info.pool == pool
+                && inputs.pools[pool].invalid.is_none()
                 && info.drift.is_some()
                 && blocked_reason(&inputs.view, n, MethodClass::Eventual, now).is_none())
             .then_some(n)
@@ -643,6 +674,43 @@ mod tests {
         assert_eq!(cmd.decision, Decision::Replace, "its pod needs a new node");
         assert_eq!(names(&inputs, &cmd.candidates), ["n1"]);
         assert_eq!(cmd.replacements.len(), 1);
+    }
+
+    #[test]
+    fn an_invalid_nodepool_is_reported_and_its_nodes_left_alone() {
+        let [n1, c1] = managed("n1");
+        let p = pool("{consolidateAfter: 0s, budgets: [{nodes: \"1\", schedule: \"0 9 * * *\"}]}");
+        let (inputs, r) = run_with_notes(&[&p, &n1, &c1]);
+        assert!(
+            r.commands.is_empty(),
+            "the empty node of an invalid NodePool is not removed"
+        );
+        assert_eq!(
+            r.errors,
+            ["NodePool default: spec.disruption.budgets[0]: schedule and duration must be set together"]
+        );
+        assert!(
+            blocked(&inputs, &r, "n1")
+                .unwrap()
+                .contains("NodePool default is invalid")
+        );
+    }
+
+    /// Like `run`, for snapshots whose conversion notes a problem (an invalid NodePool).
+    fn run_with_notes(objects: &[&str]) -> (crate::snapshot::DisruptionInputs, PassResult) {
+        let mut snap = crate::snapshot::Snapshot::default();
+        snap.add_text(&objects.join("\n---\n"), "test.yaml");
+        let now: Timestamp = NOW.parse().unwrap();
+        let mut inputs =
+            build_disruption_inputs(&snap, &catalog(), &BuildOptions::default(), &NoProviderDrift, now);
+        let result = disruption_pass(
+            &mut inputs,
+            &PassSettings {
+                now,
+                spot_to_spot: false,
+            },
+        );
+        (inputs, result)
     }
 
     proptest::proptest! {

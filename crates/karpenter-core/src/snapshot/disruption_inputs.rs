@@ -52,6 +52,8 @@ pub struct PoolInfo {
     pub nodes: usize,
     /// Of those, deleting or NotReady (they use up the budget).
     pub disrupting: usize,
+    /// Why the NodePool fails validation, if it does: its nodes are left alone.
+    pub invalid: Option<String>,
 }
 
 /// A managed node's NodeClaim as a disruption pass reads it.
@@ -196,6 +198,7 @@ pub fn build_disruption_inputs(
             is_static: p.is_static(),
             nodes: 0,
             disrupting: 0,
+            invalid: p.validate(options.label_policy).err().map(|e| e.fields()),
         })
         .collect();
     let pool_index: HashMap<String, usize> = pools

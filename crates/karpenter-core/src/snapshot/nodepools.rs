@@ -141,7 +141,7 @@ fn template(
         return None;
     }
     if let Err(e) = pool.validate(sources.policy) {
-        cx.note(object, format!("{e}; not used"));
+        cx.note(object, format!("{}; not used", e.fields()));
         return None;
     }
     let spec = &pool.spec.template.spec;
