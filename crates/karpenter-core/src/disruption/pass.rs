@@ -677,6 +677,29 @@ mod tests {
     }
 
     #[test]
+    fn pending_pods_keep_the_room_they_need_from_consolidation() {
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        let p = pool("{consolidateAfter: 0s}");
+        let a = bound_pod("default", "a", "n1", "1", "");
+        let b = bound_pod("default", "b", "n2", "1", "");
+        let (_, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b]);
+        assert_eq!(
+            r.commands[0].decision,
+            Decision::Delete,
+            "without pending pods one node's pod moves over"
+        );
+        // A pending pod needs the room left on either node: deleting one would push a pod onto a new node.
+        let waiting = pending_pod("default", "waiting", "2500m", "");
+        let (_, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b, &waiting]);
+        assert!(
+            r.commands.iter().all(|c| c.decision != Decision::Delete),
+            "{:?}",
+            r.commands.iter().map(|c| c.method).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn an_invalid_nodepool_is_reported_and_its_nodes_left_alone() {
         let [n1, c1] = managed("n1");
         let p = pool("{consolidateAfter: 0s, budgets: [{nodes: \"1\", schedule: \"0 9 * * *\"}]}");

@@ -108,10 +108,9 @@ pub fn build_disruption_inputs(
     provider: &dyn DriftProvider,
     now: Timestamp,
 ) -> DisruptionInputs {
+    // The base holds the cluster as it is, with its pending pods (and the pods of deleting nodes): as upstream
+    // does, every re-simulation places them too, so consolidation never takes the room they need.
     let mut base = build_schedule_inputs(snapshot, catalog, options);
-    // The base holds the cluster as it is: what is pending is the provisioner's business.
-    base.input.pods.clear();
-    base.pod_names.clear();
     let view = build_cluster_view(snapshot, &mut base.interner);
 
     // View nodes are the snapshot's named Nodes, in order.

@@ -94,14 +94,22 @@ impl DisruptOutput {
             .commands
             .iter()
             .map(|c| {
-                // The re-simulation placed the candidates' pods in candidate order: index them the same way.
+                // The re-simulation placed the pending pods first, then the candidates' pods in candidate order:
+                // index them the same way.
+                let pending = &inputs.base.input.pods;
                 let moved: Vec<String> = c
                     .candidates
                     .iter()
                     .flat_map(|&n| inputs.pods_of.get(n).into_iter().flatten())
                     .map(|p| p.id.clone())
                     .collect();
-                let pod_id = |p: usize| moved.get(p).cloned().unwrap_or_else(|| format!("pod #{p}"));
+                let pod_id = |p: usize| match pending.get(p) {
+                    Some(pod) => pod.id.clone(),
+                    None => moved
+                        .get(p - pending.len())
+                        .cloned()
+                        .unwrap_or_else(|| format!("pod #{p}")),
+                };
                 CommandOutput {
                     method: c.method.as_str().to_string(),
                     reason: c.reason.as_str().to_string(),
