@@ -530,21 +530,6 @@ mod tests {
         [node, claim]
     }
 
-    fn run(objects: &[&str]) -> (crate::snapshot::DisruptionInputs, PassResult) {
-        let snap = snapshot(objects);
-        let now: Timestamp = NOW.parse().unwrap();
-        let mut inputs =
-            build_disruption_inputs(&snap, &catalog(), &BuildOptions::default(), &NoProviderDrift, now);
-        let result = disruption_pass(
-            &mut inputs,
-            &PassSettings {
-                now,
-                spot_to_spot: false,
-            },
-        );
-        (inputs, result)
-    }
-
     fn names(inputs: &crate::snapshot::DisruptionInputs, nodes: &[usize]) -> Vec<String> {
         let mut v: Vec<String> = nodes.iter().map(|&n| inputs.view.nodes[n].name.clone()).collect();
         v.sort();
@@ -703,7 +688,7 @@ mod tests {
     fn an_invalid_nodepool_is_reported_and_its_nodes_left_alone() {
         let [n1, c1] = managed("n1");
         let p = pool("{consolidateAfter: 0s, budgets: [{nodes: \"1\", schedule: \"0 9 * * *\"}]}");
-        let (inputs, r) = run_with_notes(&[&p, &n1, &c1]);
+        let (inputs, r) = run(&[&p, &n1, &c1]);
         assert!(
             r.commands.is_empty(),
             "the empty node of an invalid NodePool is not removed"
@@ -719,10 +704,10 @@ mod tests {
         );
     }
 
-    /// Like `run`, for snapshots whose conversion notes a problem (an invalid NodePool).
-    fn run_with_notes(objects: &[&str]) -> (crate::snapshot::DisruptionInputs, PassResult) {
-        let mut snap = crate::snapshot::Snapshot::default();
-        snap.add_text(&objects.join("\n---\n"), "test.yaml");
+    /// Builds the pass inputs from objects that load without a note (conversion may note problems, such as an
+    /// invalid NodePool) and runs the pass.
+    fn run(objects: &[&str]) -> (crate::snapshot::DisruptionInputs, PassResult) {
+        let snap = snapshot(objects);
         let now: Timestamp = NOW.parse().unwrap();
         let mut inputs =
             build_disruption_inputs(&snap, &catalog(), &BuildOptions::default(), &NoProviderDrift, now);

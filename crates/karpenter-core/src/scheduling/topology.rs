@@ -386,7 +386,8 @@ impl Topology {
         if domains.is_empty() {
             return;
         }
-        let universe = self.universes.get(&key).cloned().unwrap_or_default();
+        // Borrow the universe and the group apart rather than copying the universe on every placement.
+        let universe = self.universes.get(&key).map_or(&[][..], Vec::as_slice);
         let group = &mut self.groups[g];
         let counts = if owner {
             &mut group.owners
@@ -394,7 +395,7 @@ impl Topology {
             &mut group.counts
         };
         for d in domains {
-            Self::bump(&universe, counts, d);
+            Self::bump(universe, counts, d);
         }
     }
 
