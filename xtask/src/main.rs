@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod catalog;
 mod crds;
+mod measure;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "Project tasks for karpenter-rs")]
@@ -35,6 +36,12 @@ enum Command {
         /// The folder holding instance-types.json, on-demand-prices.json and zones.json.
         #[arg(long, default_value = "../shared/data/aws")]
         data: PathBuf,
+    },
+    /// Run a command and print its wall time and peak RSS as JSON (used by the benches).
+    #[command(hide = true)]
+    Measure {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
     },
 }
 
@@ -70,5 +77,6 @@ fn main() -> anyhow::Result<()> {
             let data = if data.is_absolute() { data } else { root.join(data) };
             catalog::run(&data, &root.join("crates/karpenter-core/data"), check)
         }
+        Command::Measure { command } => measure::run(&command),
     }
 }

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub, SubAssign};
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use crate::snapshot::compact_pod::{CompactContainer, CompactPodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_api::quantity::{QuantityError, format_milli, parse_milli};
 
@@ -490,7 +490,7 @@ fn parse_quantity(name: &str, quantity: &Quantity) -> Result<i64, ResourceError>
 /// What one container requests, with Kubernetes' defaulting: a resource with a limit and no request requests
 /// its limit.
 pub fn container_requests(
-    container: &Container,
+    container: &CompactContainer,
     table: &mut ResourceTable,
 ) -> Result<Resources, ResourceError> {
     let mut out = Resources::zero();
@@ -515,7 +515,7 @@ fn is_pod_level_resource(name: &str) -> bool {
 }
 
 /// Whether any container or init container names `name` in its requests or limits.
-fn containers_name(spec: &PodSpec, name: &str) -> bool {
+fn containers_name(spec: &CompactPodSpec, name: &str) -> bool {
     spec.containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
@@ -540,7 +540,7 @@ fn containers_name(spec: &PodSpec, name: &str) -> bool {
 /// 5. `pods` is 1.
 ///
 /// Requests, never limits, except that a container limit with no request defaults the request to it.
-pub fn pod_requests(spec: &PodSpec, table: &mut ResourceTable) -> Result<Resources, ResourceError> {
+pub fn pod_requests(spec: &CompactPodSpec, table: &mut ResourceTable) -> Result<Resources, ResourceError> {
     let mut total = Resources::zero();
     for c in &spec.containers {
         total += &container_requests(c, table).map_err(|e| e.at(|| format!("container {:?}", c.name)))?;

@@ -8,6 +8,7 @@
 
 use std::{
     fs,
+    io::{self, BufRead as _},
     path::{Path, PathBuf},
 };
 
@@ -20,7 +21,7 @@ use karpenter_core::{
 };
 use serde_json::Value;
 
-use crate::schedule::OutputFormat;
+use crate::{json_stream, schedule::OutputFormat};
 
 /// The flags `schedule` and `disrupt` share: what to read, when the decision is made and how to print it.
 #[derive(Debug, Clone, clap::Args)]
@@ -148,11 +149,50 @@ pub fn load_snapshot(paths: &[PathBuf]) -> Result<(Snapshot, Vec<SnapshotNote>)>
             vec![path.clone()]
         };
         for file in files {
-            let text = read_text(&file, "snapshot")?;
-            notes.extend(snapshot.add_text(&text, &file.display().to_string()));
+            read_snapshot_file(&file, &mut snapshot, &mut notes)?;
         }
     }
     Ok((snapshot, notes))
+}
+
+/// Reads one snapshot file. JSON (what `kubectl get -o json` prints) is streamed object by object, so a
+/// 150,000-pod dump is never held whole; anything else, or JSON the streaming reader cannot start on, is read
+/// as YAML/JSON text.
+fn read_snapshot_file(path: &Path, snapshot: &mut Snapshot, notes: &mut Vec<SnapshotNote>) -> Result<()> {
+    let source = path.display().to_string();
+    let cannot_read = || format!("cannot read snapshot file {source}");
+    let mut reader = io::BufReader::new(fs::File::open(path).with_context(cannot_read)?);
+    let first = reader
+        .fill_buf()
+        .with_context(cannot_read)?
+        .iter()
+        .copied()
+        .find(|b| !b.is_ascii_whitespace());
+    if matches!(first, Some(b'{' | b'[')) {
+        let outcome = json_stream::read_json(reader, &source, snapshot, notes);
+        match outcome.error {
+            None => return Ok(()),
+            Some(e) if e.is_io() => return Err(e).with_context(cannot_read),
+            Some(e) if outcome.objects > 0 => {
+                notes.push(SnapshotNote::new(
+                    source,
+                    format!(
+                        "not valid JSON at line {} column {}: {e}; the {} object(s) before that point were read, \
+                         the rest of the file was not",
+                        e.line(),
+                        e.column(),
+                        outcome.objects
+                    ),
+                ));
+                return Ok(());
+            }
+            // Nothing read yet: it may be YAML in flow style; the text reader says what is wrong with it.
+            Some(_) => {}
+        }
+    }
+    let text = read_text(path, "snapshot")?;
+    notes.extend(snapshot.add_text(&text, &source));
+    Ok(())
 }
 
 fn collect_snapshot_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod disrupt;
 mod input;
+mod json_stream;
 mod schedule;
 
 #[derive(Parser)]

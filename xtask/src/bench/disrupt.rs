@@ -11,12 +11,24 @@
 //! grid). The clusters are described in [`disrupt_workloads`](super::disrupt_workloads); seed 42.
 //!
 //! Building the snapshot is untimed. `build_disruption_inputs` (build_seconds) and `disruption_pass`
-//! (seconds) are timed once each, wall clock; total_seconds is their sum. Peak RSS is VmHWM after the pass,
-//! reset once the snapshot is built (so it includes the snapshot).
+//! (seconds) are timed once each, wall clock; total_seconds is their sum. peak_rss_bytes is this process's
+//! VmHWM after the pass, reset once the snapshot is built; it includes the generated JSON documents the
+//! bench holds, so it is an upper bound, not what a user sees.
+//!
+//! What a user sees is measured on the 5000-node rows: the cluster is written as one `kind: List` JSON file
+//! (pods as `kubectl get -o json` prints them, about 3 KB each) and the release `karpenter disrupt` binary is
+//! run on it through `xtask measure`: cli_seconds is its wall time (reading the file included) and
+//! cli_peak_rss_bytes its peak RSS, the issue's "peak memory of `karpenter disrupt` on that snapshot".
 
-use std::time::Instant;
+use std::{
+    fs,
+    io::{BufWriter, Write as _},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Instant,
+};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use karpenter_api::label_policy::LabelPolicy;
 use karpenter_core::{
     catalog::{CatalogFile, aws_catalog},
@@ -26,7 +38,7 @@ use karpenter_core::{
     },
     snapshot::{BuildOptions, Snapshot, build_disruption_inputs},
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{
     disrupt_workloads::{self, ClusterSpec, NOW, PodsPerNode},
@@ -53,6 +65,18 @@ struct Row {
     savings_per_hour: f64,
     commands: usize,
     peak_rss_bytes: u64,
+    /// `karpenter disrupt` run as a user would, on the cluster written as one JSON List (5000-node rows only).
+    cli: Option<CliRun>,
+}
+
+/// What `karpenter disrupt --snapshot FILE.json` measured, through `xtask measure`.
+#[derive(serde::Deserialize)]
+struct CliRun {
+    seconds: f64,
+    peak_rss_bytes: u64,
+    success: bool,
+    #[serde(skip)]
+    snapshot_bytes: u64,
 }
 
 impl Row {
@@ -71,6 +95,9 @@ impl Row {
             "savings_per_hour": self.savings_per_hour,
             "commands": self.commands,
             "peak_rss_bytes": self.peak_rss_bytes,
+            "cli_seconds": self.cli.as_ref().map(|c| c.seconds),
+            "cli_peak_rss_bytes": self.cli.as_ref().map(|c| c.peak_rss_bytes),
+            "cli_snapshot_bytes": self.cli.as_ref().map(|c| c.snapshot_bytes),
         })
         .to_string()
     }
@@ -115,11 +142,17 @@ pub fn run(json: bool, nodes: Option<usize>) -> Result<()> {
         Some(n) => grid(n),
         None => SIZES.iter().chain([&LARGE]).flat_map(|&n| grid(n)).collect(),
     };
+    let karpenter = if plan.iter().any(|s| s.nodes >= LARGE) {
+        Some(build_karpenter()?)
+    } else {
+        None
+    };
     if !json {
         print_header();
     }
     for spec in &plan {
-        let row = run_one(spec, &catalog)?;
+        let cli = karpenter.as_deref().filter(|_| spec.nodes >= LARGE);
+        let row = run_one(spec, &catalog, cli)?;
         if json {
             println!("{}", row.to_json());
         } else {
@@ -129,10 +162,73 @@ pub fn run(json: bool, nodes: Option<usize>) -> Result<()> {
     Ok(())
 }
 
-fn run_one(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Row> {
+/// Builds the release `karpenter` binary the 5000-node rows run; returns its path.
+fn build_karpenter() -> Result<PathBuf> {
+    let root = crate::workspace_root();
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--quiet", "--package", "karpenter"])
+        .current_dir(&root)
+        .status()
+        .context("cannot run cargo build")?;
+    if !status.success() {
+        bail!("cargo build --release -p karpenter failed");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    Ok(target.join("release/karpenter"))
+}
+
+/// Writes the cluster as one `kind: List` JSON file (what `kubectl get ... -o json` prints) and runs
+/// `karpenter disrupt` on it through `xtask measure`, so the figures are the binary's own.
+fn run_cli(karpenter: &Path, name: &str, documents: &[Value]) -> Result<CliRun> {
+    let dir = crate::workspace_root().join("target/bench");
+    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let file = dir.join(format!("disrupt-{name}.json"));
+    {
+        let mut out = BufWriter::new(
+            fs::File::create(&file).with_context(|| format!("cannot write {}", file.display()))?,
+        );
+        out.write_all(br#"{"apiVersion":"v1","kind":"List","metadata":{"resourceVersion":""},"items":["#)?;
+        for (i, doc) in documents.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut out, doc)?;
+        }
+        out.write_all(b"]}\n")?;
+        out.flush()?;
+    }
+    let snapshot_bytes = fs::metadata(&file)?.len();
+    let output = Command::new(std::env::current_exe()?)
+        .arg("measure")
+        .arg("--")
+        .arg(karpenter)
+        .args(["disrupt", "--snapshot"])
+        .arg(&file)
+        .args(["--now", NOW, "-o", "json"])
+        .stderr(Stdio::null())
+        .output()
+        .context("cannot run xtask measure")?;
+    let mut run: CliRun = serde_json::from_slice(&output.stdout).with_context(|| {
+        format!(
+            "xtask measure printed {:?}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })?;
+    if !run.success {
+        bail!("karpenter disrupt failed on {}", file.display());
+    }
+    run.snapshot_bytes = snapshot_bytes;
+    let _ = fs::remove_file(&file);
+    Ok(run)
+}
+
+fn run_one(spec: &ClusterSpec, catalog: &CatalogFile, karpenter: Option<&Path>) -> Result<Row> {
     let name = spec.name();
     let cluster = disrupt_workloads::cluster(spec, catalog)?;
     let pods = cluster.pods;
+    let cli = karpenter
+        .map(|k| run_cli(k, &name, &cluster.documents))
+        .transpose()?;
     let mut snapshot = Snapshot::default();
     let notes = snapshot.add_documents(cluster.documents.into_iter().map(Ok).collect(), &name);
     for note in &notes {
@@ -195,12 +291,13 @@ fn run_one(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Row> {
             .fold(0.0, |a, b| a + b),
         commands: result.commands.len(),
         peak_rss_bytes,
+        cli,
     })
 }
 
 fn print_header() {
     println!(
-        "{:<28} {:>5} {:>6} {:>4} {:>4} {:<26} {:>5} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8}",
+        "{:<28} {:>5} {:>6} {:>4} {:>4} {:<26} {:>5} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8} {:>7} {:>8}",
         "WORKLOAD",
         "NODES",
         "PODS",
@@ -213,7 +310,9 @@ fn print_header() {
         "MS/CAND",
         "SAVE $/H",
         "CMDS",
-        "RSS MiB"
+        "RSS MiB",
+        "CLI S",
+        "CLI MiB"
     );
 }
 
@@ -224,7 +323,7 @@ fn print_row(r: &Row) {
         "-".into()
     };
     println!(
-        "{:<28} {:>5} {:>6} {:>4} {:>4} {:<26} {:>5} {:>9.4} {:>9.4} {:>9} {:>9.4} {:>4} {:>8.1}",
+        "{:<28} {:>5} {:>6} {:>4} {:>4} {:<26} {:>5} {:>9.4} {:>9.4} {:>9} {:>9.4} {:>4} {:>8.1} {:>7} {:>8}",
         r.workload,
         r.nodes,
         r.pods,
@@ -238,5 +337,10 @@ fn print_row(r: &Row) {
         r.savings_per_hour,
         r.commands,
         r.peak_rss_bytes as f64 / (1024.0 * 1024.0),
+        r.cli.as_ref().map_or("-".into(), |c| format!("{:.2}", c.seconds)),
+        r.cli.as_ref().map_or("-".into(), |c| format!(
+            "{:.1}",
+            c.peak_rss_bytes as f64 / (1024.0 * 1024.0)
+        )),
     );
 }

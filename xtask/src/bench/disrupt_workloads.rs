@@ -188,6 +188,103 @@ fn condition(kind: &str) -> Value {
     json!({"type": kind, "status": "True", "lastTransitionTime": CREATED, "reason": kind, "message": ""})
 }
 
+/// A running pod as `kubectl get pod -o json` prints one made by a Deployment: `spec` (node name, spread) is
+/// completed with the fields the API server and kubelet fill in (service-account volume and mount, default
+/// tolerations, probes, env, container statuses, conditions, ...), so the snapshot loader is measured on
+/// objects of a real pod's size (about 3 KB of JSON), not on the few fields decisions read.
+fn kubectl_pod(name: &str, n: usize, app: &str, mut spec: Value, requests: Value) -> Value {
+    let replica_set = format!("{app}-5d8f7b9c4");
+    let container_id = format!("containerd://{n:064x}");
+    let fields = json!({
+        "containers": [{
+            "name": "app",
+            "image": "registry.k8s.io/pause:3.9",
+            "imagePullPolicy": "IfNotPresent",
+            "env": [
+                {"name": "APP", "value": app},
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                {"name": "LOG_LEVEL", "value": "info"},
+            ],
+            "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+            "readinessProbe": {
+                "httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
+                "failureThreshold": 3, "periodSeconds": 10, "successThreshold": 1, "timeoutSeconds": 1,
+            },
+            "resources": {"requests": requests},
+            "terminationMessagePath": "/dev/termination-log",
+            "terminationMessagePolicy": "File",
+            "volumeMounts": [{
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                "name": "kube-api-access-x7k2p", "readOnly": true,
+            }],
+        }],
+        "dnsPolicy": "ClusterFirst",
+        "enableServiceLinks": true,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "priority": 0,
+        "restartPolicy": "Always",
+        "schedulerName": "default-scheduler",
+        "securityContext": {},
+        "serviceAccount": "default",
+        "serviceAccountName": "default",
+        "terminationGracePeriodSeconds": 30,
+        "tolerations": [
+            {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready", "operator": "Exists", "tolerationSeconds": 300},
+            {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable", "operator": "Exists", "tolerationSeconds": 300},
+        ],
+        "volumes": [{
+            "name": "kube-api-access-x7k2p",
+            "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"items": [{"key": "ca.crt", "path": "ca.crt"}], "name": "kube-root-ca.crt"}},
+                {"downwardAPI": {"items": [{"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}, "path": "namespace"}]}},
+            ]},
+        }],
+    });
+    if let (Some(spec), Value::Object(fields)) = (spec.as_object_mut(), fields) {
+        spec.extend(fields);
+    }
+    let condition = |kind: &str| json!({"type": kind, "status": "True", "lastProbeTime": null, "lastTransitionTime": CREATED});
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "generateName": format!("{replica_set}-"),
+            "namespace": "default",
+            "uid": format!("00000000-0000-4000-8000-{n:012x}"),
+            "resourceVersion": (1000 + n).to_string(),
+            "labels": {"app": app, "pod-template-hash": "5d8f7b9c4"},
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": replica_set,
+                "uid": "11111111-0000-4000-8000-000000000000", "controller": true, "blockOwnerDeletion": true,
+            }],
+            "creationTimestamp": CREATED,
+        },
+        "spec": spec,
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                condition("PodReadyToStartContainers"), condition("Initialized"), condition("Ready"),
+                condition("ContainersReady"), condition("PodScheduled"),
+            ],
+            "containerStatuses": [{
+                "containerID": container_id,
+                "image": "registry.k8s.io/pause:3.9",
+                "imageID": "registry.k8s.io/pause@sha256:7031c1b283388d2c2e09b57badb803c05ebed362dc88d84b480cc47f72a21097",
+                "lastState": {}, "name": "app", "ready": true, "restartCount": 0, "started": true,
+                "state": {"running": {"startedAt": CREATED}},
+            }],
+            "hostIP": "10.0.12.34",
+            "hostIPs": [{"ip": "10.0.12.34"}],
+            "podIP": format!("10.1.{}.{}", (n / 250) % 250, n % 250),
+            "podIPs": [{"ip": format!("10.1.{}.{}", (n / 250) % 250, n % 250)}],
+            "qosClass": "Burstable",
+            "startTime": CREATED,
+        },
+    })
+}
+
 /// Generates the cluster of `spec` on `catalog` (the embedded AWS us-east-1 catalog).
 pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
     let shapes = INSTANCE_TYPES
@@ -264,23 +361,15 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
                 .unwrap_or(0)
                 .min(shape.max_pods);
             for j in 0..fitting {
-                documents.push(json!({
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": format!("pod-{i:05}-{j:02}"),
-                        "namespace": "default",
-                        "uid": format!("00000000-0000-4000-8000-{pods:012x}"),
-                        "labels": {"app": format!("app-{}", j % APPS)},
-                        "creationTimestamp": CREATED,
-                    },
-                    "spec": {"nodeName": node_name, "containers": [{
-                        "name": "app",
-                        "image": "registry.k8s.io/pause:3.9",
-                        "resources": {"requests": {"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)}},
-                    }]},
-                    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-                }));
+                let requests = json!({"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)});
+                let app = format!("app-{}", j % APPS);
+                documents.push(kubectl_pod(
+                    &format!("pod-{i:05}-{j:02}"),
+                    pods,
+                    &app,
+                    json!({"nodeName": node_name}),
+                    requests,
+                ));
                 pods += 1;
             }
             continue;
@@ -309,33 +398,21 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
             } else {
                 format!("app-{plain_app}")
             };
-            let mut pod_spec = json!({
-                "nodeName": node_name,
-                "containers": [{
-                    "name": "app",
-                    "image": "registry.k8s.io/pause:3.9",
-                    "resources": {"requests": {"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)}},
-                }],
-            });
+            let mut pod_spec = json!({"nodeName": node_name});
             if spread {
                 pod_spec["topologySpreadConstraints"] = json!([{
                     "maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
                     "labelSelector": {"matchLabels": {"app": app}},
                 }]);
             }
-            documents.push(json!({
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": format!("pod-{i:05}-{j:02}"),
-                    "namespace": "default",
-                    "uid": format!("00000000-0000-4000-8000-{pods:012x}"),
-                    "labels": {"app": app},
-                    "creationTimestamp": CREATED,
-                },
-                "spec": pod_spec,
-                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-            }));
+            let requests = json!({"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)});
+            documents.push(kubectl_pod(
+                &format!("pod-{i:05}-{j:02}"),
+                pods,
+                &app,
+                pod_spec,
+                requests,
+            ));
             pods += 1;
         }
     }

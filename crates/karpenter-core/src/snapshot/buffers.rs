@@ -5,13 +5,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Pod as KubePod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use karpenter_api::capacitybuffer::{ACTIVE_CAPACITY_STRATEGY, CapacityBuffer};
 
 use crate::{resources::pod_requests, scheduling::Pod};
 
 use super::{
     Snapshot,
+    compact_pod::{CompactPod, CompactPodSpec},
     context::{Context, describe},
     pods::PodConverter,
 };
@@ -141,7 +142,8 @@ pub(super) fn buffer_pods(
             cx.note(object, "its pod template has no spec; ignored");
             continue;
         };
-        let requests = match pod_requests(spec, &mut cx.table) {
+        let spec = CompactPodSpec::from(spec);
+        let requests = match pod_requests(&spec, &mut cx.table) {
             Ok(r) => r,
             Err(e) => {
                 cx.note(object, format!("{e}; ignored"));
@@ -162,9 +164,9 @@ pub(super) fn buffer_pods(
         if replicas <= 0 {
             continue;
         }
-        let mut pod = KubePod {
-            metadata: template.metadata.clone().unwrap_or_default(),
-            spec: Some(spec.clone()),
+        let mut pod = CompactPod {
+            metadata: template.metadata.clone().unwrap_or_default().into(),
+            spec: Some(spec),
             status: None,
         };
         pod.metadata.namespace = Some(namespace.to_string());

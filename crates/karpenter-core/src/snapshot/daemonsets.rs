@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Pod as KubePod, PodSpec, Toleration as KubeToleration};
+use k8s_openapi::api::core::v1::{PodSpec, Toleration as KubeToleration};
 
 use crate::{
     requirements::{Requirements, WellKnownKeys},
@@ -16,6 +16,7 @@ use crate::{
 
 use super::{
     Snapshot,
+    compact_pod::{CompactPod, CompactPodSpec},
     context::{Context, describe},
     pods::{daemon_set_owner, is_terminal},
     taints::tolerations,
@@ -53,7 +54,7 @@ impl DaemonPods {
             return out;
         }
         // One running pod per DaemonSet, for its actual requests.
-        let mut running: HashMap<(String, String), &KubePod> = HashMap::new();
+        let mut running: HashMap<(String, String), &CompactPod> = HashMap::new();
         for pod in &snapshot.pods {
             if let Some(owner) = daemon_set_owner(pod)
                 && !is_terminal(pod)
@@ -72,11 +73,11 @@ impl DaemonPods {
                 continue;
             };
             let key = (namespace, name);
-            let requests_from: &PodSpec = running
-                .get(&key)
-                .and_then(|p| p.spec.as_ref())
-                .unwrap_or(template);
-            let requests = match pod_requests(requests_from, &mut cx.table) {
+            let requests = match running.get(&key).and_then(|p| p.spec.as_ref()) {
+                Some(spec) => pod_requests(spec, &mut cx.table),
+                None => pod_requests(&CompactPodSpec::from(template), &mut cx.table),
+            };
+            let requests = match requests {
                 Ok(r) => r,
                 Err(e) => {
                     cx.note(object, format!("{e}; its pods are not counted as node overhead"));

@@ -8,8 +8,8 @@ use std::{
     sync::Arc,
 };
 
+use super::compact_pod::CompactPod;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod as KubePod;
 use karpenter_api::{
     labels,
     nodeclaim::NodeClaim,
@@ -142,7 +142,7 @@ pub fn build_disruption_inputs(
     let mut converter = PodConverter::new(&namespaces, &volumes);
     let mut pods_of: Vec<Vec<Pod>> = vec![Vec::new(); view.nodes.len()];
     let mut unconverted_of: Vec<Vec<String>> = vec![Vec::new(); view.nodes.len()];
-    let mut kube_pods: Vec<&KubePod> = Vec::with_capacity(view.pods.len());
+    let mut kube_pods: Vec<&CompactPod> = Vec::with_capacity(view.pods.len());
     {
         let mut view_index: HashMap<&str, usize> = HashMap::with_capacity(view.nodes.len());
         for (i, n) in view.nodes.iter().enumerate() {

@@ -27,13 +27,10 @@ fn label<'a>(labels: Option<&'a std::collections::BTreeMap<String, String>>, key
 }
 
 fn annotation<'a>(
-    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    annotations: Option<&'a std::collections::BTreeMap<String, String>>,
     key: &str,
 ) -> Option<&'a str> {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
+    annotations.and_then(|a| a.get(key)).map(String::as_str)
 }
 
 /// Builds the view. Pods bound to nodes missing from the snapshot are left out (they block nothing here).
@@ -79,7 +76,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             deleting: is_deleting(node) || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
             ready,
             do_not_disrupt: DoNotDisrupt::for_node(annotation(
-                &node.metadata,
+                node.metadata.annotations.as_ref(),
                 labels::DO_NOT_DISRUPT_ANNOTATION,
             )),
             has_termination_grace_period: claim.is_some_and(|c| c.spec.termination_grace_period.is_some()),
@@ -118,7 +115,10 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
             .is_some_and(|c| c.status == "True");
         let tols = tolerations(pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()), interner);
-        let is_buffer = annotation(meta, labels::CAPACITY_BUFFER_FAKE_POD_ANNOTATION) == Some("true");
+        let is_buffer = annotation(
+            meta.annotations.as_ref(),
+            labels::CAPACITY_BUFFER_FAKE_POD_ANNOTATION,
+        ) == Some("true");
         if is_buffer {
             view.nodes[node].holds_capacity_buffer = true;
         }
@@ -133,7 +133,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             terminating: is_terminating(pod),
             ready,
             do_not_disrupt: DoNotDisrupt::for_pod(
-                annotation(meta, labels::DO_NOT_DISRUPT_ANNOTATION),
+                annotation(meta.annotations.as_ref(), labels::DO_NOT_DISRUPT_ANNOTATION),
                 started,
             ),
             tolerates_disrupted: tols.iter().any(|t| t.tolerates(&disrupted)),

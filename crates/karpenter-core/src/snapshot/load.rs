@@ -32,7 +32,15 @@ impl Snapshot {
         self.add_documents(manifest::split_documents(text), source)
     }
 
-    fn add_value(&mut self, mut value: Value, position: &dyn Fn() -> String, notes: &mut Vec<SnapshotNote>) {
+    /// Adds one parsed object (or every item of a `kind: List`); `position` names it in notes when it has no
+    /// name of its own (`document 3 of file.yaml`). A reader that streams a large file object by object calls
+    /// this per object, so the whole file is never held as one JSON tree.
+    pub fn add_value(
+        &mut self,
+        mut value: Value,
+        position: &dyn Fn() -> String,
+        notes: &mut Vec<SnapshotNote>,
+    ) {
         let Some(kind) = value.get("kind").and_then(Value::as_str).map(str::to_string) else {
             let message = if value.is_object() {
                 "has no kind"

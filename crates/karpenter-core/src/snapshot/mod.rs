@@ -20,6 +20,7 @@
 //! snapshot's size.
 
 mod buffers;
+pub mod compact_pod;
 mod context;
 mod daemonsets;
 mod disruption_inputs;
@@ -40,9 +41,7 @@ use std::{collections::HashMap, fmt, sync::Arc};
 
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet},
-    core::v1::{
-        Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod as KubePod, PodTemplate, Service,
-    },
+    core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate, Service},
     policy::v1::PodDisruptionBudget,
     storage::v1::{CSINode, StorageClass},
 };
@@ -61,13 +60,15 @@ use crate::{
 
 use context::Context;
 
+pub use compact_pod::CompactPod;
+
 pub use disruption_inputs::{ClaimInfo, DisruptionInputs, PoolInfo, build_disruption_inputs};
 pub use disruption_view::build_cluster_view;
 
 /// The Kubernetes objects a decision reads, as read from files or the state cache.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    pub pods: Vec<KubePod>,
+    pub pods: Vec<CompactPod>,
     pub nodes: Vec<Node>,
     pub node_claims: Vec<NodeClaim>,
     pub node_pools: Vec<NodePool>,

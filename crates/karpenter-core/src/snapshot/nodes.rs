@@ -12,7 +12,9 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::core::v1::{Node, Pod as KubePod};
+use k8s_openapi::api::core::v1::Node;
+
+use super::compact_pod::CompactPod;
 use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
 
 use crate::{
@@ -154,7 +156,7 @@ impl<'s> NodeSet<'s> {
         cx: &mut Context,
         converter: &mut PodConverter<'_, '_>,
         daemons: &DaemonPods,
-        pod: &KubePod,
+        pod: &CompactPod,
         node: usize,
     ) -> Option<BoundPod> {
         let parts = converter.bound_parts(cx, pod);

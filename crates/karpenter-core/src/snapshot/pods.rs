@@ -10,7 +10,7 @@ use std::{
     collections::{BTreeMap, HashMap},
 };
 
-use k8s_openapi::api::core::v1::{Pod as KubePod, PodAffinityTerm, PodSpec};
+use k8s_openapi::api::core::v1::PodAffinityTerm;
 use karpenter_api::labels;
 
 use crate::{
@@ -21,6 +21,7 @@ use crate::{
 
 use super::{
     Snapshot,
+    compact_pod::{CompactPod, CompactPodSpec},
     context::{Context, describe},
     nodes::NodeSet,
     selectors::{NamespaceIndex, fold_label_keys, label_selector},
@@ -30,7 +31,7 @@ use super::{
 
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
-fn owner_kind(pod: &KubePod, kind: &str) -> Option<String> {
+fn owner_kind(pod: &CompactPod, kind: &str) -> Option<String> {
     pod.metadata
         .owner_references
         .iter()
@@ -39,7 +40,7 @@ fn owner_kind(pod: &KubePod, kind: &str) -> Option<String> {
         .map(|o| o.name.clone())
 }
 
-pub(super) fn daemon_set_owner(pod: &KubePod) -> Option<(String, String)> {
+pub(super) fn daemon_set_owner(pod: &CompactPod) -> Option<(String, String)> {
     owner_kind(pod, "DaemonSet").map(|n| {
         (
             pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
@@ -48,7 +49,7 @@ pub(super) fn daemon_set_owner(pod: &KubePod) -> Option<(String, String)> {
     })
 }
 
-pub(super) fn is_mirror(pod: &KubePod) -> bool {
+pub(super) fn is_mirror(pod: &CompactPod) -> bool {
     owner_kind(pod, "Node").is_some()
         || pod
             .metadata
@@ -57,18 +58,18 @@ pub(super) fn is_mirror(pod: &KubePod) -> bool {
             .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
 }
 
-pub(super) fn is_terminal(pod: &KubePod) -> bool {
+pub(super) fn is_terminal(pod: &CompactPod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     )
 }
 
-pub(super) fn is_terminating(pod: &KubePod) -> bool {
+pub(super) fn is_terminating(pod: &CompactPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
-pub(super) fn node_name(pod: &KubePod) -> Option<&str> {
+pub(super) fn node_name(pod: &CompactPod) -> Option<&str> {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
@@ -76,7 +77,7 @@ pub(super) fn node_name(pod: &KubePod) -> Option<&str> {
 }
 
 /// `namespace/name`.
-pub(super) fn pod_id(pod: &KubePod) -> String {
+pub(super) fn pod_id(pod: &CompactPod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -84,7 +85,7 @@ pub(super) fn pod_id(pod: &KubePod) -> String {
     )
 }
 
-fn object(pod: &KubePod) -> String {
+fn object(pod: &CompactPod) -> String {
     describe(
         "Pod",
         Some(pod.metadata.namespace.as_deref().unwrap_or("default")),
@@ -94,14 +95,14 @@ fn object(pod: &KubePod) -> String {
 
 /// A pod staying on a usable node.
 pub(super) struct Bound<'s> {
-    pub pod: &'s KubePod,
+    pub pod: &'s CompactPod,
     /// Index into the node set.
     pub node: usize,
 }
 
 pub(super) struct Classified<'s> {
     /// To place: pending pods, then pods from nodes being deleted.
-    pub pending: Vec<&'s KubePod>,
+    pub pending: Vec<&'s CompactPod>,
     pub bound: Vec<Bound<'s>>,
 }
 
@@ -166,7 +167,7 @@ impl<'a, 's> PodConverter<'a, 's> {
     }
 
     /// A pod to place, or `None` with a note saying why it is skipped.
-    pub fn convert_pending(&mut self, cx: &mut Context, pod: &KubePod) -> Option<Pod> {
+    pub fn convert_pending(&mut self, cx: &mut Context, pod: &CompactPod) -> Option<Pod> {
         let result = self
             .volumes
             .pod_volumes(pod, true, &mut cx.interner)
@@ -185,7 +186,7 @@ impl<'a, 's> PodConverter<'a, 's> {
         }
     }
 
-    fn convert(&mut self, cx: &mut Context, pod: &KubePod, volumes: PodVolumes) -> Result<Pod, String> {
+    fn convert(&mut self, cx: &mut Context, pod: &CompactPod, volumes: PodVolumes) -> Result<Pod, String> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let spec = pod.spec.as_ref().ok_or("the pod has no spec")?;
         let requests = pod_requests(spec, &mut cx.table).map_err(|e| e.to_string())?;
@@ -312,7 +313,7 @@ impl<'a, 's> PodConverter<'a, 's> {
     fn spread(
         &mut self,
         cx: &mut Context,
-        spec: &PodSpec,
+        spec: &CompactPodSpec,
         pod_labels: Option<&BTreeMap<String, String>>,
     ) -> Result<Vec<SpreadConstraint>, String> {
         let mut out = Vec::new();
@@ -392,7 +393,7 @@ impl<'a, 's> PodConverter<'a, 's> {
     }
 
     /// What a pod already on a node contributes: problems are noted and leave out only the part they affect.
-    pub fn bound_parts(&mut self, cx: &mut Context, pod: &KubePod) -> BoundParts {
+    pub fn bound_parts(&mut self, cx: &mut Context, pod: &CompactPod) -> BoundParts {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let spec = pod.spec.as_ref();
         let requests = match spec.map(|s| pod_requests(s, &mut cx.table)) {
@@ -471,7 +472,7 @@ fn count_by_driver<'i>(volumes: impl Iterator<Item = (Symbol, &'i str)>) -> Vec<
 
 /// Host ports of the containers and sidecars (`hostIP` "" or 0.0.0.0 binds every address; protocol defaults to
 /// TCP; with host networking every container port is a host port).
-pub(super) fn host_ports(spec: &PodSpec, cx: &mut Context) -> Vec<HostPort> {
+pub(super) fn host_ports(spec: &CompactPodSpec, cx: &mut Context) -> Vec<HostPort> {
     let host_network = spec.host_network == Some(true);
     let sidecars = spec
         .init_containers

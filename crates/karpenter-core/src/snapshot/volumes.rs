@@ -13,13 +13,13 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::{
-    core::v1::{PersistentVolume, PersistentVolumeClaim, Pod as KubePod},
+    core::v1::{PersistentVolume, PersistentVolumeClaim},
     storage::v1::StorageClass,
 };
 
 use crate::requirements::{LabelInterner, Requirement, Requirements};
 
-use super::Snapshot;
+use super::{Snapshot, compact_pod::CompactPod};
 
 pub(super) struct VolumeIndex<'s> {
     pvcs: HashMap<(&'s str, &'s str), &'s PersistentVolumeClaim>,
@@ -71,7 +71,7 @@ impl<'s> VolumeIndex<'s> {
     /// is an error naming it; for a pod already running, such volumes are skipped and only CSI usage is counted.
     pub fn pod_volumes(
         &self,
-        pod: &KubePod,
+        pod: &CompactPod,
         pending: bool,
         interner: &mut LabelInterner,
     ) -> Result<PodVolumes, String> {

@@ -39,11 +39,21 @@ pub fn run(args: &DisruptArgs) -> Result<String> {
         let line = line.replace(['\n', '\r'], " ");
         let _ = writeln!(stderr, "note: {line}");
     };
-    let loaded = args.input.load(&mut note)?;
-    let (snapshot, settings) = (&loaded.snapshot, &loaded.settings);
+    let input::Loaded {
+        settings,
+        catalog,
+        snapshot,
+        options,
+    } = args.input.load(&mut note)?;
     let now = args.input.now();
-    let mut inputs =
-        build_disruption_inputs(snapshot, &loaded.catalog, &loaded.options, &NoProviderDrift, now);
+    let nodepool_hashes: BTreeMap<String, String> = snapshot
+        .node_pools
+        .iter()
+        .filter_map(|np| np.metadata.name.clone().map(|name| (name, np.hash())))
+        .collect();
+    let mut inputs = build_disruption_inputs(&snapshot, &catalog, &options, &NoProviderDrift, now);
+    // The pass reads only the inputs; the objects they came from can go before it runs.
+    drop(snapshot);
     std::mem::take(&mut inputs.notes)
         .into_iter()
         .for_each(|n| note(format!("{}: {}", n.object, n.message)));
@@ -56,11 +66,6 @@ pub fn run(args: &DisruptArgs) -> Result<String> {
         },
     );
 
-    let nodepool_hashes: BTreeMap<String, String> = snapshot
-        .node_pools
-        .iter()
-        .filter_map(|np| np.metadata.name.clone().map(|name| (name, np.hash())))
-        .collect();
     let out = DisruptOutput::new(&inputs, &result, &nodepool_hashes);
     Ok(match args.input.output {
         OutputFormat::Json => {

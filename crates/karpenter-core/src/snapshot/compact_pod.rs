@@ -1,0 +1,364 @@
+//! The few fields of a Pod that scheduling and disruption decisions read, kept instead of the whole object.
+//!
+//! A k8s-openapi `Pod` is 2 KiB of struct before any string, each `Container` another 2 KiB and each `Volume`
+//! 3 KiB; a cluster of 150,000 pods would need gigabytes for fields nothing reads (probes, env, images, mounts,
+//! container statuses, last-applied annotations). [`CompactPod`] has the same shape and field names as the
+//! Kubernetes object for what it keeps, so it decodes straight from `kubectl get -o json` text (serde skips
+//! the rest) and the conversion code reads it exactly as it would the full object. The controller's state
+//! cache converts watched Pods with `From<Pod>`.
+//!
+//! Kept: name, namespace, uid, labels, owner references, creation and deletion times, the annotations a
+//! decision reads ([`is_relevant_annotation`]); node name, node selector, affinity, tolerations, topology
+//! spread, priority, host network, each container's name, resources, ports and restart policy, pod-level resources and
+//! overhead, volumes backed by a PersistentVolumeClaim (directly or ephemeral); phase, start time, nominated
+//! node and each condition's type and status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::{
+        Affinity, Container, ContainerPort, EphemeralVolumeSource, PersistentVolumeClaimVolumeSource, Pod,
+        PodCondition, PodSpec, PodStatus, ResourceRequirements, Toleration, TopologySpreadConstraint, Volume,
+    },
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{ObjectMeta, OwnerReference, Time},
+    },
+};
+use karpenter_api::labels;
+use serde::{Deserialize, Deserializer};
+
+/// A Pod reduced to what decisions read; see the module documentation.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct CompactPod {
+    pub metadata: CompactPodMeta,
+    pub spec: Option<CompactPodSpec>,
+    pub status: Option<CompactPodStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CompactPodMeta {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(deserialize_with = "relevant_annotations")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    pub owner_references: Option<Vec<OwnerReference>>,
+    pub creation_timestamp: Option<Time>,
+    pub deletion_timestamp: Option<Time>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CompactPodSpec {
+    pub node_name: Option<String>,
+    pub node_selector: Option<BTreeMap<String, String>>,
+    pub affinity: Option<Box<Affinity>>,
+    pub tolerations: Option<Vec<Toleration>>,
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    pub priority: Option<i32>,
+    /// Host-network pods use their container ports on the node.
+    pub host_network: Option<bool>,
+    pub containers: Vec<CompactContainer>,
+    pub init_containers: Option<Vec<CompactContainer>>,
+    /// Pod-level resources (the PodLevelResources feature).
+    pub resources: Option<ResourceRequirements>,
+    pub overhead: Option<BTreeMap<String, Quantity>>,
+    #[serde(deserialize_with = "claim_volumes")]
+    pub volumes: Option<Vec<CompactVolume>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CompactContainer {
+    pub name: String,
+    pub resources: Option<ResourceRequirements>,
+    pub ports: Option<Vec<ContainerPort>>,
+    /// `Always` on an init container makes it a sidecar.
+    pub restart_policy: Option<String>,
+}
+
+/// A volume backed by a PersistentVolumeClaim; other volume kinds (configMap, secret, projected, emptyDir, ...)
+/// do not affect where a pod can run and are dropped.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CompactVolume {
+    pub name: String,
+    pub persistent_volume_claim: Option<PersistentVolumeClaimVolumeSource>,
+    pub ephemeral: Option<Box<EphemeralVolumeSource>>,
+}
+
+impl CompactVolume {
+    fn uses_a_claim(&self) -> bool {
+        self.persistent_volume_claim.is_some() || self.ephemeral.is_some()
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CompactPodStatus {
+    pub phase: Option<String>,
+    pub start_time: Option<Time>,
+    /// The node the scheduler (or Karpenter's provisioner) means this pod for; that node is not disrupted.
+    pub nominated_node_name: Option<String>,
+    pub conditions: Option<Vec<CompactPodCondition>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct CompactPodCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+}
+
+/// Annotations a decision reads: Karpenter's own (`karpenter.sh/do-not-disrupt`, the capacity-buffer marker,
+/// ...), the mirror-pod marker and the ReplicaSet pod-deletion cost. Everything else, notably
+/// `kubectl.kubernetes.io/last-applied-configuration` (a copy of the whole object), is dropped.
+pub fn is_relevant_annotation(key: &str) -> bool {
+    key.starts_with("karpenter.sh/")
+        || key.starts_with("autoscaling.x-k8s.io/")
+        || key == "kubernetes.io/config.mirror"
+        || key == labels::POD_DELETION_COST_ANNOTATION
+}
+
+fn keep_relevant(annotations: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    let kept: BTreeMap<String, String> = annotations
+        .into_iter()
+        .filter(|(k, _)| is_relevant_annotation(k))
+        .collect();
+    (!kept.is_empty()).then_some(kept)
+}
+
+fn relevant_annotations<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    Ok(Option::<BTreeMap<String, String>>::deserialize(deserializer)?.and_then(keep_relevant))
+}
+
+fn keep_claim_volumes(volumes: Vec<CompactVolume>) -> Option<Vec<CompactVolume>> {
+    let kept: Vec<CompactVolume> = volumes.into_iter().filter(CompactVolume::uses_a_claim).collect();
+    (!kept.is_empty()).then_some(kept)
+}
+
+fn claim_volumes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Vec<CompactVolume>>, D::Error> {
+    Ok(Option::<Vec<CompactVolume>>::deserialize(deserializer)?.and_then(keep_claim_volumes))
+}
+
+impl From<Pod> for CompactPod {
+    fn from(pod: Pod) -> Self {
+        Self {
+            metadata: pod.metadata.into(),
+            spec: pod.spec.map(Into::into),
+            status: pod.status.map(Into::into),
+        }
+    }
+}
+
+impl From<ObjectMeta> for CompactPodMeta {
+    fn from(meta: ObjectMeta) -> Self {
+        Self {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            labels: meta.labels,
+            annotations: meta.annotations.and_then(keep_relevant),
+            owner_references: meta.owner_references,
+            creation_timestamp: meta.creation_timestamp,
+            deletion_timestamp: meta.deletion_timestamp,
+        }
+    }
+}
+
+impl From<PodSpec> for CompactPodSpec {
+    fn from(spec: PodSpec) -> Self {
+        Self {
+            node_name: spec.node_name,
+            node_selector: spec.node_selector,
+            affinity: spec.affinity.map(Box::new),
+            tolerations: spec.tolerations,
+            topology_spread_constraints: spec.topology_spread_constraints,
+            priority: spec.priority,
+            host_network: spec.host_network,
+            containers: spec.containers.into_iter().map(Into::into).collect(),
+            init_containers: spec
+                .init_containers
+                .map(|cs| cs.into_iter().map(Into::into).collect()),
+            resources: spec.resources,
+            overhead: spec.overhead,
+            volumes: spec
+                .volumes
+                .and_then(|vs| keep_claim_volumes(vs.into_iter().map(Into::into).collect())),
+        }
+    }
+}
+
+impl From<&PodSpec> for CompactPodSpec {
+    /// For pod templates (DaemonSets, CapacityBuffers), which stay whole in the snapshot.
+    fn from(spec: &PodSpec) -> Self {
+        Self {
+            node_name: spec.node_name.clone(),
+            node_selector: spec.node_selector.clone(),
+            affinity: spec.affinity.clone().map(Box::new),
+            tolerations: spec.tolerations.clone(),
+            topology_spread_constraints: spec.topology_spread_constraints.clone(),
+            priority: spec.priority,
+            host_network: spec.host_network,
+            containers: spec.containers.iter().map(CompactContainer::from).collect(),
+            init_containers: spec
+                .init_containers
+                .as_ref()
+                .map(|cs| cs.iter().map(CompactContainer::from).collect()),
+            resources: spec.resources.clone(),
+            overhead: spec.overhead.clone(),
+            volumes: spec
+                .volumes
+                .as_ref()
+                .and_then(|vs| keep_claim_volumes(vs.iter().cloned().map(Into::into).collect())),
+        }
+    }
+}
+
+impl From<Container> for CompactContainer {
+    fn from(c: Container) -> Self {
+        Self {
+            name: c.name,
+            resources: c.resources,
+            ports: c.ports,
+            restart_policy: c.restart_policy,
+        }
+    }
+}
+
+impl From<&Container> for CompactContainer {
+    fn from(c: &Container) -> Self {
+        Self {
+            name: c.name.clone(),
+            resources: c.resources.clone(),
+            ports: c.ports.clone(),
+            restart_policy: c.restart_policy.clone(),
+        }
+    }
+}
+
+impl From<Volume> for CompactVolume {
+    fn from(v: Volume) -> Self {
+        Self {
+            name: v.name,
+            persistent_volume_claim: v.persistent_volume_claim,
+            ephemeral: v.ephemeral.map(Box::new),
+        }
+    }
+}
+
+impl From<PodStatus> for CompactPodStatus {
+    fn from(status: PodStatus) -> Self {
+        Self {
+            phase: status.phase,
+            start_time: status.start_time,
+            nominated_node_name: status.nominated_node_name,
+            conditions: status
+                .conditions
+                .map(|cs| cs.into_iter().map(Into::into).collect()),
+        }
+    }
+}
+
+impl From<PodCondition> for CompactPodCondition {
+    fn from(c: PodCondition) -> Self {
+        Self {
+            type_: c.type_,
+            status: c.status,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KUBECTL_POD: &str = r#"{
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "web-7d4b9c-abcde", "namespace": "shop", "uid": "u-1",
+            "labels": {"app": "web"},
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": "{\"huge\": true}",
+                "karpenter.sh/do-not-disrupt": "true",
+                "controller.kubernetes.io/pod-deletion-cost": "10"
+            },
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c", "uid": "rs", "controller": true}],
+            "creationTimestamp": "2026-12-01T10:00:00Z"
+        },
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{
+                "name": "app", "image": "nginx", "env": [{"name": "A", "value": "b"}],
+                "resources": {"requests": {"cpu": "250m"}},
+                "ports": [{"containerPort": 80, "hostPort": 8080}],
+                "volumeMounts": [{"name": "data", "mountPath": "/d"}],
+                "livenessProbe": {"httpGet": {"path": "/", "port": 80}}
+            }],
+            "volumes": [
+                {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}}
+            ],
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+            "priority": 5
+        },
+        "status": {
+            "phase": "Running", "startTime": "2026-12-01T10:00:05Z", "podIP": "10.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-01T10:00:09Z"}],
+            "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "nginx", "imageID": "x"}]
+        }
+    }"#;
+
+    fn full() -> Pod {
+        match serde_json::from_str(KUBECTL_POD) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn decoding_keeps_what_decisions_read_and_drops_the_rest() {
+        let pod: CompactPod = match serde_json::from_str(KUBECTL_POD) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            annotations.keys().collect::<Vec<_>>(),
+            [
+                "controller.kubernetes.io/pod-deletion-cost",
+                "karpenter.sh/do-not-disrupt"
+            ]
+        );
+        let spec = pod.spec.as_ref().map_or_else(Default::default, Clone::clone);
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(spec.containers.len(), 1);
+        assert_eq!(spec.containers[0].ports.as_ref().map(Vec::len), Some(1));
+        let volumes = spec.volumes.unwrap_or_default();
+        assert_eq!(volumes.len(), 1, "only the claim-backed volume is kept");
+        assert_eq!(volumes[0].name, "data");
+        assert_eq!(spec.priority, Some(5));
+        let status = pod.status.as_ref().map_or_else(Default::default, Clone::clone);
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(
+            status.conditions.map(|c| c[0].type_.clone()).as_deref(),
+            Some("Ready")
+        );
+    }
+
+    #[test]
+    fn converting_a_watched_pod_gives_what_decoding_gives() {
+        let decoded: CompactPod = match serde_json::from_str(KUBECTL_POD) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(CompactPod::from(full()), decoded);
+    }
+}
