@@ -1,8 +1,8 @@
 //! Re-simulation backed by the real scheduler (upstream's `SimulateScheduling`): what happens to the pods of a
 //! set of nodes if those nodes go.
 //!
-//! The removed nodes stop taking pods (`schedulable = false`) and the pods bound to them leave the topology
-//! counts; their reschedulable pods are placed with [`crate::scheduling::schedule`] on the nodes that stay or on
+//! The removed nodes stop taking pods (`schedulable = false`), stop being topology domains (`leaving`) and the
+//! pods bound to them leave the topology counts; their reschedulable pods are placed with [`crate::scheduling::schedule`] on the nodes that stay or on
 //! new NodeClaims. A pod that fits nowhere, that could not be converted, or that would only fit on a node that is
 //! not initialized yet (an in-flight NodeClaim, or a managed node still initializing: upstream does not rely on
 //! nodes that have not settled) makes the removal [`SimulationOutcome::Unschedulable`]; otherwise it is a
@@ -93,6 +93,7 @@ pub fn simulate_removal(inputs: &mut DisruptionInputs, nodes: &[usize]) -> Simul
         if removed[e] {
             was_schedulable.push((e, node.schedulable));
             node.schedulable = false;
+            node.leaving = true;
         }
     }
     let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut input.bound_pods)
@@ -150,6 +151,7 @@ pub fn simulate_removal(inputs: &mut DisruptionInputs, nodes: &[usize]) -> Simul
     input.bound_pods.extend(gone);
     for (e, schedulable) in was_schedulable {
         input.existing[e].schedulable = schedulable;
+        input.existing[e].leaving = false;
     }
 
     match outcome {
@@ -246,6 +248,27 @@ mod tests {
             SimulationOutcome::Unschedulable(why) => assert!(why.contains("not initialized"), "{why}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_removed_node_is_no_longer_a_topology_domain() {
+        // Spread over `rack`, a label only the nodes carry: two racks, a pod on each. Once n2 goes, rack b is
+        // gone with it, so b's pod may join a's on rack a (skew over the one rack left is 0). Counting the
+        // removed rack as an empty domain would refuse that (2 - 0 > maxSkew 1).
+        let spread = "  topologySpreadConstraints:\n  - {maxSkew: 1, topologyKey: rack, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}\n";
+        let pod = |name: &str, node: &str| {
+            bound_pod("default", name, node, "1", spread)
+                .replace("labels: {app: ", "labels: {app: web, name: ")
+        };
+        let mut d = inputs(&[
+            &node("n1", ", rack: a", ""),
+            &node("n2", ", rack: b", ""),
+            &pod("a", "n1"),
+            &pod("b", "n2"),
+        ]);
+        let outcome = simulate_removal(&mut d, &[1]);
+        assert!(matches!(outcome, SimulationOutcome::Delete), "{outcome:?}");
+        assert!(d.base.input.existing.iter().all(|n| !n.leaving), "put back");
     }
 
     #[test]

@@ -66,4 +66,7 @@ pub struct ExistingNode {
     pub nodepool: Option<String>,
     /// False for a cordoned node: it takes no new pods, but its pods still count for topology.
     pub schedulable: bool,
+    /// Removed by the disruption being simulated: it takes no pods and, unlike a cordoned node, is not a topology
+    /// domain any more (kube-scheduler will not see it once it is gone).
+    pub leaving: bool,
 }

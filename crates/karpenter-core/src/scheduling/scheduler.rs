@@ -284,7 +284,7 @@ impl<'a> Scheduler<'a> {
                     }
                 }
             }
-            for n in &input.existing {
+            for n in input.existing.iter().filter(|n| !n.leaving) {
                 if let Some(v) = n.requirements.single_value(key) {
                     domains.push(v);
                 }

@@ -261,6 +261,7 @@ impl Fx {
             volumes_used: Vec::new(),
             nodepool: None,
             schedulable: true,
+            leaving: false,
         }
     }
 }

@@ -282,6 +282,7 @@ impl<'s> NodeSet<'s> {
                 volumes_used: Vec::new(),
                 nodepool,
                 schedulable: true,
+                leaving: false,
             });
             self.names.push(name);
         }
@@ -369,6 +370,7 @@ fn existing_node(
         volumes_used: Vec::new(),
         nodepool,
         schedulable: true,
+        leaving: false,
     }
 }
 
