@@ -1,0 +1,748 @@
+#!/usr/bin/env python3
+"""Checks the Helm charts, the Grafana dashboard and the CloudFormation template. Run from anywhere; CI runs it
+from .ci/run after installing .ci/requirements.txt.
+
+- charts/karpenter and charts/karpenter-crd: `helm lint` (Helm 4, embedded by helm-python-sdk: no helm binary),
+  rendered with the minimal values (only settings.clusterName, which is required) and with
+  charts/karpenter/ci/all-options-values.yaml (every value set);
+- every rendered object validated with kubernetes-validate, strict, against Kubernetes 1.33.0. The Prometheus
+  Operator kinds (ServiceMonitor, PodMonitor) are not in kubernetes-validate's schemas; they are validated against
+  the small schema below, written from the monitoring.coreos.com/v1 API: the fields this chart may render, with
+  unknown fields rejected;
+- what the chart promises (hardened pod, settings wired to upstream's environment variable names, ports, probes,
+  one role per RBAC template file) asserted on the rendered objects;
+- values.schema.json enforced: each file in .ci/chart-values-invalid/ must be rejected, with the message naming the
+  bad value, and a render without settings.clusterName must fail with a clear message;
+- the dashboard's queries use only metric and label names of upstream Karpenter's metrics;
+- deploy/cloudformation.yaml linted by cfn-lint, twice: as written, and with the IAM policy documents that are
+  JSON strings under !Sub (their condition keys name the cluster) parsed, so cfn-lint checks their actions too.
+
+Exit status 1 with every failure listed when anything is wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import yaml
+from cfnlint.api import lint_file
+from cfnlint.decode import cfn_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "karpenter"
+CRD_CHART = ROOT / "charts" / "karpenter-crd"
+INVALID_VALUES = ROOT / ".ci" / "chart-values-invalid"
+CFN = ROOT / "deploy" / "cloudformation.yaml"
+K8S_VERSION = "1.33.0"
+RELEASE, NAMESPACE = "karpenter", "kube-system"
+MINIMAL_VALUES = {"settings": {"clusterName": "ci-cluster"}}
+
+failures: list[str] = []
+
+
+def fail(message: str) -> None:
+    failures.append(message)
+    print(f"FAIL {message}")
+
+
+def ok(message: str) -> None:
+    print(f"ok   {message}")
+
+
+def section(title: str) -> None:
+    print(f"\n--- {title}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helm: lint and render
+
+
+def lint(chart: Path, values: dict | None, label: str) -> None:
+    report = helm.lint(str(chart), values, strict=True, kube_version=f"v{K8S_VERSION}")
+    problems = [m for m in report.get("messages", []) if m.get("severity", 0) >= 2]
+    infos = [m for m in report.get("messages", []) if m.get("severity", 0) < 2]
+    for m in problems:
+        fail(f"helm lint {chart.name} ({label}): {m.get('path')}: {m.get('error')}")
+    if not problems:
+        notes = "; ".join(f"{m.get('path')}: {m.get('error')}" for m in infos)
+        ok(f"helm lint {chart.name} ({label}): no warnings or errors" + (f" (info: {notes})" if notes else ""))
+
+
+def render(chart: Path, values: dict | None) -> list[tuple[str, dict]]:
+    """Renders the chart; returns (template, object) for every object, NOTES.txt left out."""
+    with helm.Chart.load(str(chart)) as loaded:
+        manifests = loaded.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects = []
+    for template, text in sorted(manifests.items()):
+        if template.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc is not None:
+                objects.append((template, doc))
+    return objects
+
+
+def summary(objects: list[tuple[str, dict]]) -> str:
+    kinds = Counter(obj["kind"] for _, obj in objects)
+    return f"{len(objects)} objects (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validation of rendered objects
+
+_RELABEL = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "sourceLabels": {"type": "array", "items": {"type": "string"}},
+        "separator": {"type": "string"},
+        "targetLabel": {"type": "string"},
+        "regex": {"type": "string"},
+        "modulus": {"type": "integer", "minimum": 0},
+        "replacement": {"type": "string"},
+        "action": {
+            "type": "string",
+            "enum": [
+                a
+                for base in ["replace", "keep", "drop", "hashmod", "labelmap", "labeldrop", "labelkeep",
+                             "lowercase", "uppercase", "keepequal", "dropequal"]
+                for a in (base, base.capitalize(), base.title())
+            ],
+        },
+    },
+}
+_ENDPOINT_COMMON = {
+    "port": {"type": "string", "minLength": 1},
+    "targetPort": {"type": ["string", "integer"]},
+    "path": {"type": "string", "pattern": "^/"},
+    "scheme": {"type": "string", "enum": ["http", "https", "HTTP", "HTTPS"]},
+    "params": {"type": "object"},
+    "interval": {"type": "string", "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
+    "scrapeTimeout": {"type": "string", "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
+    "tlsConfig": {"type": "object"},
+    "bearerTokenSecret": {"type": "object"},
+    "authorization": {"type": "object"},
+    "basicAuth": {"type": "object"},
+    "oauth2": {"type": "object"},
+    "honorLabels": {"type": "boolean"},
+    "honorTimestamps": {"type": "boolean"},
+    "trackTimestampsStaleness": {"type": "boolean"},
+    "metricRelabelings": {"type": "array", "items": _RELABEL},
+    "relabelings": {"type": "array", "items": _RELABEL},
+    "proxyUrl": {"type": "string"},
+    "noProxy": {"type": "string"},
+    "proxyFromEnvironment": {"type": "boolean"},
+    "proxyConnectHeader": {"type": "object"},
+    "followRedirects": {"type": "boolean"},
+    "enableHttp2": {"type": "boolean"},
+    "filterRunning": {"type": "boolean"},
+}
+_SPEC_COMMON = {
+    "jobLabel": {"type": "string"},
+    "podTargetLabels": {"type": "array", "items": {"type": "string"}},
+    "selector": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "matchExpressions": {"type": "array", "items": {"type": "object"}},
+        },
+    },
+    "namespaceSelector": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"any": {"type": "boolean"}, "matchNames": {"type": "array", "items": {"type": "string"}}},
+    },
+    "sampleLimit": {"type": "integer", "minimum": 0},
+    "targetLimit": {"type": "integer", "minimum": 0},
+    "labelLimit": {"type": "integer", "minimum": 0},
+    "labelNameLengthLimit": {"type": "integer", "minimum": 0},
+    "labelValueLengthLimit": {"type": "integer", "minimum": 0},
+    "keepDroppedTargets": {"type": "integer", "minimum": 0},
+    "scrapeClass": {"type": "string"},
+    "scrapeProtocols": {"type": "array", "items": {"type": "string"}},
+    "attachMetadata": {"type": "object"},
+}
+_METADATA = {
+    "type": "object",
+    "required": ["name", "namespace"],
+    "properties": {
+        "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 253},
+        "namespace": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+        "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 63}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+
+
+def _monitor_schema(kind: str, endpoints_key: str, extra_endpoint: dict, extra_spec: dict) -> dict:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": kind},
+            "metadata": _METADATA,
+            "spec": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["selector", endpoints_key],
+                "properties": {
+                    **_SPEC_COMMON,
+                    **extra_spec,
+                    endpoints_key: {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {**_ENDPOINT_COMMON, **extra_endpoint},
+                        },
+                    },
+                },
+            },
+        },
+    }
+
+
+MONITOR_SCHEMAS = {
+    "ServiceMonitor": _monitor_schema(
+        "ServiceMonitor", "endpoints", {"bearerTokenFile": {"type": "string"}},
+        {"targetLabels": {"type": "array", "items": {"type": "string"}}},
+    ),
+    "PodMonitor": _monitor_schema("PodMonitor", "podMetricsEndpoints", {"portNumber": {"type": "integer"}}, {}),
+}
+
+
+def validate_objects(objects: list[tuple[str, dict]], label: str) -> None:
+    counts = Counter()
+    for template, obj in objects:
+        name = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')} ({template})"
+        if obj.get("apiVersion", "").startswith("monitoring.coreos.com/"):
+            schema = MONITOR_SCHEMAS.get(obj.get("kind"))
+            if schema is None:
+                fail(f"{label}: {name}: no schema for this Prometheus Operator kind")
+                continue
+            errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(obj), key=lambda e: list(e.path))
+            for e in errors:
+                fail(f"{label}: {name}: {'.'.join(map(str, e.path)) or '(root)'}: {e.message}")
+            counts["own schema"] += 1
+            continue
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+            counts["kubernetes-validate"] += 1
+        except kubernetes_validate.ValidationError as e:
+            fail(f"{label}: {name}: {'.'.join(map(str, e.path))}: {e.message}")
+        except kubernetes_validate.SchemaNotFoundError as e:
+            fail(f"{label}: {name}: kubernetes-validate has no schema: {e}")
+    note = ""
+    if counts["own schema"]:
+        note = (f"; {counts['own schema']} Prometheus Operator objects against the chart check's own "
+                "monitoring.coreos.com/v1 schema (kubernetes-validate has none for CRD kinds)")
+    ok(f"{label}: {counts['kubernetes-validate']} objects valid for Kubernetes {K8S_VERSION} "
+       f"(kubernetes-validate --strict){note}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the karpenter chart promises
+
+# settings.<key> (or a top-level value) -> the environment variable upstream Karpenter reads.
+SETTING_ENV = {
+    "clusterName": "CLUSTER_NAME",
+    "clusterEndpoint": "CLUSTER_ENDPOINT",
+    "clusterCABundle": "CLUSTER_CA_BUNDLE",
+    "interruptionQueue": "INTERRUPTION_QUEUE",
+    "batchMaxDuration": "BATCH_MAX_DURATION",
+    "batchIdleDuration": "BATCH_IDLE_DURATION",
+    "preferencePolicy": "PREFERENCE_POLICY",
+    "minValuesPolicy": "MIN_VALUES_POLICY",
+    "vmMemoryOverheadPercent": "VM_MEMORY_OVERHEAD_PERCENT",
+    "reservedENIs": "RESERVED_ENIS",
+    "isolatedVPC": "ISOLATED_VPC",
+    "eksControlPlane": "EKS_CONTROL_PLANE",
+    "enableZonalShift": "ENABLE_ZONAL_SHIFT",
+    "disableDryRun": "DISABLE_DRY_RUN",
+    "amiRefreshInterval": "AMI_REFRESH_INTERVAL",
+    "subnetRefreshInterval": "SUBNET_REFRESH_INTERVAL",
+    "ignoreDRARequests": "IGNORE_DRA_REQUESTS",
+    "disableClusterStateObservability": "DISABLE_CLUSTER_STATE_OBSERVABILITY",
+    "disableLeaderElection": "DISABLE_LEADER_ELECTION",
+    "leaderElectionName": "LEADER_ELECTION_NAME",
+    "kubeClientQPS": "KUBE_CLIENT_QPS",
+    "kubeClientBurst": "KUBE_CLIENT_BURST",
+    "enableProfiling": "ENABLE_PROFILING",
+}
+FEATURE_GATES = {
+    "reservedCapacity": "ReservedCapacity",
+    "spotToSpotConsolidation": "SpotToSpotConsolidation",
+    "nodeRepair": "NodeRepair",
+    "nodeOverlay": "NodeOverlay",
+    "staticCapacity": "StaticCapacity",
+    "capacityBuffer": "CapacityBuffer",
+}
+ALWAYS_SET_ENV = {"SYSTEM_NAMESPACE", "LEADER_ELECTION_NAMESPACE", "MEMORY_LIMIT", "CPU_REQUESTS", "METRICS_PORT",
+                  "HEALTH_PROBE_PORT", "LOG_LEVEL", "LOG_OUTPUT_PATHS", "LOG_ERROR_OUTPUT_PATHS", "FEATURE_GATES"}
+
+
+def env_string(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def expect(condition: bool, message: str, problems: list[str]) -> None:
+    if not condition:
+        problems.append(message)
+
+
+def check_karpenter(objects: list[tuple[str, dict]], values: dict, label: str) -> None:
+    problems: list[str] = []
+    merged = helm.Chart.load(str(CHART))
+    try:
+        v = merged.merge_values(values)
+    finally:
+        merged.close()
+    by_kind: dict[str, list[dict]] = {}
+    for _, obj in objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+
+    deployments = by_kind.get("Deployment", [])
+    expect(len(deployments) == 1, f"one Deployment, found {len(deployments)}", problems)
+    if deployments:
+        dep = deployments[0]
+        spec = dep["spec"]
+        pod = spec["template"]["spec"]
+        expect(spec["replicas"] == v["replicas"], "replicas", problems)
+        expect(pod.get("priorityClassName") == v["priorityClassName"], "priorityClassName", problems)
+        expect(pod.get("serviceAccountName"), "serviceAccountName", problems)
+        psc = pod.get("securityContext", {})
+        expect(psc.get("runAsNonRoot") is True and psc.get("runAsUser") == 65532 and psc.get("runAsGroup") == 65532
+               and psc.get("seccompProfile", {}).get("type") == "RuntimeDefault",
+               "pod securityContext is not hardened (non-root 65532, seccomp RuntimeDefault)", problems)
+        controller = next((c for c in pod["containers"] if c["name"] == "controller"), None)
+        expect(controller is not None, "no container named controller", problems)
+        if controller:
+            sc = controller.get("securityContext", {})
+            expect(sc.get("runAsNonRoot") is True and sc.get("runAsUser") == 65532 and sc.get("runAsGroup") == 65532
+                   and sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False
+                   and sc.get("capabilities", {}).get("drop") == ["ALL"]
+                   and sc.get("seccompProfile", {}).get("type") == "RuntimeDefault",
+                   "container securityContext is not hardened", problems)
+            expect(controller.get("args") == ["controller", "--cloud-provider", v["cloudProvider"]],
+                   f"args {controller.get('args')}", problems)
+            env = {e["name"]: e for e in controller.get("env", [])}
+            missing = ALWAYS_SET_ENV - env.keys()
+            expect(not missing, f"env vars missing: {sorted(missing)}", problems)
+            for key, name in SETTING_ENV.items():
+                want = v["settings"][key]
+                if want in ("", None):
+                    expect(name not in env, f"{name} set although settings.{key} is empty", problems)
+                    continue
+                got = env.get(name, {}).get("value")
+                expect(got == env_string(want), f"{name}={got!r}, want {env_string(want)!r} (settings.{key})",
+                       problems)
+            gates = ",".join(f"{gate}={env_string(v['settings']['featureGates'][key])}"
+                             for key, gate in FEATURE_GATES.items())
+            expect(env.get("FEATURE_GATES", {}).get("value") == gates,
+                   f"FEATURE_GATES={env.get('FEATURE_GATES', {}).get('value')!r}, want {gates!r}", problems)
+            expect(env.get("LOG_LEVEL", {}).get("value") == v["logLevel"], "LOG_LEVEL", problems)
+            expect(env.get("METRICS_PORT", {}).get("value") == str(v["controller"]["metrics"]["port"]),
+                   "METRICS_PORT", problems)
+            expect(env.get("HEALTH_PROBE_PORT", {}).get("value") == str(v["controller"]["healthProbe"]["port"]),
+                   "HEALTH_PROBE_PORT", problems)
+            ports = {p["name"]: p["containerPort"] for p in controller.get("ports", [])}
+            expect(ports.get("http-metrics") == v["controller"]["metrics"]["port"], "metrics port", problems)
+            expect(ports.get("http") == v["controller"]["healthProbe"]["port"], "health port", problems)
+            for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+                get = controller.get(probe, {}).get("httpGet", {})
+                expect(get.get("path") == path and get.get("port") == "http", f"{probe} on {path}:http", problems)
+        terms = (pod.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", {})
+                 .get("nodeSelectorTerms", []))
+        expect(terms and all({"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"} in t.get("matchExpressions", [])
+                             for t in terms),
+               "node affinity does not keep the controller off Karpenter's nodes (karpenter.sh/nodepool DoesNotExist)",
+               problems)
+        expect(any(c.get("topologyKey") == "topology.kubernetes.io/zone" and c.get("labelSelector")
+                   for c in pod.get("topologySpreadConstraints", [])), "no zone topology spread", problems)
+
+    pdbs = by_kind.get("PodDisruptionBudget", [])
+    expect(len(pdbs) == 1 and pdbs[0]["spec"].get("maxUnavailable") == v["podDisruptionBudget"]["maxUnavailable"],
+           "PodDisruptionBudget maxUnavailable", problems)
+    sas = by_kind.get("ServiceAccount", [])
+    expect(len(sas) == 1, "one ServiceAccount", problems)
+    if sas:
+        annotations = sas[0]["metadata"].get("annotations", {})
+        for key, value in v["serviceAccount"]["annotations"].items():
+            expect(annotations.get(key) == value, f"ServiceAccount annotation {key}", problems)
+    roles = by_kind.get("Role", [])
+    lease_role = [r for r in roles if r["metadata"]["namespace"] == NAMESPACE
+                  and any("leases" in rule.get("resources", []) for rule in r["rules"])]
+    expect(len(lease_role) == 1, "a Role for leases in the release namespace", problems)
+    if lease_role:
+        verbs = {verb for rule in lease_role[0]["rules"] if "leases" in rule["resources"] for verb in rule["verbs"]}
+        expect(verbs == {"get", "watch", "create", "patch", "update"}, f"lease verbs {sorted(verbs)}", problems)
+        named = [rule for rule in lease_role[0]["rules"] if rule.get("resourceNames")]
+        expect(all(rule["resourceNames"] == [v["settings"]["leaderElectionName"]] for rule in named),
+               "lease resourceNames match settings.leaderElectionName", problems)
+    aggregate = [r for r in by_kind.get("ClusterRole", [])
+                 if r["metadata"].get("labels", {}).get("rbac.authorization.k8s.io/aggregate-to-admin") == "true"]
+    expect(len(aggregate) == 1, "one ClusterRole aggregated to admin", problems)
+
+    monitors = {k: len(by_kind.get(k, [])) for k in ("ServiceMonitor", "PodMonitor")}
+    expect(monitors["ServiceMonitor"] == int(v["serviceMonitor"]["enabled"]), "ServiceMonitor follows its switch",
+           problems)
+    expect(monitors["PodMonitor"] == int(v["podMonitor"]["enabled"]), "PodMonitor follows its switch", problems)
+    dashboards = [cm for cm in by_kind.get("ConfigMap", []) if cm["metadata"].get("labels", {}).get("grafana_dashboard")]
+    expect(bool(dashboards) == v["dashboards"]["enabled"], "dashboard ConfigMaps follow dashboards.enabled", problems)
+    for cm in dashboards:
+        expect(cm["metadata"]["labels"].get("grafana_dashboard") == "1", "dashboard label grafana_dashboard: \"1\"",
+               problems)
+        for key, text in cm.get("data", {}).items():
+            try:
+                json.loads(text)
+            except ValueError as e:
+                problems.append(f"dashboard ConfigMap {key} is not JSON: {e}")
+
+    for p in problems:
+        fail(f"karpenter ({label}): {p}")
+    if not problems:
+        ok(f"karpenter ({label}): hardened pod, settings on upstream's env var names, ports, probes, RBAC, "
+           "monitors and dashboards as configured")
+
+
+def check_rbac_files(objects: list[tuple[str, dict]]) -> None:
+    """One Role or ClusterRole per template file, so a test can compare each file with the calls made."""
+    per_file = Counter(t for t, obj in objects if obj["kind"] in ("Role", "ClusterRole"))
+    crowded = {t: n for t, n in per_file.items() if n > 1}
+    if crowded:
+        fail(f"RBAC templates holding more than one role: {crowded}")
+    else:
+        ok(f"RBAC: {len(per_file)} template files, one role each ({', '.join(sorted(Path(t).name for t in per_file))})")
+    for template in per_file:
+        source = (CHART / "templates" / Path(template).name).read_text()
+        if "API calls the controller really makes" not in source and "API calls made" not in source:
+            fail(f"{template}: the comment saying the rules are compared against the controller's calls is missing")
+
+
+def check_invalid_values() -> None:
+    files = sorted(INVALID_VALUES.glob("*.yaml"))
+    if not files:
+        fail(f"no invalid values files in {INVALID_VALUES}")
+    with helm.Chart.load(str(CHART)) as chart:
+        for path in files:
+            text = path.read_text()
+            m = re.search(r"^# expect: (.+)$", text, re.M)
+            if not m:
+                fail(f"{path.name}: no '# expect: <text the error must contain>' line")
+                continue
+            try:
+                chart.render(yaml.safe_load(text), name=RELEASE, namespace=NAMESPACE)
+                fail(f"{path.relative_to(ROOT)}: rendered, but values.schema.json should reject it")
+            except helm.HelmValuesError as e:
+                if m.group(1) in str(e):
+                    ok(f"{path.name} rejected: {' '.join(str(e).split())[-110:]}")
+                else:
+                    fail(f"{path.name}: rejected, but the message does not mention {m.group(1)!r}: {e}")
+        try:
+            chart.render(None, name=RELEASE, namespace=NAMESPACE)
+            fail("a render without settings.clusterName succeeded")
+        except helm.HelmError as e:
+            if "settings.clusterName is required" in str(e):
+                ok("a render without settings.clusterName fails: settings.clusterName is required")
+            else:
+                fail(f"a render without settings.clusterName failed without naming it: {e}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The Grafana dashboard: metric and label names from upstream Karpenter v1.14.1
+# (shared/reference/upstream-features.md section 4).
+
+_NODE_LABELS = {"nodepool", "zone", "region", "instance_type", "arch", "os", "capacity_type", "windows_build",
+                "node_name", "phase", "managed"}
+METRICS: dict[str, tuple[str, set[str]]] = {
+    "karpenter_build_info": ("gauge", {"version", "goversion", "goarch", "commit"}),
+    "karpenter_nodeclaims_created_total": ("counter", {"reason", "nodepool", "min_values_relaxed"}),
+    "karpenter_nodeclaims_terminated_total": ("counter", {"nodepool", "capacity_type", "zone"}),
+    "karpenter_nodeclaims_disrupted_total": ("counter", {"reason", "nodepool", "capacity_type"}),
+    "karpenter_nodes_created_total": ("counter", {"nodepool", "zone"}),
+    "karpenter_nodes_terminated_total": ("counter", {"nodepool", "zone"}),
+    "karpenter_nodeclaims_unhealthy_disrupted_total": ("counter", {"condition", "nodepool", "capacity_type", "image_id"}),
+    "karpenter_nodeclaims_instance_termination_duration_seconds": ("histogram", {"nodepool"}),
+    "karpenter_nodeclaims_termination_duration_seconds": ("histogram", {"nodepool"}),
+    "karpenter_nodes_termination_duration_seconds": ("summary", {"nodepool"}),
+    "karpenter_nodes_drained_total": ("counter", {"nodepool"}),
+    "karpenter_nodes_lifetime_duration_seconds": ("histogram", {"nodepool"}),
+    "karpenter_pods_eviction_requests_total": ("counter", {"code"}),
+    "karpenter_pods_drained_total": ("counter", {"reason"}),
+    "karpenter_cloudprovider_duration_seconds": ("histogram", {"controller", "method", "provider"}),
+    "karpenter_cloudprovider_errors_total": ("counter", {"controller", "method", "provider", "error"}),
+    "karpenter_voluntary_disruption_decision_evaluation_duration_seconds": ("histogram", {"reason", "consolidation_type"}),
+    "karpenter_voluntary_disruption_decisions_total": ("counter", {"decision", "reason", "consolidation_type"}),
+    "karpenter_voluntary_disruption_decisions_by_nodepool_total": ("counter", {"nodepool", "decision", "reason", "consolidation_type"}),
+    "karpenter_voluntary_disruption_eligible_nodes": ("gauge", {"reason"}),
+    "karpenter_voluntary_disruption_consolidation_timeouts_total": ("counter", {"consolidation_type"}),
+    "karpenter_voluntary_disruption_failed_validations_total": ("counter", {"consolidation_type"}),
+    "karpenter_voluntary_disruption_queue_failures_total": ("counter", {"decision", "reason", "consolidation_type"}),
+    "karpenter_nodepools_allowed_disruptions": ("gauge", {"nodepool", "reason"}),
+    "karpenter_nodepools_nodes_consuming_budgets": ("gauge", {"nodepool", "reason"}),
+    "karpenter_consolidation_score": ("histogram", {"decision", "nodepool", "policy"}),
+    "karpenter_consolidation_moves_total": ("counter", {"decision", "nodepool", "policy"}),
+    "karpenter_nodes_allocatable": ("gauge", _NODE_LABELS | {"resource_type"}),
+    "karpenter_nodes_total_pod_requests": ("gauge", _NODE_LABELS | {"resource_type"}),
+    "karpenter_nodes_total_pod_limits": ("gauge", _NODE_LABELS | {"resource_type"}),
+    "karpenter_nodes_total_daemon_requests": ("gauge", _NODE_LABELS | {"resource_type"}),
+    "karpenter_nodes_total_daemon_limits": ("gauge", _NODE_LABELS | {"resource_type"}),
+    "karpenter_nodes_system_overhead": ("gauge", _NODE_LABELS | {"resource_type"}),
+    "karpenter_nodes_current_lifetime_seconds": ("gauge", _NODE_LABELS),
+    "karpenter_cluster_utilization_percent": ("gauge", {"resource_type"}),
+    "karpenter_nodepools_limit": ("gauge", {"resource_type", "nodepool"}),
+    "karpenter_nodepools_usage": ("gauge", {"resource_type", "nodepool"}),
+    "karpenter_nodepools_cost_total": ("gauge", {"nodepool"}),
+    "karpenter_nodepools_cost_tracker_errors_total": ("counter", {"nodepool"}),
+    "karpenter_pods_state": ("gauge", {"name", "namespace", "owner", "node", "scheduled", "nodepool", "zone", "arch",
+                                       "capacity_type", "instance_type", "phase", "ready", "managed"}),
+    "karpenter_pods_startup_duration_seconds": ("summary", set()),
+    "karpenter_pods_unstarted_time_seconds": ("gauge", {"name", "namespace"}),
+    "karpenter_pods_unbound_time_seconds": ("gauge", {"name", "namespace"}),
+    "karpenter_pods_provisioning_unbound_time_seconds": ("gauge", {"name", "namespace"}),
+    "karpenter_pods_provisioning_unstarted_time_seconds": ("gauge", {"name", "namespace"}),
+    "karpenter_pods_provisioning_scheduling_undecided_time_seconds": ("gauge", {"name", "namespace"}),
+    "karpenter_pods_bound_duration_seconds": ("histogram", set()),
+    "karpenter_pods_provisioning_bound_duration_seconds": ("histogram", set()),
+    "karpenter_pods_provisioning_startup_duration_seconds": ("histogram", set()),
+    "karpenter_pods_scheduling_decision_duration_seconds": ("histogram", set()),
+    "karpenter_cluster_state_node_count": ("gauge", set()),
+    "karpenter_cluster_state_synced": ("gauge", set()),
+    "karpenter_cluster_state_unsynced_time_seconds": ("gauge", set()),
+    "karpenter_scheduler_scheduling_duration_seconds": ("histogram", {"controller"}),
+    "karpenter_scheduler_queue_depth": ("gauge", {"controller", "scheduling_id"}),
+    "karpenter_scheduler_unfinished_work_seconds": ("gauge", {"controller", "scheduling_id"}),
+    "karpenter_scheduler_ignored_pods_count": ("gauge", set()),
+    "karpenter_scheduler_unschedulable_pods_count": ("gauge", {"controller"}),
+    "karpenter_scheduler_pending_pods_by_effective_zone_count": ("gauge", {"controller", "zone"}),
+    "karpenter_cloudprovider_batcher_batch_time_seconds": ("histogram", {"batcher"}),
+    "karpenter_cloudprovider_batcher_batch_size": ("histogram", {"batcher"}),
+    "karpenter_interruption_received_messages_total": ("counter", {"message_type"}),
+    "karpenter_interruption_deleted_messages_total": ("counter", set()),
+    "karpenter_interruption_message_queue_duration_seconds": ("histogram", set()),
+    "karpenter_interruption_instance_status_unhealthy_total": ("counter", {"category"}),
+    "karpenter_cloudprovider_instance_type_offering_available": ("gauge", {"instance_type", "capacity_type", "zone"}),
+    "karpenter_cloudprovider_instance_type_offering_price_estimate": ("gauge", {"instance_type", "capacity_type", "zone"}),
+    "karpenter_cloudprovider_instance_launch_failures_total": ("counter", {"zone", "zone_id", "capacity_type", "reason"}),
+    "karpenter_cloudprovider_instance_termination_failures_total": ("counter", {"zone", "zone_id"}),
+    "karpenter_cloudprovider_instance_type_cpu_cores": ("gauge", {"instance_type"}),
+    "karpenter_cloudprovider_instance_type_memory_bytes": ("gauge", {"instance_type"}),
+    "karpenter_ec2nodeclasses_userdata_bytes": ("gauge", {"nodeclass"}),
+}
+_PROMQL_WORDS = {"by", "without", "sum", "count", "max", "min", "avg", "rate", "increase", "histogram_quantile",
+                 "label_values", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+                 "offset", "topk", "bottomk", "quantile", "stddev", "irate", "delta", "abs", "clamp_min"}
+
+
+def resolve_metric(name: str) -> tuple[str, set[str]] | None:
+    """The metric a series name belongs to, with the labels its series carry."""
+    if name in METRICS:
+        kind, labels = METRICS[name]
+        return name, labels | ({"quantile"} if kind == "summary" else set())
+    for suffix in ("_bucket", "_sum", "_count"):
+        base = name.removesuffix(suffix)
+        if base != name and base in METRICS and METRICS[base][0] in ("histogram", "summary"):
+            return base, METRICS[base][1] | ({"le"} if suffix == "_bucket" else set())
+    return None
+
+
+def check_dashboards() -> None:
+    files = sorted((CHART / "dashboards").glob("*.json"))
+    if not files:
+        fail("no dashboards in charts/karpenter/dashboards")
+    for path in files:
+        problems: list[str] = []
+        try:
+            dash = json.loads(path.read_text())
+        except ValueError as e:
+            fail(f"{path.name}: not JSON: {e}")
+            continue
+        panels = [p for p in dash.get("panels", []) if p.get("type") != "row"]
+        ids = [p.get("id") for p in dash.get("panels", [])]
+        expect(len(ids) == len(set(ids)), "panel ids are not unique", problems)
+        used: set[str] = set()
+        queries = [("templating", t.get("definition", ""), "") for t in dash.get("templating", {}).get("list", [])
+                   if t.get("type") == "query"]
+        for p in panels:
+            expect(bool(p.get("targets")), f"panel {p.get('title')!r} has no queries", problems)
+            for t in p.get("targets", []):
+                queries.append((p.get("title"), t.get("expr", ""), t.get("legendFormat", "")))
+        for title, expr, legend in queries:
+            names = set(re.findall(r"\b(karpenter_[a-z0-9_]+)\b", expr))
+            labels_known: set[str] = set()
+            for name in names:
+                resolved = resolve_metric(name)
+                if resolved is None:
+                    problems.append(f"{title!r}: {name} is not one of upstream Karpenter's metrics")
+                else:
+                    used.add(resolved[0])
+                    labels_known |= resolved[1]
+            expect(bool(names), f"{title!r}: no Karpenter metric in {expr!r}", problems)
+            labels = set()
+            for group in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
+                labels |= {x.strip() for x in group.split(",") if x.strip()}
+            for matchers in re.findall(r"\{([^}]*)\}", expr):
+                labels |= set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", matchers))
+            labels |= set(re.findall(r"label_values\(\s*\w+\s*,\s*(\w+)\s*\)", expr))
+            for label in sorted(labels - labels_known):
+                problems.append(f"{title!r}: label {label} is not a label of {sorted(names)}")
+            # The labels a series of the result carries: the grouping labels once the query aggregates, else all.
+            aggregates = re.search(r"\b(?:sum|count|max|min|avg|topk|bottomk)\b", expr)
+            kept = {x.strip() for g in re.findall(r"\bby\s*\(([^)]*)\)", expr) for x in g.split(",")} \
+                if aggregates else labels_known
+            for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", legend):
+                if label not in kept:
+                    problems.append(f"{title!r}: the legend shows {label}, which the query's series do not carry")
+        for p in problems:
+            fail(f"dashboard {path.name}: {p}")
+        if not problems:
+            ok(f"dashboard {path.name}: {len(panels)} panels, {len(queries)} queries over {len(used)} of upstream's "
+               "metrics, every metric and label name known")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CloudFormation
+
+
+def _substitute(text: str, params: set[str], resources: dict) -> tuple[str, list[str]]:
+    sample = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "111122223333",
+              "AWS::URLSuffix": "amazonaws.com", "AWS::StackName": "karpenter", "ClusterName": "example-cluster"}
+    problems = []
+
+    def replace(m: re.Match) -> str:
+        name = m.group(1)
+        if name in sample:
+            return sample[name]
+        if "." in name and name.split(".", 1)[0] in resources:
+            resource = name.split(".", 1)[0]
+            kind = resources[resource].get("Type", "")
+            if kind == "AWS::IAM::Role":
+                return f"arn:aws:iam::111122223333:role/{resource}"
+            return f"arn:aws:{resource}"
+        if name in params or name in resources:
+            return name
+        problems.append(f"${{{name}}} names no parameter, pseudo parameter or resource")
+        return name
+
+    return re.sub(r"\$\{([^}!]+)\}", replace, text), problems
+
+
+def check_cloudformation() -> None:
+    matches = lint_file(CFN)
+    for m in matches:
+        fail(f"cfn-lint {CFN.relative_to(ROOT)}:{m.linenumber}: {m.rule.id} {m.message}")
+    template = cfn_yaml.load(str(CFN))
+    params = set(template.get("Parameters", {}))
+    resources = template.get("Resources", {})
+    derived = json.loads(json.dumps(template))
+    inlined = 0
+    for name, resource in derived["Resources"].items():
+        doc = resource.get("Properties", {}).get("PolicyDocument")
+        if isinstance(doc, dict) and set(doc) == {"Fn::Sub"} and isinstance(doc["Fn::Sub"], str):
+            text, problems = _substitute(doc["Fn::Sub"], params, resources)
+            for p in problems:
+                fail(f"{CFN.name}: {name}: {p}")
+            try:
+                resource["Properties"]["PolicyDocument"] = json.loads(text)
+                inlined += 1
+            except ValueError as e:
+                fail(f"{CFN.name}: {name}: the PolicyDocument under !Sub is not JSON: {e}")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cloudformation-policies-inlined.json"
+        path.write_text(json.dumps(derived, indent=1))
+        inline_matches = lint_file(path)
+    for m in inline_matches:
+        fail(f"cfn-lint (with the !Sub policy documents parsed): {m.rule.id} {m.message}")
+    expected = {"KarpenterControllerNodeLifecyclePolicy", "KarpenterControllerIAMIntegrationPolicy",
+                "KarpenterControllerEKSIntegrationPolicy", "KarpenterControllerInterruptionPolicy",
+                "KarpenterControllerResourceDiscoveryPolicy", "KarpenterNodeRole", "KarpenterInterruptionQueue",
+                "KarpenterInterruptionQueuePolicy"}
+    missing = expected - set(resources)
+    if missing:
+        fail(f"{CFN.name}: resources missing: {sorted(missing)}")
+    patterns = sorted(tuple(r["Properties"]["EventPattern"]["detail-type"]) for r in resources.values()
+                      if r.get("Type") == "AWS::Events::Rule")
+    want = sorted([("AWS Health Event",), ("EC2 Spot Instance Interruption Warning",),
+                   ("EC2 Instance Rebalance Recommendation",), ("EC2 Instance State-change Notification",)])
+    if patterns != want:
+        fail(f"{CFN.name}: EventBridge rules {patterns}, want {want}")
+    if not matches and not inline_matches and not missing and patterns == want:
+        ok(f"{CFN.relative_to(ROOT)}: cfn-lint clean ({len(resources)} resources; again with {inlined} !Sub policy "
+           "documents parsed); 5 controller policies, node role, queue, 4 EventBridge rules")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    print(f"helm-python-sdk {helm.__version__ if hasattr(helm, '__version__') else ''} (Helm {helm.helm_sdk_version()}), "
+          f"kubernetes-validate {kubernetes_validate.__version__}")
+    all_options = yaml.safe_load((CHART / "ci" / "all-options-values.yaml").read_text())
+
+    section("helm lint")
+    lint(CHART, MINIMAL_VALUES, "settings.clusterName only")
+    lint(CHART, all_options, "ci/all-options-values.yaml")
+    lint(CRD_CHART, None, "defaults")
+
+    section("render and validate")
+    runs = [(CHART, MINIMAL_VALUES, "karpenter, settings.clusterName only"),
+            (CHART, all_options, "karpenter, ci/all-options-values.yaml"),
+            (CRD_CHART, None, "karpenter-crd, defaults")]
+    rendered = {}
+    for chart, values, label in runs:
+        try:
+            objects = render(chart, copy.deepcopy(values))
+        except helm.HelmError as e:
+            fail(f"render {label}: {e}")
+            continue
+        rendered[label] = objects
+        ok(f"render {label}: {summary(objects)}")
+        validate_objects(objects, label)
+
+    section("what the karpenter chart promises")
+    for label, values in (("settings.clusterName only", MINIMAL_VALUES), ("ci/all-options-values.yaml", all_options)):
+        objects = rendered.get(f"karpenter, {label}")
+        if objects is not None:
+            check_karpenter(objects, copy.deepcopy(values), label)
+    if "karpenter, ci/all-options-values.yaml" in rendered:
+        check_rbac_files(rendered["karpenter, ci/all-options-values.yaml"])
+    crds = rendered.get("karpenter-crd, defaults", [])
+    if crds and {o["kind"] for _, o in crds} != {"CustomResourceDefinition"}:
+        fail("karpenter-crd renders something other than CustomResourceDefinitions")
+
+    section("values.schema.json rejects bad values")
+    check_invalid_values()
+
+    section("Grafana dashboards")
+    check_dashboards()
+
+    section("CloudFormation")
+    check_cloudformation()
+
+    print()
+    if failures:
+        print(f"check-charts: {len(failures)} failure(s):")
+        for f in failures:
+            print(f"  - {f}")
+        return 1
+    print("check-charts: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

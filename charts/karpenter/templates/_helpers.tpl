@@ -1,0 +1,65 @@
+{{/* The chart's name, shortened to the 63 characters a label value allows. */}}
+{{- define "karpenter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The fully qualified name: the release name when it already holds the chart's name. */}}
+{{- define "karpenter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* name-version, for the helm.sh/chart label. */}}
+{{- define "karpenter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "karpenter.labels" -}}
+helm.sh/chart: {{ include "karpenter.chart" . }}
+{{ include "karpenter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.additionalLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select the controller pods. */}}
+{{- define "karpenter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "karpenter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The ServiceAccount the controller runs as. */}}
+{{- define "karpenter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "karpenter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The controller image reference: repository:tag, or repository@digest when a digest is set. */}}
+{{- define "karpenter.controller.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.controller.image.tag }}
+{{- if .Values.controller.image.digest }}
+{{- printf "%s@%s" .Values.controller.image.repository .Values.controller.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.controller.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* FEATURE_GATES in Kubernetes' map syntax, gate names as the controller spells them. */}}
+{{- define "karpenter.featureGates" -}}
+{{- $g := .Values.settings.featureGates -}}
+{{- printf "ReservedCapacity=%t,SpotToSpotConsolidation=%t,NodeRepair=%t,NodeOverlay=%t,StaticCapacity=%t,CapacityBuffer=%t" $g.reservedCapacity $g.spotToSpotConsolidation $g.nodeRepair $g.nodeOverlay $g.staticCapacity $g.capacityBuffer -}}
+{{- end }}
