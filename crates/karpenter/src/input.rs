@@ -296,7 +296,7 @@ const FEATURE_GATES: [&str; 6] = [
 
 /// Controller settings that exist but do not change what `schedule` decides (normalized: lower case, no
 /// `_`/`-`).
-const IGNORED_SETTINGS: [&str; 24] = [
+const IGNORED_SETTINGS: [&str; 27] = [
     "batchmaxduration",
     "batchidleduration",
     "clustername",
@@ -321,6 +321,10 @@ const IGNORED_SETTINGS: [&str; 24] = [
     "ignoredrarequests",
     "disableclusterstateobservability",
     "disabledryrun",
+    // The chart's AWS settings that only the controller's refresh loops read.
+    "amirefreshinterval",
+    "subnetrefreshinterval",
+    "enablezonalshift",
 ];
 
 /// `preferencePolicy`, `PREFERENCE_POLICY` and `preference-policy` all become `preferencepolicy`.

@@ -87,3 +87,25 @@ fn the_table_shows_the_command_savings_and_blocked_nodes() {
         "{table}"
     );
 }
+
+#[test]
+fn expired_node_claims_are_listed_as_expirations_not_as_blocked() {
+    // The fixture's NodeClaims were created on 2026-12-01 with the default expireAfter (720h): past it here.
+    let now = "2027-01-02T12:00:00Z";
+    let out = json(now);
+    let expirations = out["expirations"].as_array().unwrap();
+    assert_eq!(expirations.len(), 3, "{out:#}");
+    assert_eq!(expirations[0]["expiredAt"], "2026-12-31T00:00:00Z");
+    let held = expirations.iter().find(|e| e["node"] == "node-c").unwrap();
+    assert_eq!(
+        held["drainBlockedBy"],
+        "pod default/batch has karpenter.sh/do-not-disrupt"
+    );
+    assert!(out["commands"].as_array().unwrap().is_empty());
+    assert!(out["blocked"].as_array().unwrap().is_empty(), "{out:#}");
+    let (table, _) = disrupt(now, "table");
+    assert!(
+        table.contains("Expired, deleted whatever the budgets (3):"),
+        "{table}"
+    );
+}

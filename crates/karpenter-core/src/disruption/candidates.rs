@@ -1,7 +1,7 @@
 //! Which nodes a disruption pass may consider, and why the others are left alone.
 //!
 //! A candidate is a managed node (it has a NodeClaim and a NodePool), initialized, not already being deleted,
-//! not annotated `karpenter.sh/do-not-disrupt: "true"`, and holding no pod that blocks eviction. A pod blocks
+//! not nominated for a pending pod (`status.nominatedNodeName`: the pod is on its way there), not annotated `karpenter.sh/do-not-disrupt: "true"`, and holding no pod that blocks eviction. A pod blocks
 //! when its own do-not-disrupt protection is active, or when a PodDisruptionBudget would refuse its eviction now
 //! (several PDBs on one pod always refuse). DaemonSet, mirror, terminating and terminal pods never block, and
 //! neither do pods that tolerate the `karpenter.sh/disrupted` taint (they are not drained). For the eventual
@@ -64,6 +64,8 @@ pub struct NodeView {
     pub pods: Vec<usize>,
     /// Runs CapacityBuffer placeholder pods.
     pub holds_capacity_buffer: bool,
+    /// A pending pod (`namespace/name`) the scheduler has nominated this node for: it is about to land here.
+    pub nominated_for: Option<String>,
 }
 
 /// The nodes and pods a disruption pass reads.
@@ -96,6 +98,9 @@ pub fn blocked_reason(view: &ClusterView, node: usize, class: MethodClass, now: 
     }
     if !n.initialized {
         return Some("node is not initialized yet".into());
+    }
+    if let Some(pod) = &n.nominated_for {
+        return Some(format!("node is nominated for pending pod {pod}"));
     }
     if n.do_not_disrupt {
         return Some("node has karpenter.sh/do-not-disrupt".into());
@@ -160,6 +165,7 @@ mod tests {
                 has_termination_grace_period: false,
                 pods: Vec::new(),
                 holds_capacity_buffer: false,
+                nominated_for: None,
             });
             fx
         }

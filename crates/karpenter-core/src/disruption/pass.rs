@@ -68,10 +68,23 @@ pub struct ClaimConditions {
     pub consolidatable: bool,
 }
 
+/// A NodeClaim past its `expireAfter`: expiration deletes it whatever the budgets say (it is forceful), and
+/// draining then honours PDBs and do-not-disrupt until the NodeClaim's terminationGracePeriod, if any, ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expiration {
+    /// Cluster-view node index.
+    pub node: usize,
+    pub expired_at: Timestamp,
+    /// Pods that block eviction will hold the drain (until a terminationGracePeriod ends, when there is one).
+    pub drain_blocked_by: Option<String>,
+}
+
 /// Everything a pass decided.
 #[derive(Debug, Clone, Default)]
 pub struct PassResult {
     pub commands: Vec<DisruptionCommand>,
+    /// Expired NodeClaims, deleted beside the commands (upstream's expiration controller, not budgeted).
+    pub expirations: Vec<Expiration>,
     /// Managed nodes the pass left alone, with why (cluster-view node index, reason).
     pub blocked: Vec<(usize, String)>,
     pub node_claims: Vec<ClaimConditions>,
@@ -168,9 +181,36 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
         }
     }
 
+    // Expiration is forceful: an expired NodeClaim goes whatever its pods, budgets or do-not-disrupt say (an
+    // invalid NodePool's too, as upstream's expiration controller does not read the NodePool), so it takes no
+    // part in the methods below.
+    for (n, info) in inputs.claims.iter().enumerate() {
+        let Some(info) = info.as_ref().filter(|i| i.expired) else {
+            continue;
+        };
+        if inputs.view.nodes[n].deleting {
+            continue;
+        }
+        result.expirations.push(Expiration {
+            node: n,
+            expired_at: info.expires_at.unwrap_or(now),
+            drain_blocked_by: blocked_reason(&inputs.view, n, MethodClass::Graceful, now),
+        });
+        acted[n] = true;
+        // Nothing the methods below simulate may move pods onto a node that is going anyway.
+        if let Some(e) = inputs.existing_of.get(n).copied().flatten()
+            && let Some(node) = inputs.base.input.existing.get_mut(e)
+        {
+            node.schedulable = false;
+        }
+    }
+
     // Nodes a graceful method may not touch, and why (the nodes of an invalid NodePool included).
     let graceful_blocked: Vec<Option<String>> = (0..inputs.view.nodes.len())
         .map(|n| {
+            if acted[n] {
+                return Some("expired".to_string());
+            }
             if inputs.claims[n]
                 .as_ref()
                 .is_some_and(|i| inputs.pools[i.pool].invalid.is_some())
@@ -397,6 +437,7 @@ fn drifted_candidates(inputs: &DisruptionInputs, pool: usize, now: Timestamp) ->
             let info = info.as_ref()?;
             (info.pool == pool
                 && inputs.pools[pool].invalid.is_none()
+                && !info.expired
                 && info.drift.is_some()
                 && blocked_reason(&inputs.view, n, MethodClass::Eventual, now).is_none())
             .then_some(n)
@@ -613,6 +654,43 @@ mod tests {
         assert_eq!(
             blocked(&inputs, &r, "n2"),
             Some("pod default/b PodDisruptionBudget default/b allows no more disruptions")
+        );
+    }
+
+    #[test]
+    fn expired_nodes_are_deleted_whatever_the_budgets_and_take_no_other_part() {
+        // n1's claim is 720h (the default expireAfter) old at NOW; n2's is a day old.
+        let [n1, c1] = managed("n1");
+        let c1 = c1.replace(
+            "creationTimestamp: \"2026-12-01T00:00:00Z\"",
+            "creationTimestamp: \"2026-11-01T00:00:00Z\"",
+        );
+        let [n2, c2] = managed("n2");
+        let p = pool("{consolidateAfter: 0s, budgets: [{nodes: \"0\"}]}");
+        let a = bound_pod("default", "a", "n1", "1", "").replace(
+            "labels: {app: a}",
+            "labels: {app: a}, annotations: {karpenter.sh/do-not-disrupt: \"true\"}",
+        );
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2, &a]);
+        assert_eq!(r.expirations.len(), 1, "{:?}", r.expirations);
+        let e = &r.expirations[0];
+        assert_eq!(names(&inputs, &[e.node]), ["n1"]);
+        assert_eq!(e.expired_at.to_string(), "2026-12-01T00:00:00Z");
+        assert_eq!(
+            e.drain_blocked_by.as_deref(),
+            Some("pod default/a has karpenter.sh/do-not-disrupt"),
+            "do-not-disrupt does not stop expiration, it holds the drain"
+        );
+        assert_eq!(
+            blocked(&inputs, &r, "n1"),
+            None,
+            "an expiring node is not 'left alone'"
+        );
+        assert!(r.commands.is_empty(), "the empty n2 is held by the zero budget");
+        assert!(
+            blocked(&inputs, &r, "n2")
+                .unwrap()
+                .contains("allows no more disruptions for Empty")
         );
     }
 

@@ -23,7 +23,7 @@ use crate::{
         consolidatable::is_consolidatable,
         cost::{disruption_cost, lifetime_remaining, pod_eviction_cost},
         drift::{DriftProvider, DriftReason, drift_reason},
-        expiration::is_expired,
+        expiration::{expiry, is_expired},
     },
     instance_type::{self, InstanceType},
     requirements::{LabelInterner, Symbol},
@@ -74,6 +74,8 @@ pub struct ClaimInfo {
     pub created: Option<Timestamp>,
     pub drift: Option<DriftReason>,
     pub consolidatable: bool,
+    /// `creationTimestamp + expireAfter`; `None` for `expireAfter: Never`.
+    pub expires_at: Option<Timestamp>,
     pub expired: bool,
     /// Σ pod eviction costs × remaining lifetime (`disruption::cost`).
     pub disruption_cost: f64,
@@ -351,6 +353,7 @@ pub fn build_disruption_inputs(
             created,
             drift,
             consolidatable: is_consolidatable(claim, pool, now),
+            expires_at: expiry(claim),
             expired: is_expired(claim, now),
             disruption_cost: disruption_cost(pod_costs, lifetime),
             reschedulable_pods,

@@ -82,6 +82,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             has_termination_grace_period: claim.is_some_and(|c| c.spec.termination_grace_period.is_some()),
             pods: Vec::new(),
             holds_capacity_buffer: false,
+            nominated_for: None,
         });
     }
     let disrupted_key = interner.intern_key(labels::DISRUPTED_TAINT_KEY);
@@ -92,6 +93,19 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
     };
     for pod in &snapshot.pods {
         let Some(node) = node_name(pod).and_then(|n| index.get(n).copied()) else {
+            // A pending pod nominated to a node (preemption, or a node just launched for it) pins that node.
+            let nominated = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref())
+                .and_then(|n| index.get(n).copied());
+            if let Some(n) = nominated
+                && node_name(pod).is_none()
+                && !is_terminal(pod)
+                && !is_terminating(pod)
+            {
+                view.nodes[n].nominated_for.get_or_insert_with(|| pod_id(pod));
+            }
             continue;
         };
         let meta = &pod.metadata;
@@ -199,5 +213,39 @@ mod tests {
             why.as_deref(),
             Some("pod default/web PodDisruptionBudget default/web allows no more disruptions")
         );
+    }
+
+    #[test]
+    fn a_node_nominated_for_a_pending_pod_is_not_a_candidate() {
+        let managed = ", karpenter.sh/nodepool: default, karpenter.sh/initialized: \"true\"";
+        let claim = |n: &str| {
+            format!(
+                "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: c-{n}}}\nspec:\n  requirements: []\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\nstatus: {{nodeName: {n}}}\n"
+            )
+        };
+        let nominated = format!(
+            "{}status: {{phase: Pending, nominatedNodeName: n1}}\n",
+            pending_pod("default", "incoming", "1", "")
+        );
+        let snap = snapshot(&[
+            &node("n1", managed, ""),
+            &node("n2", managed, ""),
+            &claim("n1"),
+            &claim("n2"),
+            DEFAULT_POOL,
+            &nominated,
+        ]);
+        let mut interner = LabelInterner::new();
+        let view = build_cluster_view(&snap, &mut interner);
+        let now = "2026-12-02T10:00:00Z".parse().unwrap();
+        assert_eq!(
+            blocked_reason(&view, 0, MethodClass::Graceful, now).as_deref(),
+            Some("node is nominated for pending pod default/incoming")
+        );
+        assert_eq!(
+            blocked_reason(&view, 0, MethodClass::Eventual, now),
+            blocked_reason(&view, 0, MethodClass::Graceful, now)
+        );
+        assert_eq!(blocked_reason(&view, 1, MethodClass::Graceful, now), None);
     }
 }

@@ -15,6 +15,8 @@ use crate::schedule::output::{NodeClaimOutput, OutputContext, node_claim};
 #[serde(rename_all = "camelCase")]
 pub struct DisruptOutput {
     pub commands: Vec<CommandOutput>,
+    /// Expired NodeClaims, deleted whatever the budgets (expiration is forceful).
+    pub expirations: Vec<ExpirationOutput>,
     pub blocked: Vec<BlockedOutput>,
     pub node_claims: Vec<NodeClaimConditionsOutput>,
     pub budgets: Vec<BudgetOutput>,
@@ -38,6 +40,19 @@ pub struct CandidateOutput {
     pub node: String,
     pub node_claim: String,
     pub node_pool: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpirationOutput {
+    pub node: String,
+    pub node_claim: String,
+    pub node_pool: String,
+    /// RFC 3339.
+    pub expired_at: String,
+    /// What will hold the drain (a PDB or do-not-disrupt), until the NodeClaim's terminationGracePeriod ends
+    /// when it has one; `null` when nothing does.
+    pub drain_blocked_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -136,6 +151,17 @@ impl DisruptOutput {
                 }
             })
             .collect();
+        let expirations = result
+            .expirations
+            .iter()
+            .map(|e| ExpirationOutput {
+                node: node_name(e.node),
+                node_claim: view.nodes[e.node].node_claim.clone().unwrap_or_default(),
+                node_pool: view.nodes[e.node].node_pool.clone().unwrap_or_default(),
+                expired_at: e.expired_at.to_string(),
+                drain_blocked_by: e.drain_blocked_by.clone(),
+            })
+            .collect();
         let blocked = result
             .blocked
             .iter()
@@ -187,6 +213,7 @@ impl DisruptOutput {
             .collect();
         Self {
             commands,
+            expirations,
             blocked,
             node_claims,
             budgets,

@@ -7,8 +7,27 @@ use super::output::DisruptOutput;
 
 pub fn render(out: &DisruptOutput) -> String {
     let mut s = String::new();
-    if out.commands.is_empty() {
+    if out.commands.is_empty() && out.expirations.is_empty() {
         s.push_str("No disruption: the pass would do nothing now.\n");
+    }
+    if !out.expirations.is_empty() {
+        let _ = writeln!(
+            s,
+            "Expired, deleted whatever the budgets ({}):",
+            out.expirations.len()
+        );
+        for e in &out.expirations {
+            let drain = e
+                .drain_blocked_by
+                .as_deref()
+                .map(|why| format!("; the drain waits: {why}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "  {} (NodeClaim {}) expired at {}{drain}",
+                e.node, e.node_claim, e.expired_at
+            );
+        }
     }
     for (i, c) in out.commands.iter().enumerate() {
         let nodes: Vec<&str> = c.candidates.iter().map(|n| n.node.as_str()).collect();
