@@ -4,8 +4,8 @@
 //! `disruption_pass`, at the fixed time [`NOW`] with the embedded AWS us-east-1 catalog.
 //!
 //! Grid: {100, 1000} nodes x {1, 10, 50} NodePools x {0, 50, 100}% hostname spread, 10..=30 pods per node,
-//! plus a full-coverage cluster at each size (full m5.xlarge nodes a NodePool limited to m5.xlarge cannot
-//! consolidate, so single-node consolidation evaluates every candidate);
+//! plus two full-coverage clusters at each size (full m5.xlarge nodes a NodePool limited to m5.xlarge cannot
+//! consolidate, so single-node consolidation evaluates every candidate), without and with 100% hostname spread;
 //! at 5000 nodes only (1 pool, 0%) and (10 pools, 50%), plus one 5000-node cluster with 30 pods per node
 //! (150,000 pods; 1 pool, 0%). `--nodes N` runs only the grid at N nodes (N >= 5000: the reduced 5000-node
 //! grid). The clusters are described in [`disrupt_workloads`](super::disrupt_workloads); seed 42.
@@ -126,7 +126,7 @@ fn grid(nodes: usize) -> Vec<ClusterSpec> {
     POOLS
         .iter()
         .flat_map(|&p| SPREADS.iter().map(move |&s| spec(p, s, PODS_PER_NODE)))
-        .chain([full])
+        .chain([full, ClusterSpec { spread: 100, ..full }])
         .collect()
 }
 

@@ -188,6 +188,27 @@ fn condition(kind: &str) -> Value {
     json!({"type": kind, "status": "True", "lastTransitionTime": CREATED, "reason": kind, "message": ""})
 }
 
+/// Pod `j` of a node: in the hostname spread when `(j * spread) % 100 < spread` (labelled `spread-{s}` for the
+/// `s`-th such pod of its node, with a maxSkew 1 DoNotSchedule constraint on its own label), else `plain_app`.
+/// Returns the `app` label and the pod's spec so far.
+fn spread_pod(spread: u32, j: usize, plain_app: &str, node_name: &str) -> (String, Value) {
+    let mut pod_spec = json!({"nodeName": node_name});
+    let in_spread = (j as u64 * u64::from(spread)) % 100 < u64::from(spread);
+    if !in_spread {
+        return (plain_app.to_string(), pod_spec);
+    }
+    // The s-th spread pod of a node: pods before j in the spread, counted with the same rule.
+    let s = (0..j)
+        .filter(|&k| (k as u64 * u64::from(spread)) % 100 < u64::from(spread))
+        .count();
+    let app = format!("spread-{s}");
+    pod_spec["topologySpreadConstraints"] = json!([{
+        "maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": app}},
+    }]);
+    (app, pod_spec)
+}
+
 /// A running pod as `kubectl get pod -o json` prints one made by a Deployment: `spec` (node name, spread) is
 /// completed with the fields the API server and kubelet fill in (service-account volume and mount, default
 /// tolerations, probes, env, container statuses, conditions, ...), so the snapshot loader is measured on
@@ -362,12 +383,12 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
                 .min(shape.max_pods);
             for j in 0..fitting {
                 let requests = json!({"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)});
-                let app = format!("app-{}", j % APPS);
+                let (app, pod_spec) = spread_pod(spec.spread, j, &format!("app-{}", j % APPS), &node_name);
                 documents.push(kubectl_pod(
                     &format!("pod-{i:05}-{j:02}"),
                     pods,
                     &app,
-                    json!({"nodeName": node_name}),
+                    pod_spec,
                     requests,
                 ));
                 pods += 1;
@@ -376,7 +397,6 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
         }
         let (min_cpu, min_mem) = (CPU_MILLI[0], MEMORY_MIB[0] * MIB);
         let (mut cpu_left, mut mem_left) = (shape.cpu_milli, shape.memory_bytes);
-        let mut spread_index = 0;
         for j in 0..count {
             let mut cpu = *rng.pick(&CPU_MILLI);
             let mut mem = rng.pick(&MEMORY_MIB) * MIB;
@@ -389,22 +409,9 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
             }
             cpu_left -= cpu;
             mem_left -= mem;
-            let spread = (j as u64 * u64::from(spec.spread)) % 100 < u64::from(spec.spread);
             // Drawn for every pod, so clusters differing only in spread have the same nodes and pods.
-            let plain_app = rng.below(APPS);
-            let app = if spread {
-                spread_index += 1;
-                format!("spread-{}", spread_index - 1)
-            } else {
-                format!("app-{plain_app}")
-            };
-            let mut pod_spec = json!({"nodeName": node_name});
-            if spread {
-                pod_spec["topologySpreadConstraints"] = json!([{
-                    "maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
-                    "labelSelector": {"matchLabels": {"app": app}},
-                }]);
-            }
+            let plain_app = format!("app-{}", rng.below(APPS));
+            let (app, pod_spec) = spread_pod(spec.spread, j, &plain_app, &node_name);
             let requests = json!({"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)});
             documents.push(kubectl_pod(
                 &format!("pod-{i:05}-{j:02}"),

@@ -8,7 +8,7 @@ use crate::{
 };
 
 /// A pod's labels (or a namespace's), sorted by key.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Labels(Vec<(Symbol, Symbol)>);
 
 impl Labels {

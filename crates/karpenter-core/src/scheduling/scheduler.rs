@@ -58,10 +58,18 @@ impl Default for SchedulingSettings {
 pub struct BoundPod {
     pub namespace: Symbol,
     pub labels: Labels,
+    /// Bound pods with the same namespace and labels (the replicas of a workload) share an id, so the scheduler
+    /// matches each distinct set against the topology groups once; [`BoundPod::UNSHARED`] opts out.
+    pub label_set: u32,
     /// Index into `SchedulingInput::existing`.
     pub node: usize,
     /// Its required anti-affinity terms, which repel matching pending pods.
     pub anti_affinity: Vec<AffinityTerm>,
+}
+
+impl BoundPod {
+    /// A `label_set` shared with no other pod.
+    pub const UNSHARED: u32 = u32::MAX;
 }
 
 /// Everything one simulation reads.
@@ -328,6 +336,11 @@ impl<'a> Scheduler<'a> {
         }
         let mut bound_groups = Vec::with_capacity(input.bound_pods.len());
         for b in &input.bound_pods {
+            // Most bound pods have no anti-affinity of their own: nothing to register.
+            if b.anti_affinity.is_empty() {
+                bound_groups.push(PodGroups::default());
+                continue;
+            }
             let anti = b.anti_affinity.iter().map(|t| (t.clone(), true));
             let none = Requirements::new();
             bound_groups.push(
@@ -338,11 +351,44 @@ impl<'a> Scheduler<'a> {
         for (p, g) in input.pods.iter().zip(self.groups.iter_mut()) {
             self.topology.link(g, p.namespace, &p.labels);
         }
-        for (b, mut g) in input.bound_pods.iter().zip(bound_groups) {
-            self.topology.link(&mut g, b.namespace, &b.labels);
+        // Which groups count a pod depends only on its namespace and labels, which the replicas of a workload
+        // share (`label_set`): match each distinct set against the groups once, not every bound pod. A cluster's
+        // bound pods outnumber its label sets by orders of magnitude, and re-simulations run this per candidate.
+        let any_groups = !self.topology.groups().is_empty();
+        let mut links: Vec<Option<PodGroups>> = Vec::new();
+        let mut scratch = PodGroups::default();
+        for (b, own) in input.bound_pods.iter().zip(&bound_groups) {
+            if !any_groups {
+                continue;
+            }
+            let topology = &mut self.topology;
+            let linked = match usize::try_from(b.label_set)
+                .ok()
+                .filter(|_| b.label_set != BoundPod::UNSHARED)
+            {
+                Some(id) => {
+                    if links.len() <= id {
+                        links.resize(id + 1, None);
+                    }
+                    links[id].get_or_insert_with(|| {
+                        let mut linked = PodGroups::default();
+                        topology.link(&mut linked, b.namespace, &b.labels);
+                        linked
+                    })
+                }
+                None => {
+                    topology.link(&mut scratch, b.namespace, &b.labels);
+                    &scratch
+                }
+            };
             let node = &input.existing[b.node];
-            self.topology
-                .record(&g, &node.requirements, &node.taints, host_of_node(b.node));
+            topology.record_parts(
+                &linked.counted_by,
+                &own.anti_affinity,
+                &node.requirements,
+                &node.taints,
+                host_of_node(b.node),
+            );
         }
     }
 

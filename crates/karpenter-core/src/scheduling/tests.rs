@@ -640,6 +640,7 @@ fn running_pods_anti_affinity_keeps_matching_pods_away() {
     input.bound_pods.push(BoundPod {
         namespace: ns,
         labels: Labels::default(),
+        label_set: BoundPod::UNSHARED,
         node: 0,
         anti_affinity: vec![anti],
     });
@@ -1137,6 +1138,7 @@ fn node_taints_policy_honor_ignores_pods_on_nodes_the_pod_does_not_tolerate() {
             input.bound_pods.push(BoundPod {
                 namespace: ns,
                 labels: web.clone(),
+                label_set: BoundPod::UNSHARED,
                 node: 0,
                 anti_affinity: Vec::new(),
             });

@@ -352,12 +352,25 @@ impl Topology {
     /// Records a placed (or already bound) pod: its counts, and where it is for its own anti-affinity terms.
     /// `taints` are the node's, for the spread constraints' node filters.
     pub fn record(&mut self, groups: &PodGroups, node: &Requirements, taints: &[Taint], host: Host) {
-        for &g in &groups.counted_by {
+        self.record_parts(&groups.counted_by, &groups.anti_affinity, node, taints, host);
+    }
+
+    /// [`Topology::record`] for a pod whose groups are held apart: `counted_by` (from [`Topology::link`]) and
+    /// its own `anti_affinity` groups.
+    pub fn record_parts(
+        &mut self,
+        counted_by: &[usize],
+        anti_affinity: &[usize],
+        node: &Requirements,
+        taints: &[Taint],
+        host: Host,
+    ) {
+        for &g in counted_by {
             if self.groups[g].filter.matches(node, taints) {
                 self.record_into(g, node, host, false);
             }
         }
-        for &g in &groups.anti_affinity {
+        for &g in anti_affinity {
             self.record_into(g, node, host, true);
         }
     }

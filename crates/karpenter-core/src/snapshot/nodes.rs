@@ -21,7 +21,7 @@ use crate::{
     instance_type::InstanceType,
     requirements::{Requirement, Requirements, Symbol, WellKnownKeys},
     resources::Resources,
-    scheduling::{BoundPod, ExistingNode},
+    scheduling::{BoundPod, ExistingNode, Labels},
 };
 
 use super::{
@@ -66,6 +66,8 @@ pub(super) struct NodeSet<'s> {
     daemons_running: Vec<Vec<usize>>,
     /// `(node, namespace/pvc)` already counted against a CSI limit.
     volumes_seen: HashSet<(usize, String)>,
+    /// Distinct (namespace, labels) of bound pods, numbered: [`BoundPod::label_set`].
+    label_sets: HashMap<(Symbol, Labels), u32>,
 }
 
 impl<'s> NodeSet<'s> {
@@ -105,6 +107,7 @@ impl<'s> NodeSet<'s> {
             provider_ids: HashSet::with_capacity(snapshot.nodes.len()),
             daemons_running: Vec::with_capacity(snapshot.nodes.len()),
             volumes_seen: HashSet::new(),
+            label_sets: HashMap::new(),
         };
         for node in &snapshot.nodes {
             let Some(name) = node.metadata.name.as_deref() else {
@@ -174,9 +177,13 @@ impl<'s> NodeSet<'s> {
         if let Some(d) = parts.daemon_set.as_ref().and_then(|k| daemons.index_of(k)) {
             self.daemons_running[node].push(d);
         }
-        parts.topology.map(|(namespace, labels, anti_affinity)| BoundPod {
+        let (namespace, labels, anti_affinity) = parts.topology?;
+        let next = u32::try_from(self.label_sets.len()).unwrap_or(BoundPod::UNSHARED);
+        let label_set = *self.label_sets.entry((namespace, labels.clone())).or_insert(next);
+        Some(BoundPod {
             namespace,
             labels,
+            label_set,
             node,
             anti_affinity,
         })
