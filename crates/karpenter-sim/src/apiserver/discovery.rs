@@ -1,14 +1,14 @@
 //! Discovery and the other non-resource paths kubectl and client-go read: /api, /api/v1, /apis,
 //! /apis/GROUP, /apis/GROUP/VERSION, /version, health endpoints. Only the unaggregated discovery documents are
 //! served; clients that ask for aggregated discovery fall back to them when the answer's Content-Type is plain
-//! JSON. OpenAPI documents are not served (404), which kubectl tolerates (see the kubectl tests).
+//! JSON. OpenAPI: the minimal v3 documents of `openapi.rs`; /openapi/v2 is not served (404).
 
 use std::collections::BTreeMap;
 
 use http::Response;
 use serde_json::{Value, json};
 
-use super::{resources::ResourceInfo, response, response::ResponseBody, store::State};
+use super::{openapi, resources::ResourceInfo, response, response::ResponseBody, store::State};
 
 const VERBS: &[&str] = &[
     "create",
@@ -160,6 +160,13 @@ pub fn answer(state: &State, path: &str) -> Response<ResponseBody> {
             resource_list(state, group, version).map_or_else(not_found, |l| response::json(200, &l))
         }
         ["version"] => response::json(200, &version()),
+        ["openapi", "v3"] => response::json(200, &openapi::root(state)),
+        ["openapi", "v3", "api", version] => {
+            openapi::group_version(state, "", version).map_or_else(not_found, |d| response::json(200, &d))
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            openapi::group_version(state, group, version).map_or_else(not_found, |d| response::json(200, &d))
+        }
         ["healthz" | "readyz" | "livez"] => response::bytes(200, "text/plain", "ok"),
         _ => not_found(),
     }

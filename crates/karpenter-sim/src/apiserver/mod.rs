@@ -24,7 +24,8 @@
 //!   apart from core events, no conversion between them); scheduling.k8s.io/v1 priorityclasses;
 //!   apiextensions.k8s.io/v1 customresourcedefinitions, with the project's CRDs pre-registered and any CRD
 //!   created through the API served at once (status and scale subresources, selectableFields).
-//! - Discovery (/api, /apis, /apis/G, /apis/G/V, /version); OpenAPI is not served (404).
+//! - Discovery (/api, /apis, /apis/G, /apis/G/V, /version) and a minimal OpenAPI v3 (PATCH operations that
+//!   declare `fieldValidation`, no schemas) so kubectl apply validates server-side instead of needing OpenAPI v2.
 //! - get, list (label and field selectors, `limit`/`continue`), watch (from a resourceVersion, bookmarks,
 //!   `sendInitialEvents`, 410 Expired when older than the history, ADDED/DELETED for objects entering or leaving
 //!   a filtered watch), create (generateName), update (409 on stale resourceVersion), patch (merge, JSON,
@@ -36,7 +37,7 @@
 //! - Authentication, authorization, admission webhooks, schema validation and defaulting (objects are stored as
 //!   sent, CRD schemas and CEL rules are not checked), version conversion, protobuf, Table output,
 //!   managedFields and server-side apply conflicts, lists at an exact older resourceVersion (answered with the
-//!   current state), and the non-resource OpenAPI documents.
+//!   current state), OpenAPI v2 and schemas in OpenAPI v3.
 
 mod audit;
 mod crds;
@@ -47,6 +48,7 @@ mod handler;
 mod http;
 mod kinds;
 mod objects;
+mod openapi;
 mod patch;
 mod read;
 mod resources;
