@@ -138,6 +138,31 @@ async fn filtered_watch_reports_entering_and_leaving() -> TestResult {
         Some(WatchEvent::Added(p)) => assert_eq!(p.spec.and_then(|s| s.node_name).as_deref(), Some("n1")),
         other => return Err(format!("expected ADDED, got {other:?}").into()),
     }
+    // GET .../pods/NAME?watch=true (the legacy single-object watch) sees only that object.
+    pods.create(
+        &PostParams::default(),
+        &pod("other", json!({"app": "web"}), None)?,
+    )
+    .await?;
+    let request = http::Request::get(format!(
+        "/api/v1/namespaces/default/pods/p?watch=true&resourceVersion={rv}"
+    ))
+    .body(Vec::new())?;
+    let mut single = Box::pin(server.client().request_events::<Pod>(request).await?);
+    match single.try_next().await? {
+        Some(WatchEvent::Modified(p)) => assert_eq!(p.name_any(), "p"),
+        other => return Err(format!("expected the binding of p, got {other:?}").into()),
+    }
+    pods.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"x": "y"}}})),
+    )
+    .await?;
+    match single.try_next().await? {
+        Some(WatchEvent::Modified(p)) => assert_eq!(p.annotations().get("x").map(String::as_str), Some("y")),
+        other => return Err(format!("expected p's annotation, not another pod: {other:?}").into()),
+    }
     let mut web = Box::pin(
         pods.watch(
             &WatchParams::default().labels("app=web"),

@@ -302,7 +302,15 @@ fn watch(
     request: &ResourceRequest,
     query: &Query,
 ) -> Result<Response<ResponseBody>, ApiStatus> {
-    let params = list_params(request, query)?;
+    let mut params = list_params(request, query)?;
+    if let Some(name) = &request.name {
+        // GET .../NAME?watch=true watches that one object.
+        let pinned = match query.get("fieldSelector") {
+            Some(fields) => format!("metadata.name={name},{fields}"),
+            None => format!("metadata.name={name}"),
+        };
+        params.fields = FieldSelector::parse(&pinned, &request.info.selectable_fields)?;
+    }
     let start = match query.get("resourceVersion") {
         _ if query.flag("sendInitialEvents") => WatchStart::Now {
             initial_end_bookmark: true,
