@@ -200,7 +200,8 @@ impl ApiStatus {
     pub(crate) fn injected(code: u16) -> Self {
         match code {
             409 => Self::new(409, "Conflict", "injected fault: conflict"),
-            429 => Self::new(429, "TooManyRequests", "injected fault: too many requests"),
+            429 => Self::new(429, "TooManyRequests", "injected fault: too many requests")
+                .with_details(json!({"retryAfterSeconds": 1})),
             500 => Self::internal("injected fault"),
             503 => Self::new(503, "ServiceUnavailable", "injected fault: service unavailable"),
             other => Self::new(other, "Unknown", format!("injected fault: {other}")),

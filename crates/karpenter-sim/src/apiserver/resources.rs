@@ -243,10 +243,8 @@ const BUILTINS: &[Builtin] = &[
         true,
     ),
     b("coordination.k8s.io", "v1", "Lease", "leases", true, false),
-    Builtin {
-        short: &["ev"],
-        ..b("events.k8s.io", "v1", "Event", "events", true, false)
-    },
+    // No short name: "ev" is the core group's, as upstream.
+    b("events.k8s.io", "v1", "Event", "events", true, false),
     Builtin {
         short: &["pc"],
         ..b(

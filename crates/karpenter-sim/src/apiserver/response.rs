@@ -35,11 +35,17 @@ pub fn json(code: u16, body: &Value) -> Response<ResponseBody> {
 
 pub fn error(status: &ApiStatus) -> Response<ResponseBody> {
     let mut response = json(status.code, &status.to_json());
-    if status.code == 429 {
-        // Clients back off on 429; client-go reads Retry-After.
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    // Like the real server, a Retry-After header only when the Status asks for a wait (rate limiting does,
+    // eviction's 429 does not).
+    let retry_after = status
+        .details
+        .as_ref()
+        .and_then(|d| d["retryAfterSeconds"].as_u64())
+        .filter(|s| *s > 0);
+    if let Some(seconds) = retry_after
+        && let Ok(value) = header::HeaderValue::from_str(&seconds.to_string())
+    {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
     }
     response
 }
