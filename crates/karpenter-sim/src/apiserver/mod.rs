@@ -38,6 +38,9 @@
 //!   sent, CRD schemas and CEL rules are not checked), version conversion, protobuf, Table output,
 //!   managedFields and server-side apply conflicts, lists at an exact older resourceVersion (answered with the
 //!   current state), OpenAPI v2 and schemas in OpenAPI v3.
+//! - Deleting a CRD stops serving it and drops its objects at once (no DELETED events, no
+//!   customresourcecleanup finalizer); events.k8s.io/v1 and core v1 events are separate stores.
+//! - The audit log records resource requests only (not discovery, OpenAPI or health paths).
 
 mod audit;
 mod crds;
