@@ -1,8 +1,10 @@
 //! The pure, synchronous heart of Karpenter: a compact model of a cluster, the requirements algebra, resources,
 //! the instance-type catalog and its capacity maths. No I/O, no async, no clock reads: every decision is a
-//! function of its inputs.
+//! function of its inputs. The one async item is the [`cloudprovider::CloudProvider`] trait, declared here for
+//! providers to implement and controllers to call; nothing in core calls it.
 
 pub mod catalog;
+pub mod cloudprovider;
 pub mod disruption;
 pub mod instance_type;
 pub mod requirements;

@@ -1,0 +1,150 @@
+//! The CloudProvider contract: how the controllers launch, find and remove capacity, and what a provider tells
+//! decisions (instance types, drift, repair policies). AWS (`karpenter-aws`) and the simulator (`karpenter-sim`)
+//! implement it; core only declares it, so decisions stay free of I/O.
+//!
+//! The shape follows upstream's `cloudprovider.CloudProvider`:
+//! - [`CloudProvider::create`] launches capacity for a NodeClaim's requirements and requests and returns the
+//!   claim hydrated from what was launched (`status.providerID`, `status.capacity`/`allocatable`,
+//!   `status.imageID`, and labels resolved from the chosen offering: instance type, zone, capacity type);
+//! - [`CloudProvider::delete`] terminates by provider ID and answers [`CloudProviderError::NodeClaimNotFound`]
+//!   once the instance is gone (the termination controller retries until then);
+//! - [`CloudProvider::get`] and [`CloudProvider::list`] find the provider's instances of this cluster (garbage
+//!   collection compares them with the NodeClaims);
+//! - [`CloudProvider::instance_types`] lists every instance type a NodePool could launch, available or not, in
+//!   the provider-neutral catalog form that decisions intern;
+//! - drift beyond the NodePool's (AMI, subnets, security groups, ...) comes through [`DriftProvider`], answered
+//!   from the provider's caches so a disruption pass never waits on the cloud.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
+
+use crate::{catalog::CatalogInstanceType, disruption::drift::DriftProvider};
+
+/// A node condition that, held for `toleration`, makes a node unhealthy enough to be repaired (replaced) when
+/// the NodeRepair feature gate is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepairPolicy {
+    pub condition_type: String,
+    /// "False", "True" or "Unknown".
+    pub condition_status: String,
+    pub toleration: Duration,
+}
+
+/// A NodeClass kind a provider serves (`karpenter.k8s.aws/EC2NodeClass`); NodePools and NodeClaims naming
+/// another kind are not this provider's and are left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeClassKind {
+    pub group: &'static str,
+    pub kind: &'static str,
+}
+
+/// An offering a launch found without capacity, so the provider marks it unavailable for a while and the
+/// next scheduling round picks another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnavailableOffering {
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+}
+
+/// What can go wrong talking to a cloud. The categories are stable: metrics and events carry
+/// [`CloudProviderError::category`].
+#[derive(Debug, thiserror::Error)]
+pub enum CloudProviderError {
+    /// The instance (or the NodeClaim's provider ID) does not exist, or no longer does.
+    #[error("NodeClaim {0} has no instance (not found)")]
+    NodeClaimNotFound(String),
+    /// No offering the claim allows had capacity; `offerings` are the ones tried.
+    #[error("insufficient capacity: {message}")]
+    InsufficientCapacity {
+        message: String,
+        offerings: Vec<UnavailableOffering>,
+    },
+    /// The NodeClass the claim names cannot launch yet (AMIs, subnets or security groups unresolved).
+    #[error("NodeClass {name} is not ready: {reason}")]
+    NodeClassNotReady { name: String, reason: String },
+    /// A launch failed for a reason the NodeClaim's Launched condition reports.
+    #[error("{reason}: {message}")]
+    Create { reason: String, message: String },
+    /// Throttling, timeouts and other errors worth retrying with backoff.
+    #[error("{0}")]
+    Transient(String),
+}
+
+impl CloudProviderError {
+    /// A short, stable name for metrics labels and event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::NodeClaimNotFound(_) => "NodeClaimNotFound",
+            Self::InsufficientCapacity { .. } => "InsufficientCapacity",
+            Self::NodeClassNotReady { .. } => "NodeClassNotReady",
+            Self::Create { .. } => "CreateError",
+            Self::Transient(_) => "Transient",
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NodeClaimNotFound(_))
+    }
+}
+
+/// A cloud Karpenter launches nodes in. See the module documentation.
+#[async_trait]
+pub trait CloudProvider: DriftProvider + Send + Sync {
+    /// "aws", "sim", ...; also the `provider` label of metrics.
+    fn name(&self) -> &'static str;
+
+    /// Launches capacity for `claim` and returns it hydrated from what was launched.
+    async fn create(&self, claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError>;
+
+    /// Terminates the claim's instance; [`CloudProviderError::NodeClaimNotFound`] once it is gone.
+    async fn delete(&self, claim: &NodeClaim) -> Result<(), CloudProviderError>;
+
+    /// The instance behind a provider ID, as a NodeClaim.
+    async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError>;
+
+    /// Every instance of this cluster the provider knows, as NodeClaims.
+    async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError>;
+
+    /// Every instance type `node_pool` could launch, available or not, with offerings and prices.
+    async fn instance_types(
+        &self,
+        node_pool: &NodePool,
+    ) -> Result<Vec<CatalogInstanceType>, CloudProviderError>;
+
+    /// Conditions that make a node eligible for repair, and for how long.
+    fn repair_policies(&self) -> Vec<RepairPolicy>;
+
+    /// The NodeClass kinds this provider serves, the default first.
+    fn supported_node_classes(&self) -> Vec<NodeClassKind>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_categories_are_stable_names() {
+        let e = CloudProviderError::InsufficientCapacity {
+            message: "no m5.large in us-east-1a".into(),
+            offerings: vec![UnavailableOffering {
+                instance_type: "m5.large".into(),
+                zone: "us-east-1a".into(),
+                capacity_type: "spot".into(),
+            }],
+        };
+        assert_eq!(e.category(), "InsufficientCapacity");
+        assert_eq!(e.to_string(), "insufficient capacity: no m5.large in us-east-1a");
+        assert!(CloudProviderError::NodeClaimNotFound("a".into()).is_not_found());
+        assert_eq!(
+            CloudProviderError::Create {
+                reason: "LaunchFailed".into(),
+                message: "x".into()
+            }
+            .category(),
+            "CreateError"
+        );
+    }
+}
