@@ -154,6 +154,7 @@ pub fn build_disruption_inputs(
             snapshot
                 .pods
                 .iter()
+                .map(|p| &**p)
                 .filter(|p| node_name(p).is_some_and(|n| view_index.contains_key(n))),
         );
     }

@@ -2,11 +2,13 @@
 //! object decoded by its kind. An unknown kind is skipped with a note; a malformed object is reported by name and
 //! field and the rest are kept.
 
+use std::sync::Arc;
+
 use karpenter_api::manifest::{self, DecodeError};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Snapshot, SnapshotNote};
+use super::{CompactPod, Snapshot, SnapshotNote};
 
 impl Snapshot {
     /// Adds every object of a parsed document list; unknown kinds are skipped with a note, a malformed object is
@@ -64,7 +66,11 @@ impl Snapshot {
         }
         let v = &value;
         match kind.as_str() {
-            "Pod" => decode_into(v, &mut self.pods, false, notes),
+            "Pod" => {
+                let mut decoded = Vec::with_capacity(1);
+                decode_into::<CompactPod>(v, &mut decoded, false, notes);
+                self.pods.extend(decoded.into_iter().map(Arc::new));
+            }
             "Node" => decode_into(v, &mut self.nodes, false, notes),
             "NodeClaim" => decode_into(v, &mut self.node_claims, true, notes),
             "NodePool" => decode_into(v, &mut self.node_pools, true, notes),

@@ -68,7 +68,8 @@ pub use disruption_view::build_cluster_view;
 /// The Kubernetes objects a decision reads, as read from files or the state cache.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    pub pods: Vec<CompactPod>,
+    /// Shared, so a state cache can hand out snapshots without copying its pods.
+    pub pods: Vec<Arc<CompactPod>>,
     pub nodes: Vec<Node>,
     pub node_claims: Vec<NodeClaim>,
     pub node_pools: Vec<NodePool>,

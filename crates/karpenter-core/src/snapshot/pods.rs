@@ -111,7 +111,7 @@ pub(super) fn classify<'s>(snapshot: &'s Snapshot, nodes: &NodeSet<'_>) -> Class
     let mut pending = Vec::new();
     let mut rescheduled = Vec::new();
     let mut bound = Vec::new();
-    for pod in &snapshot.pods {
+    for pod in snapshot.pods.iter().map(|p| &**p) {
         if is_terminal(pod) {
             continue;
         }

@@ -1,0 +1,21 @@
+//! The cluster-state cache the controllers decide over.
+//!
+//! kube-runtime watchers (list, then watch from the list's resourceVersion, relisting after a 410 or a dropped
+//! stream, with backoff) feed one [`ProjectedStore`] per kind. Each object is turned into what decisions read as
+//! it arrives (a Pod into a [`karpenter_core::snapshot::CompactPod`], so 150,000 pods fit in a few hundred
+//! megabytes) and held behind an `Arc`, so [`ClusterState::snapshot`] hands a decision a
+//! [`karpenter_core::snapshot::Snapshot`] by copying pointers, never objects.
+//!
+//! [`ClusterState::synced`] is the gate upstream calls `cluster.Synced()`: no provisioning or disruption decision
+//! is made until every watched kind has completed its first list, so a half-filled cache is never mistaken for
+//! an empty cluster.
+
+mod cluster_state;
+mod error;
+mod projected_store;
+mod reflect;
+
+pub use cluster_state::{ClusterState, Watched};
+pub use error::StateError;
+pub use projected_store::{ObjectKey, ProjectedStore};
+pub use reflect::reflect;
