@@ -1,5 +1,5 @@
-//! Project tasks: `cargo xtask crds [--check]`, `cargo xtask catalog [--check]`, `cargo xtask bench schedule` and
-//! `cargo xtask bench disrupt`.
+//! Project tasks: `cargo xtask crds [--check]`, `cargo xtask docs [--check]`, `cargo xtask catalog [--check]`,
+//! `cargo xtask bench schedule` and `cargo xtask bench disrupt`.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod catalog;
 mod crds;
+mod docs;
 mod measure;
 
 #[derive(Parser)]
@@ -22,6 +23,12 @@ enum Command {
     /// Write the CRDs generated from the API types into crds/ and the karpenter-crd chart.
     Crds {
         /// Fail instead of writing when a committed file is stale.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Write the API reference in docs/reference/, generated from the CRDs.
+    Docs {
+        /// Fail instead of writing when a committed page is stale.
         #[arg(long)]
         check: bool,
     },
@@ -72,6 +79,7 @@ fn main() -> anyhow::Result<()> {
     let root = workspace_root();
     match cli.command {
         Command::Crds { check } => crds::run(&root, check),
+        Command::Docs { check } => docs::run(&root, check),
         Command::Bench(args) => bench::run(&args),
         Command::Catalog { check, data } => {
             let data = if data.is_absolute() { data } else { root.join(data) };
