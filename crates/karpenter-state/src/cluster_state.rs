@@ -1,6 +1,6 @@
 //! [`ClusterState`]: one projected store per kind decisions read, the synced gate, and snapshots.
 
-use std::sync::Arc;
+use std::{fmt::Debug, future::Future, pin::Pin, sync::Arc};
 
 use futures::future::join_all;
 use k8s_openapi::api::{
@@ -15,6 +15,7 @@ use karpenter_api::{
 };
 use karpenter_core::snapshot::{CompactPod, Snapshot};
 use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
 
 use crate::{ProjectedStore, reflect};
 
@@ -60,6 +61,21 @@ fn project_node(node: Node) -> Node {
     node
 }
 
+type Watch = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Watches every object of kind `K` in the cluster into `store`, without managedFields.
+fn watch_all<K>(client: &Client, store: &ProjectedStore<K>, kind: &'static str) -> Watch
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    Box::pin(reflect(
+        Api::<K>::all(client.clone()),
+        store.clone(),
+        kind,
+        without_managed_fields,
+    ))
+}
+
 impl ClusterState {
     pub fn new(watched: Watched) -> Self {
         Self {
@@ -70,98 +86,37 @@ impl ClusterState {
 
     /// Watches every kind until the returned future is dropped (the controller runs it as a task).
     pub async fn watch(&self, client: Client) {
-        let c = || client.clone();
         let mut watches = vec![
             Box::pin(reflect(
-                Api::<Pod>::all(c()),
+                Api::<Pod>::all(client.clone()),
                 self.pods.clone(),
                 "Pod",
                 CompactPod::from,
-            )) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+            )) as Watch,
             Box::pin(reflect(
-                Api::<Node>::all(c()),
+                Api::<Node>::all(client.clone()),
                 self.nodes.clone(),
                 "Node",
                 project_node,
             )),
-            Box::pin(reflect(
-                Api::<NodeClaim>::all(c()),
-                self.node_claims.clone(),
-                "NodeClaim",
-                without_managed_fields,
-            )),
-            Box::pin(reflect(
-                Api::<NodePool>::all(c()),
-                self.node_pools.clone(),
-                "NodePool",
-                without_managed_fields,
-            )),
-            Box::pin(reflect(
-                Api::<DaemonSet>::all(c()),
-                self.daemon_sets.clone(),
-                "DaemonSet",
-                without_managed_fields,
-            )),
-            Box::pin(reflect(
-                Api::<PodDisruptionBudget>::all(c()),
-                self.pdbs.clone(),
-                "PodDisruptionBudget",
-                without_managed_fields,
-            )),
-            Box::pin(reflect(
-                Api::<PersistentVolumeClaim>::all(c()),
-                self.pvcs.clone(),
-                "PersistentVolumeClaim",
-                without_managed_fields,
-            )),
-            Box::pin(reflect(
-                Api::<PersistentVolume>::all(c()),
-                self.pvs.clone(),
-                "PersistentVolume",
-                without_managed_fields,
-            )),
-            Box::pin(reflect(
-                Api::<StorageClass>::all(c()),
-                self.storage_classes.clone(),
-                "StorageClass",
-                without_managed_fields,
-            )),
-            Box::pin(reflect(
-                Api::<CSINode>::all(c()),
-                self.csi_nodes.clone(),
-                "CSINode",
-                without_managed_fields,
-            )),
-            Box::pin(reflect(
-                Api::<Namespace>::all(c()),
-                self.namespaces.clone(),
-                "Namespace",
-                without_managed_fields,
-            )),
+            watch_all(&client, &self.node_claims, "NodeClaim"),
+            watch_all(&client, &self.node_pools, "NodePool"),
+            watch_all(&client, &self.daemon_sets, "DaemonSet"),
+            watch_all(&client, &self.pdbs, "PodDisruptionBudget"),
+            watch_all(&client, &self.pvcs, "PersistentVolumeClaim"),
+            watch_all(&client, &self.pvs, "PersistentVolume"),
+            watch_all(&client, &self.storage_classes, "StorageClass"),
+            watch_all(&client, &self.csi_nodes, "CSINode"),
+            watch_all(&client, &self.namespaces, "Namespace"),
         ];
         if self.watched.ec2_node_classes {
-            watches.push(Box::pin(reflect(
-                Api::<EC2NodeClass>::all(c()),
-                self.ec2_node_classes.clone(),
-                "EC2NodeClass",
-                without_managed_fields,
-            )));
+            watches.push(watch_all(&client, &self.ec2_node_classes, "EC2NodeClass"));
         }
         if self.watched.node_overlays {
-            watches.push(Box::pin(reflect(
-                Api::<NodeOverlay>::all(c()),
-                self.node_overlays.clone(),
-                "NodeOverlay",
-                without_managed_fields,
-            )));
+            watches.push(watch_all(&client, &self.node_overlays, "NodeOverlay"));
         }
         if self.watched.capacity_buffers {
-            watches.push(Box::pin(reflect(
-                Api::<CapacityBuffer>::all(c()),
-                self.capacity_buffers.clone(),
-                "CapacityBuffer",
-                without_managed_fields,
-            )));
+            watches.push(watch_all(&client, &self.capacity_buffers, "CapacityBuffer"));
         }
         join_all(watches).await;
     }

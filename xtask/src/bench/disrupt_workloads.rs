@@ -213,7 +213,10 @@ fn spread_pod(spread: u32, j: usize, plain_app: &str, node_name: &str) -> (Strin
 /// completed with the fields the API server and kubelet fill in (service-account volume and mount, default
 /// tolerations, probes, env, container statuses, conditions, ...), so the snapshot loader is measured on
 /// objects of a real pod's size (about 3 KB of JSON), not on the few fields decisions read.
-fn kubectl_pod(name: &str, n: usize, app: &str, mut spec: Value, requests: Value) -> Value {
+/// `requests` is (CPU in millicores, memory in bytes).
+fn kubectl_pod(name: &str, n: usize, app: &str, mut spec: Value, requests: (i64, i64)) -> Value {
+    let (cpu, mem) = requests;
+    let requests = json!({"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)});
     let replica_set = format!("{app}-5d8f7b9c4");
     let container_id = format!("containerd://{n:064x}");
     let fields = json!({
@@ -382,15 +385,9 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
                 .unwrap_or(0)
                 .min(shape.max_pods);
             for j in 0..fitting {
-                let requests = json!({"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)});
                 let (app, pod_spec) = spread_pod(spec.spread, j, &format!("app-{}", j % APPS), &node_name);
-                documents.push(kubectl_pod(
-                    &format!("pod-{i:05}-{j:02}"),
-                    pods,
-                    &app,
-                    pod_spec,
-                    requests,
-                ));
+                let name = format!("pod-{i:05}-{j:02}");
+                documents.push(kubectl_pod(&name, pods, &app, pod_spec, (cpu, mem)));
                 pods += 1;
             }
             continue;
@@ -412,14 +409,8 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
             // Drawn for every pod, so clusters differing only in spread have the same nodes and pods.
             let plain_app = format!("app-{}", rng.below(APPS));
             let (app, pod_spec) = spread_pod(spec.spread, j, &plain_app, &node_name);
-            let requests = json!({"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)});
-            documents.push(kubectl_pod(
-                &format!("pod-{i:05}-{j:02}"),
-                pods,
-                &app,
-                pod_spec,
-                requests,
-            ));
+            let name = format!("pod-{i:05}-{j:02}");
+            documents.push(kubectl_pod(&name, pods, &app, pod_spec, (cpu, mem)));
             pods += 1;
         }
     }
