@@ -803,21 +803,26 @@ mod tests {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
 
         /// Whatever the cluster, a command stays within the budget, never disrupts a node holding an active
-        /// do-not-disrupt or PDB-protected pod through a graceful method, leaves every pod a place, and every
-        /// consolidation saves money.
+        /// do-not-disrupt or PDB-protected pod through a graceful method, leaves every pod a place (off the
+        /// expiring nodes too), and every consolidation saves money; every expired node, and only those, is an
+        /// expiration, never a command's candidate.
         #[test]
         fn commands_keep_pods_placed_within_budgets_and_protections(
             nodes in proptest::collection::vec(
-                (proptest::collection::vec(100u32..1500, 0..4), proptest::prelude::any::<bool>(), proptest::prelude::any::<bool>()),
+                (proptest::collection::vec(100u32..1500, 0..4), proptest::prelude::any::<bool>(), proptest::prelude::any::<bool>(), proptest::prelude::any::<bool>()),
                 1..6,
             ),
             budget in 0usize..4,
         ) {
             let mut objects: Vec<String> = vec![pool(&format!("{{consolidateAfter: 0s, budgets: [{{nodes: \"{budget}\"}}]}}"))];
             objects.push("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: guarded, namespace: default}\nspec: {selector: {matchLabels: {guard: \"yes\"}}}\nstatus: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}\n".to_string());
-            for (i, (pods, dnd, guarded)) in nodes.iter().enumerate() {
+            for (i, (pods, dnd, guarded, expired)) in nodes.iter().enumerate() {
                 let name = format!("n{i}");
-                objects.extend(managed(&name));
+                let [node, mut claim] = managed(&name);
+                if *expired {
+                    claim = claim.replace("creationTimestamp: \"2026-12-01T00:00:00Z\"", "creationTimestamp: \"2026-11-01T00:00:00Z\"");
+                }
+                objects.extend([node, claim]);
                 for (j, cpu) in pods.iter().enumerate() {
                     let mut pod = bound_pod("default", &format!("p{i}-{j}"), &name, &format!("{cpu}m"), "");
                     if j == 0 && *dnd {
@@ -831,11 +836,18 @@ mod tests {
             }
             let refs: Vec<&str> = objects.iter().map(String::as_str).collect();
             let (mut inputs, r) = run(&refs);
+            let view_names: Vec<String> = inputs.view.nodes.iter().map(|n| n.name.clone()).collect();
+            let index = |n: usize| view_names[n][1..].parse::<usize>().unwrap();
+            let mut expiring: Vec<usize> = r.expirations.iter().map(|e| index(e.node)).collect();
+            expiring.sort_unstable();
+            let expected: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].3).collect();
+            proptest::prop_assert_eq!(expiring, expected);
             for cmd in &r.commands {
+                proptest::prop_assert!(cmd.candidates.iter().all(|&n| !nodes[index(n)].3), "an expiring node is a candidate");
                 proptest::prop_assert!(cmd.candidates.len() <= budget, "{} nodes disrupted with a budget of {budget}", cmd.candidates.len());
                 if cmd.method != Method::Drift && cmd.method != Method::StaticDrift {
                     for &n in &cmd.candidates {
-                        let (_, dnd, guarded) = &nodes[inputs.view.nodes[n].name[1..].parse::<usize>().unwrap()];
+                        let (_, dnd, guarded, _) = &nodes[inputs.view.nodes[n].name[1..].parse::<usize>().unwrap()];
                         let has_pods = !nodes[inputs.view.nodes[n].name[1..].parse::<usize>().unwrap()].0.is_empty();
                         proptest::prop_assert!(!(has_pods && (*dnd || *guarded)), "a protected pod would be evicted");
                     }
