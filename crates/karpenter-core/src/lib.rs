@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod cloudprovider;
 pub mod disruption;
 pub mod instance_type;
+pub mod provisioning;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;

@@ -6,11 +6,15 @@
 
 use std::collections::BTreeMap;
 
-use karpenter_api::labels;
+use karpenter_api::{
+    common::{Taint as ApiTaint, TaintEffect as ApiTaintEffect},
+    labels,
+};
 use karpenter_core::{
-    requirements::{LabelInterner, RequirementSpec, Symbol},
-    resources::{ResourceTable, Resources},
-    scheduling::{Launch, NewNodeClaim, SchedulingInput, SchedulingResults, Taint, TaintEffect},
+    provisioning::{ClaimContext, node_claim_object},
+    requirements::{LabelInterner, RequirementSpec},
+    resources::ResourceTable,
+    scheduling::{Launch, NewNodeClaim, SchedulingInput, SchedulingResults},
 };
 use serde::Serialize;
 
@@ -192,78 +196,65 @@ fn round_price(price: f64) -> f64 {
     (price * 1e6).round() / 1e6
 }
 
-/// A NodeClaim as the contract prints it; `disrupt` prints replacements the same way.
+/// A NodeClaim as the contract prints it; `disrupt` prints replacements the same way. Its fields are those of
+/// the object the provisioner creates (`karpenter_core::provisioning`), plus the launch the simulation chose.
 pub(crate) fn node_claim(
     ctx: &OutputContext<'_>,
     claim: &NewNodeClaim,
     pod_id: &dyn Fn(usize) -> String,
 ) -> NodeClaimOutput {
     let interner = ctx.interner;
-    let resolve = |s: Symbol| interner.resolve(s).to_string();
-    let template = ctx.input.templates.get(claim.template);
-    let node_pool = template.map(|t| t.name.clone()).unwrap_or_default();
-    let is_hostname = |key: &str| key == labels::HOSTNAME_LABEL;
-
-    let requirements: Vec<RequirementOutput> = claim
-        .requirements
-        .to_specs(interner)
-        .into_iter()
-        .filter(|spec| !is_hostname(&spec.key))
-        .map(RequirementOutput::from)
-        .collect();
-
-    // Labels as on the NodeClaim object: template labels, the single-valued requirements, the NodePool.
-    let mut claim_labels: BTreeMap<String, String> = BTreeMap::new();
-    if let Some(t) = template {
-        claim_labels.extend(t.labels.iter().map(|&(k, v)| (resolve(k), resolve(v))));
-    }
-    claim_labels.extend(
-        claim
-            .requirements
-            .labels()
-            .map(|(k, v)| (resolve(k), resolve(v)))
-            .filter(|(k, _)| !is_hostname(k)),
+    let template = &ctx.input.templates[claim.template];
+    let object = node_claim_object(
+        &ClaimContext {
+            interner,
+            table: ctx.table,
+            template,
+            nodepool_hash: ctx.nodepool_hashes.get(&template.name).map(String::as_str),
+            nodepool_uid: None,
+        },
+        claim,
     );
-    claim_labels.insert(labels::NODEPOOL_LABEL.to_string(), node_pool.clone());
-
-    let metadata = template.map(|t| &t.claim_metadata);
-    let mut annotations: BTreeMap<String, String> = metadata
-        .map(|m| m.annotations.iter().cloned().collect())
-        .unwrap_or_default();
-    if let Some(hash) = ctx.nodepool_hashes.get(&node_pool) {
-        annotations.insert(labels::NODEPOOL_HASH_ANNOTATION.to_string(), hash.clone());
-        annotations.insert(
-            labels::NODEPOOL_HASH_VERSION_ANNOTATION.to_string(),
-            karpenter_api::nodepool::NODEPOOL_HASH_VERSION.to_string(),
-        );
-    }
-    if claim.min_values_relaxed {
-        annotations.insert(
-            labels::NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION.to_string(),
-            "true".to_string(),
-        );
-    }
-
+    let claim_labels = object.metadata.labels.unwrap_or_default();
     let node_labels = claim
         .launch
         .as_ref()
         .map(|l| node_labels(interner, &claim_labels, l))
         .unwrap_or_default();
-    let taints = |ts: &[Taint]| ts.iter().map(|t| taint(interner, t)).collect::<Vec<_>>();
-    let (group, kind, name) = metadata.map(|m| m.node_class_ref.clone()).unwrap_or_default();
+    let spec = object.spec;
+    let metadata = &template.claim_metadata;
 
     NodeClaimOutput {
-        node_pool,
+        node_pool: template.name.clone(),
         instance_types: claim.instance_types.iter().map(|it| it.name.clone()).collect(),
-        requirements,
-        requests: resource_list(&claim.requests, ctx.table),
-        taints: template.map(|t| taints(&t.taints)).unwrap_or_default(),
-        startup_taints: template.map(|t| taints(&t.startup_taints)).unwrap_or_default(),
+        requirements: spec
+            .requirements
+            .into_iter()
+            .map(|r| RequirementOutput {
+                key: r.key,
+                operator: r.operator.as_str().to_string(),
+                values: r.values,
+                min_values: r.min_values,
+            })
+            .collect(),
+        requests: spec
+            .resources
+            .requests
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, q)| (name, q.0))
+            .collect(),
+        taints: spec.taints.iter().map(taint).collect(),
+        startup_taints: spec.startup_taints.iter().map(taint).collect(),
         labels: claim_labels,
-        annotations,
-        node_class_ref: NodeClassRefOutput { group, kind, name },
-        expire_after: metadata.and_then(|m| m.expire_after.clone()),
-        termination_grace_period: metadata.and_then(|m| m.termination_grace_period.clone()),
+        annotations: object.metadata.annotations.unwrap_or_default(),
+        node_class_ref: NodeClassRefOutput {
+            group: spec.node_class_ref.group,
+            kind: spec.node_class_ref.kind,
+            name: spec.node_class_ref.name,
+        },
+        expire_after: metadata.expire_after.clone(),
+        termination_grace_period: metadata.termination_grace_period.clone(),
         launch: claim.launch.as_ref().map(|l| LaunchOutput {
             instance_type: l.instance_type.name.clone(),
             zone: interner.resolve(l.offering.zone).to_string(),
@@ -307,23 +298,15 @@ fn node_labels(
     out
 }
 
-fn taint(interner: &LabelInterner, t: &Taint) -> TaintOutput {
+fn taint(t: &ApiTaint) -> TaintOutput {
     TaintOutput {
-        key: interner.resolve(t.key).to_string(),
-        value: t.value.map(|v| interner.resolve(v).to_string()),
+        key: t.key.clone(),
+        value: t.value.clone(),
         effect: match t.effect {
-            TaintEffect::NoSchedule => "NoSchedule",
-            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
-            TaintEffect::NoExecute => "NoExecute",
+            ApiTaintEffect::NoSchedule => "NoSchedule",
+            ApiTaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            ApiTaintEffect::NoExecute => "NoExecute",
         }
         .to_string(),
     }
-}
-
-fn resource_list(resources: &Resources, table: &ResourceTable) -> BTreeMap<String, String> {
-    resources
-        .to_resource_list(table)
-        .into_iter()
-        .map(|(name, q)| (name, q.0))
-        .collect()
 }
