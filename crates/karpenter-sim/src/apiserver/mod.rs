@@ -56,7 +56,7 @@ mod patch;
 mod read;
 mod resources;
 mod response;
-mod rng;
+pub(crate) mod rng;
 mod route;
 mod selectors;
 mod service;
