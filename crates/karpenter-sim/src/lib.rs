@@ -8,10 +8,12 @@
 //!   lifecycle.
 //! - [`scheduler`]: a simulated kube-scheduler using core's scheduling predicates against existing nodes.
 //! - [`workloads`]: Deployment, ReplicaSet, DaemonSet and Job controllers.
+//! - [`cluster`]: [`SimCluster`], all of the above on one clock.
 
 pub mod apiserver;
 pub mod clock;
 pub mod cloud;
+pub mod cluster;
 mod error;
 pub mod kubelet;
 mod objects;
@@ -21,6 +23,7 @@ pub mod workloads;
 pub use apiserver::{ApiServer, ApiServerOptions};
 pub use clock::{Clock, SystemClock, VirtualClock};
 pub use cloud::{InterruptionEvent, InterruptionKind, OfferingKey, SimCloudOptions, SimCloudProvider};
+pub use cluster::{SimCluster, SimOptions};
 pub use error::{ApiStatus, Error};
 pub use kubelet::KubeletOptions;
 pub use workloads::WorkloadOptions;

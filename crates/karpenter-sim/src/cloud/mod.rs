@@ -1,5 +1,5 @@
 //! A simulated cloud: [`SimCloudProvider`] implements core's
-//! [`CloudProvider`](karpenter_core::cloudprovider::CloudProvider) over a [`CatalogFile`], so the controllers
+//! [`CloudProvider`] over a [`CatalogFile`], so the controllers
 //! launch and terminate "instances" without AWS.
 //!
 //! # Public API
