@@ -233,3 +233,64 @@ impl KubeScheduler {
         round
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(ready: &str, taints: Value) -> Value {
+        json!({"metadata": {"name": "n"}, "spec": {"taints": taints},
+               "status": {"conditions": [{"type": "Ready", "status": ready}]}})
+    }
+
+    #[test]
+    fn only_ready_untainted_nodes_take_pods_but_all_are_kept_for_topology() -> Result<(), String> {
+        let open =
+            scheduler_view(&node("True", json!([{"key": "team", "effect": "NoSchedule"}]))).ok_or("node")?;
+        let spec = open.spec.unwrap_or_default();
+        assert_eq!(spec.unschedulable, None);
+        assert_eq!(
+            spec.taints.unwrap_or_default().len(),
+            1,
+            "ordinary taints stay for core to match"
+        );
+
+        let joining = node(
+            "True",
+            json!([{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]),
+        );
+        let spec = scheduler_view(&joining).ok_or("node")?.spec.unwrap_or_default();
+        assert_eq!(spec.unschedulable, Some(true));
+        assert!(spec.taints.unwrap_or_default().is_empty());
+
+        let not_ready = scheduler_view(&node("False", json!([]))).ok_or("node")?;
+        assert_eq!(not_ready.spec.unwrap_or_default().unschedulable, Some(true));
+
+        let mut deleting = node("True", json!([]));
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let deleting = scheduler_view(&deleting).ok_or("node")?;
+        assert!(deleting.metadata.deletion_timestamp.is_none());
+        assert_eq!(deleting.spec.unwrap_or_default().unschedulable, Some(true));
+        Ok(())
+    }
+
+    #[test]
+    fn pending_means_unbound_ungated_live_and_ours() {
+        assert!(is_pending(&json!({"spec": {}})));
+        assert!(is_pending(
+            &json!({"spec": {"schedulerName": "default-scheduler"}})
+        ));
+        assert!(!is_pending(&json!({"spec": {"schedulerName": "other"}})));
+        assert!(!is_pending(&json!({"spec": {"nodeName": "n"}})));
+        assert!(!is_pending(
+            &json!({"spec": {"schedulingGates": [{"name": "g"}]}})
+        ));
+        assert!(!is_pending(
+            &json!({"spec": {}, "status": {"phase": "Succeeded"}})
+        ));
+        assert!(!is_pending(
+            &json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}})
+        ));
+    }
+}

@@ -7,6 +7,22 @@ use serde_json::{Value, json};
 use super::{deployments::replica_sets, is_active, is_ready, pod_from_template, replicas, update_status};
 use crate::{apiserver::ApiServer, objects};
 
+/// Sorts pods so the ones to delete first come first: unscheduled pods, then the newest (creationTimestamp, then
+/// name, descending).
+fn deletion_order(pods: &mut [&Value]) {
+    pods.sort_by(|a, b| {
+        objects::node_name(a)
+            .is_some()
+            .cmp(&objects::node_name(b).is_some())
+            .then_with(|| {
+                let created =
+                    |p: &Value| objects::str_at(p, "/metadata/creationTimestamp").map(str::to_string);
+                created(b).cmp(&created(a))
+            })
+            .then_with(|| objects::name(b).cmp(objects::name(a)))
+    });
+}
+
 pub(super) fn reconcile(api: &ApiServer) {
     let pods: Vec<Arc<Value>> = api.list_internal(&objects::pods(), None);
     for rs in api.list_internal(&replica_sets(), None) {
@@ -33,18 +49,7 @@ fn reconcile_one(api: &ApiServer, rs: &Value, pods: &[Arc<Value>]) {
             }
         }
     } else if active.len() > want {
-        // Unscheduled pods go first, then the newest (creationTimestamp, then name, descending).
-        active.sort_by(|a, b| {
-            objects::node_name(a)
-                .is_some()
-                .cmp(&objects::node_name(b).is_some())
-                .then_with(|| {
-                    let created =
-                        |p: &Value| objects::str_at(p, "/metadata/creationTimestamp").map(str::to_string);
-                    created(b).cmp(&created(a))
-                })
-                .then_with(|| objects::name(b).cmp(objects::name(a)))
-        });
+        deletion_order(&mut active);
         for pod in active.iter().take(active.len() - want) {
             let (ns, name) = (objects::namespace(pod), objects::name(pod));
             if let Err(e) = api.delete_internal(&objects::pods(), ns, name, None) {
@@ -60,4 +65,21 @@ fn reconcile_one(api: &ApiServer, rs: &Value, pods: &[Arc<Value>]) {
         json!({"replicas": count, "readyReplicas": ready, "availableReplicas": ready,
                "observedGeneration": rs["metadata"]["generation"].clone()}),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_down_deletes_unscheduled_then_newest_pods() {
+        let pod = |name: &str, created: &str, node: Option<&str>| json!({"metadata": {"name": name, "creationTimestamp": created}, "spec": {"nodeName": node}});
+        let old = pod("old", "2026-01-01T00:00:00Z", Some("n"));
+        let new = pod("new", "2026-01-01T00:05:00Z", Some("n"));
+        let pending = pod("pending", "2026-01-01T00:00:00Z", None);
+        let mut pods = vec![&old, &new, &pending];
+        deletion_order(&mut pods);
+        let names: Vec<&str> = pods.iter().map(|p| objects::name(p)).collect();
+        assert_eq!(names, ["pending", "new", "old"]);
+    }
 }
