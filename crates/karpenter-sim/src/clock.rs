@@ -14,6 +14,13 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Timestamp;
 }
 
+/// A shared clock is a clock, so one `Arc<dyn Clock>` can serve the API server, the cloud and the kubelets.
+impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
+}
+
 /// Wall-clock time, for running the simulator against real time.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;

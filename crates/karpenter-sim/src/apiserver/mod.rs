@@ -19,7 +19,7 @@
 //! # Supported
 //! - Resources: core v1 pods (+ eviction, binding), nodes, namespaces, events, persistentvolumes,
 //!   persistentvolumeclaims, services, configmaps, secrets, serviceaccounts; apps/v1 deployments, replicasets,
-//!   statefulsets (+ scale), daemonsets; policy/v1 poddisruptionbudgets; storage.k8s.io/v1 storageclasses,
+//!   statefulsets (+ scale), daemonsets; batch/v1 jobs; policy/v1 poddisruptionbudgets; storage.k8s.io/v1 storageclasses,
 //!   csinodes, csidrivers, volumeattachments; coordination.k8s.io/v1 leases; events.k8s.io/v1 events (stored
 //!   apart from core events, no conversion between them); scheduling.k8s.io/v1 priorityclasses;
 //!   apiextensions.k8s.io/v1 customresourcedefinitions, with the project's CRDs pre-registered and any CRD
@@ -56,7 +56,7 @@ mod patch;
 mod read;
 mod resources;
 mod response;
-mod rng;
+pub(crate) mod rng;
 mod route;
 mod selectors;
 mod service;

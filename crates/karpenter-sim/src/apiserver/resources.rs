@@ -210,6 +210,8 @@ const BUILTINS: &[Builtin] = &[
         scale: true,
         ..b("apps", "v1", "StatefulSet", "statefulsets", true, true)
     },
+    // batch/v1 Jobs, for the simulated Job controller (no CronJobs).
+    b("batch", "v1", "Job", "jobs", true, true),
     Builtin {
         short: &["pdb"],
         ..b(
@@ -282,7 +284,7 @@ fn builtin_info(def: &Builtin) -> ResourceInfo {
         // `kubectl get all` expands the "all" category.
         categories: if matches!(
             def.plural,
-            "pods" | "services" | "deployments" | "replicasets" | "daemonsets" | "statefulsets"
+            "pods" | "services" | "deployments" | "replicasets" | "daemonsets" | "statefulsets" | "jobs"
         ) {
             vec!["all".to_string()]
         } else {
