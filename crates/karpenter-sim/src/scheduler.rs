@@ -24,7 +24,7 @@
 //! - Only pods with no `schedulerName` or `default-scheduler` are scheduled; DaemonSet pods are expected to be
 //!   created already bound (as the simulated DaemonSet controller does).
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::{
     core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim},
@@ -144,13 +144,14 @@ impl KubeScheduler {
         if pending.is_empty() {
             return ScheduleRound::default();
         }
-        let pods: Vec<CompactPod> = pod_values
+        let pods: Vec<Arc<CompactPod>> = pod_values
             .iter()
             .filter(|p| {
                 // Unbound pods of other schedulers are not ours to place.
                 objects::node_name(p).is_some() || is_pending(p)
             })
             .filter_map(|p| CompactPod::deserialize(&**p).ok())
+            .map(Arc::new)
             .collect();
         let node_values = self.api.list_internal(&objects::nodes(), None);
         let snapshot = Snapshot {

@@ -541,8 +541,8 @@ async fn a_job_runs_to_completion_after_its_duration() -> TestResult {
 // ---- end to end ----
 
 #[tokio::test(start_paused = true)]
-async fn a_nodeclaim_launches_registers_and_runs_a_pending_pod_and_an_hour_passes_quickly() -> TestResult {
-    let wall = std::time::Instant::now();
+// How fast a simulated hour runs is a benchmark's question, not a test's: this checks what happens in it.
+async fn a_nodeclaim_launches_registers_and_runs_a_pending_pod_and_an_hour_passes() -> TestResult {
     let sim = cluster()?;
     let client = sim.client();
     let claims: Api<NodeClaim> = Api::all(client.clone());
@@ -628,11 +628,6 @@ async fn a_nodeclaim_launches_registers_and_runs_a_pending_pod_and_an_hour_passe
     assert!((0.04..0.042).contains(&cost), "{cost}");
     assert!(sim.cloud().launch_log().len() == 1);
     sim.shutdown().await;
-    assert!(
-        wall.elapsed() < Duration::from_secs(1),
-        "took {:?}",
-        wall.elapsed()
-    );
     Ok(())
 }
 
