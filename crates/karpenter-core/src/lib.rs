@@ -4,6 +4,7 @@
 //! providers to implement and controllers to call; nothing in core calls it.
 
 pub mod catalog;
+pub mod clock;
 pub mod cloudprovider;
 pub mod disruption;
 pub mod instance_type;

@@ -265,6 +265,11 @@ impl Resources {
         self.zip_assign(other, i64::max);
     }
 
+    /// The smaller amount in each slot (a slot one side lacks counts as 0).
+    pub fn min_assign(&mut self, other: &Self) {
+        self.zip_assign(other, i64::min);
+    }
+
     /// The larger amount in each slot.
     pub fn max(&self, other: &Self) -> Self {
         let mut out = self.clone();

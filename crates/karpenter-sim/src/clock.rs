@@ -8,18 +8,8 @@ use std::fmt;
 
 use jiff::{SignedDuration, Timestamp};
 
-/// A source of the current time.
-pub trait Clock: Send + Sync + 'static {
-    /// The current instant.
-    fn now(&self) -> Timestamp;
-}
-
-/// A shared clock is a clock, so one `Arc<dyn Clock>` can serve the API server, the cloud and the kubelets.
-impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
-    fn now(&self) -> Timestamp {
-        (**self).now()
-    }
-}
+/// The controllers' time source, declared in core; implemented here for wall-clock and virtual time.
+pub use karpenter_core::clock::Clock;
 
 /// Wall-clock time, for running the simulator against real time.
 #[derive(Debug, Clone, Copy, Default)]

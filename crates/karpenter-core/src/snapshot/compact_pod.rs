@@ -11,7 +11,7 @@
 //! decision reads ([`is_relevant_annotation`]); node name, node selector, affinity, tolerations, topology
 //! spread, priority, host network, each container's name, resources, ports and restart policy, pod-level resources and
 //! overhead, volumes backed by a PersistentVolumeClaim (directly or ephemeral); phase, start time, nominated
-//! node and each condition's type and status.
+//! node and each condition's type, status and reason.
 
 use std::collections::BTreeMap;
 
@@ -113,6 +113,8 @@ pub struct CompactPodCondition {
     #[serde(rename = "type")]
     pub type_: String,
     pub status: String,
+    /// `Unschedulable` on PodScheduled=False marks a pod the provisioner should find room for.
+    pub reason: Option<String>,
 }
 
 /// Annotations a decision reads: Karpenter's own (`karpenter.sh/do-not-disrupt`, the capacity-buffer marker,
@@ -272,6 +274,7 @@ impl From<PodCondition> for CompactPodCondition {
         Self {
             type_: c.type_,
             status: c.status,
+            reason: c.reason,
         }
     }
 }

@@ -52,6 +52,26 @@ fn instance_type_of<'t>(
         .and_then(|n| types.get(n.as_str()).copied())
 }
 
+/// What a NodeClaim not launched yet is sure to offer: the smallest allocatable, resource by resource, of the
+/// instance types its requirements allow. The provisioner only lists types that hold the claim's pods, so this
+/// keeps the next round from launching again for pods already given a place.
+fn smallest_allowed_allocatable(
+    claim: &NodeClaim,
+    types: &HashMap<&str, &Arc<InstanceType>>,
+) -> Option<Resources> {
+    let allowed = claim.spec.requirements.iter().find(|r| {
+        r.key == labels::INSTANCE_TYPE_LABEL && r.operator == karpenter_api::common::Operator::In
+    })?;
+    let mut smallest: Option<Resources> = None;
+    for it in allowed.values.iter().filter_map(|v| types.get(v.as_str())) {
+        match smallest.as_mut() {
+            Some(s) => s.min_assign(&it.allocatable),
+            None => smallest = Some(it.allocatable.clone()),
+        }
+    }
+    smallest
+}
+
 /// The nodes of the snapshot, built up as pods are assigned to them.
 pub(super) struct NodeSet<'s> {
     existing: Vec<ExistingNode>,
@@ -255,7 +275,8 @@ impl<'s> NodeSet<'s> {
                 },
                 None => None,
             }
-            .or_else(|| instance_type.map(|it| it.allocatable.clone()));
+            .or_else(|| instance_type.map(|it| it.allocatable.clone()))
+            .or_else(|| smallest_allowed_allocatable(claim, types));
             let Some(mut available) = allocatable else {
                 cx.note(
                     object,

@@ -1,0 +1,18 @@
+//! Making room for pending pods.
+//!
+//! - [`provisioner`]: batches pending pods (an idle window and a maximum window, upstream's
+//!   BATCH_IDLE_DURATION and BATCH_MAX_DURATION), runs core's scheduling simulation over the state cache's
+//!   snapshot with the cloud provider's instance types, and creates the NodeClaims it asks for;
+//! - [`lifecycle`]: takes each NodeClaim through launch (the cloud provider's `create`), registration (its Node
+//!   appears: labels and taints synced, `karpenter.sh/unregistered` removed) and initialization (the Node is
+//!   Ready and its startup taints are gone), recording upstream's conditions on the NodeClaim;
+//! - [`pending`]: which pods the provisioner acts on.
+
+pub mod batcher;
+pub mod catalog;
+mod error;
+pub mod lifecycle;
+pub mod pending;
+pub mod provisioner;
+
+pub use error::ProvisionerError;

@@ -1,0 +1,347 @@
+//! The NodeClaim lifecycle: launch, registration, initialization, and the Ready condition that sums them up.
+//!
+//! Each pass looks at every NodeClaim in the state cache and moves it one step, as upstream's lifecycle
+//! controller does per claim:
+//! - **Launch**: a claim without `status.providerID` is created through the cloud provider; the instance's
+//!   provider ID, image, capacity and allocatable go to the status and the labels the launch resolved
+//!   (instance type, zone, capacity type, ...) to the claim; `Launched=True`. A launch that finds no capacity
+//!   deletes the claim (the provider has marked those offerings unavailable, so the next provisioning round
+//!   picks others); another failure sets `Launched=False` with the error's category as reason and is retried.
+//! - **Registration**: once a Node with the claim's provider ID exists, it gets the claim's labels and
+//!   `karpenter.sh/registered=true`, loses the `karpenter.sh/unregistered` taint and is owned by the claim;
+//!   the claim records `status.nodeName` and `Registered=True`.
+//! - **Initialization**: once that Node is Ready and none of the claim's startup taints remain, it is labelled
+//!   `karpenter.sh/initialized=true` and the claim gets `Initialized=True` and `Ready=True`.
+//!
+//! Not here yet (issue 6): liveness (launch and registration timeouts), garbage collection, termination.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use jiff::Timestamp;
+use k8s_openapi::{
+    api::core::v1::Node,
+    apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
+};
+use karpenter_api::{
+    common::{Condition, ConditionStatus, find_condition},
+    labels,
+    nodeclaim::{NodeClaim, conditions},
+};
+use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
+use karpenter_state::ClusterState;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams},
+};
+use serde_json::json;
+
+use crate::ProvisionerError;
+
+/// The lifecycle controller's context.
+pub struct Lifecycle {
+    client: Client,
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    clock: Arc<dyn Clock>,
+    /// How often every claim is looked at (tokio time).
+    pub interval: Duration,
+}
+
+/// What one pass did, by claim name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LifecyclePass {
+    pub launched: Vec<String>,
+    pub registered: Vec<String>,
+    pub initialized: Vec<String>,
+    /// Claims deleted because no offering had capacity.
+    pub insufficient_capacity: Vec<String>,
+}
+
+impl Lifecycle {
+    pub fn new(
+        client: Client,
+        state: ClusterState,
+        cloud: Arc<dyn CloudProvider>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            client,
+            state,
+            cloud,
+            clock,
+            interval: Duration::from_secs(1),
+        }
+    }
+
+    /// Runs passes until the future is dropped; a failed step is logged and retried on the next pass.
+    pub async fn run(&self) {
+        loop {
+            if self.state.synced() {
+                self.pass().await;
+            }
+            tokio::time::sleep(self.interval).await;
+        }
+    }
+
+    /// Moves every claim one step; errors are logged per claim so one bad claim does not stall the rest.
+    pub async fn pass(&self) -> LifecyclePass {
+        let mut done = LifecyclePass::default();
+        for claim in self.state.node_claims.all() {
+            if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let name = claim.name_any();
+            if let Err(error) = self.step(&claim, &mut done).await {
+                tracing::warn!(nodeclaim = %name, category = error.category(), %error, "lifecycle step failed");
+            }
+        }
+        done
+    }
+
+    async fn step(&self, claim: &NodeClaim, done: &mut LifecyclePass) -> Result<(), ProvisionerError> {
+        let name = claim.name_any();
+        let status = claim.status.clone().unwrap_or_default();
+        let Some(provider_id) = status.provider_id.clone() else {
+            return self.launch(claim, done).await;
+        };
+        let is_true = |t: &str| {
+            find_condition(&status.conditions, t).is_some_and(|c| c.status == ConditionStatus::True)
+        };
+        let Some(node) = self.node_for(&provider_id) else {
+            return Ok(());
+        };
+        if !is_true(conditions::REGISTERED) {
+            self.register(claim, &node).await?;
+            done.registered.push(name);
+            return Ok(());
+        }
+        if !is_true(conditions::INITIALIZED) && initialized(claim, &node) {
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            nodes
+                .patch(
+                    &node.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {labels::INITIALIZED_LABEL: "true"}}})),
+                )
+                .await?;
+            let conditions = with_conditions(
+                &status.conditions,
+                &[
+                    (conditions::INITIALIZED, ConditionStatus::True, "Initialized"),
+                    (conditions::READY, ConditionStatus::True, "Ready"),
+                ],
+                self.clock.now(),
+            );
+            self.patch_status(&name, json!({"status": {"conditions": conditions}}))
+                .await?;
+            done.initialized.push(name);
+        }
+        Ok(())
+    }
+
+    async fn launch(&self, claim: &NodeClaim, done: &mut LifecyclePass) -> Result<(), ProvisionerError> {
+        let name = claim.name_any();
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let existing = claim
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let launched = match self.cloud.create(claim).await {
+            Ok(launched) => launched,
+            Err(error) if error.category() == "InsufficientCapacity" => {
+                tracing::info!(nodeclaim = %name, %error, "no capacity; deleting the NodeClaim so another offering is tried");
+                api.delete(&name, &DeleteParams::default()).await?;
+                done.insufficient_capacity.push(name);
+                return Ok(());
+            }
+            Err(error) => {
+                let conditions = with_conditions(
+                    &existing,
+                    &[(conditions::LAUNCHED, ConditionStatus::False, error.category())],
+                    self.clock.now(),
+                );
+                self.patch_status(&name, json!({"status": {"conditions": conditions}}))
+                    .await?;
+                return Err(error.into());
+            }
+        };
+        // The labels the launch resolved (instance type, zone, capacity type, ...).
+        let resolved: BTreeMap<String, String> = launched.metadata.labels.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": resolved}})),
+        )
+        .await?;
+        let launched_status = launched.status.unwrap_or_default();
+        let conditions = with_conditions(
+            &existing,
+            &[
+                (conditions::LAUNCHED, ConditionStatus::True, "Launched"),
+                (
+                    conditions::REGISTERED,
+                    ConditionStatus::Unknown,
+                    "AwaitingReconciliation",
+                ),
+                (
+                    conditions::INITIALIZED,
+                    ConditionStatus::Unknown,
+                    "AwaitingReconciliation",
+                ),
+                (
+                    conditions::READY,
+                    ConditionStatus::Unknown,
+                    "AwaitingReconciliation",
+                ),
+            ],
+            self.clock.now(),
+        );
+        let status = json!({"status": {
+            "providerID": launched_status.provider_id,
+            "imageID": launched_status.image_id,
+            "capacity": launched_status.capacity,
+            "allocatable": launched_status.allocatable,
+            "conditions": conditions,
+        }});
+        self.patch_status(&name, status).await?;
+        done.launched.push(name);
+        Ok(())
+    }
+
+    async fn register(&self, claim: &NodeClaim, node: &Node) -> Result<(), ProvisionerError> {
+        let name = claim.name_any();
+        let mut node_labels: BTreeMap<String, String> = claim.labels().clone();
+        node_labels.insert(labels::REGISTERED_LABEL.to_string(), "true".to_string());
+        let taints: Vec<_> = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.key != labels::UNREGISTERED_TAINT_KEY)
+            .collect();
+        let owner = OwnerReference {
+            api_version: "karpenter.sh/v1".to_string(),
+            kind: "NodeClaim".to_string(),
+            name: name.clone(),
+            uid: claim.uid().unwrap_or_default(),
+            block_owner_deletion: Some(true),
+            controller: None,
+        };
+        let patch = json!({
+            "metadata": {"labels": node_labels, "ownerReferences": [owner]},
+            "spec": {"taints": taints},
+        });
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        let existing = claim
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let conditions = with_conditions(
+            &existing,
+            &[(conditions::REGISTERED, ConditionStatus::True, "Registered")],
+            self.clock.now(),
+        );
+        self.patch_status(
+            &name,
+            json!({"status": {"nodeName": node.name_any(), "conditions": conditions}}),
+        )
+        .await
+    }
+
+    fn node_for(&self, provider_id: &str) -> Option<Arc<Node>> {
+        self.state.nodes.all().into_iter().find(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|p| p == provider_id)
+        })
+    }
+
+    async fn patch_status(&self, name: &str, patch: serde_json::Value) -> Result<(), ProvisionerError> {
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        Ok(())
+    }
+}
+
+/// The Node is Ready and none of the claim's startup taints are left on it.
+fn initialized(claim: &NodeClaim, node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let node_taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let startup_left = claim
+        .spec
+        .startup_taints
+        .iter()
+        .any(|st| node_taints.iter().any(|t| t.key == st.key && t.value == st.value));
+    ready && !startup_left
+}
+
+/// `existing` with each `(type, status, reason)` set; the transition time moves only when the status does.
+fn with_conditions(
+    existing: &[Condition],
+    updates: &[(&str, ConditionStatus, &str)],
+    now: Timestamp,
+) -> Vec<Condition> {
+    let mut out = existing.to_vec();
+    for &(type_, status, reason) in updates {
+        match out.iter_mut().find(|c| c.type_ == type_) {
+            Some(c) if c.status == status => c.reason = reason.to_string(),
+            Some(c) => {
+                c.status = status;
+                c.reason = reason.to_string();
+                c.last_transition_time = Time(now);
+            }
+            None => out.push(Condition {
+                type_: type_.to_string(),
+                status,
+                observed_generation: None,
+                last_transition_time: Time(now),
+                reason: reason.to_string(),
+                message: String::new(),
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap_or(Timestamp::UNIX_EPOCH);
+        let t1: Timestamp = "2026-01-01T00:05:00Z".parse().unwrap_or(Timestamp::UNIX_EPOCH);
+        let first = with_conditions(&[], &[(conditions::LAUNCHED, ConditionStatus::Unknown, "A")], t0);
+        let same = with_conditions(
+            &first,
+            &[(conditions::LAUNCHED, ConditionStatus::Unknown, "B")],
+            t1,
+        );
+        assert_eq!(same[0].last_transition_time, Time(t0));
+        assert_eq!(same[0].reason, "B");
+        let changed = with_conditions(
+            &same,
+            &[(conditions::LAUNCHED, ConditionStatus::True, "Launched")],
+            t1,
+        );
+        assert_eq!(changed[0].last_transition_time, Time(t1));
+        assert_eq!(changed.len(), 1);
+    }
+}

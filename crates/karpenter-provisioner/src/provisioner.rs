@@ -1,0 +1,196 @@
+//! The provisioning loop: wait for a batch of pending pods, simulate, create the NodeClaims the simulation asks
+//! for. Pods that fit on existing nodes or on NodeClaims still launching get no new capacity: the snapshot holds
+//! both, and core's simulation places pods there first.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use karpenter_api::{label_policy::LabelPolicy, nodeclaim::NodeClaim};
+use karpenter_core::{
+    cloudprovider::CloudProvider,
+    provisioning::{ClaimContext, node_claim_object},
+    scheduling::schedule,
+    snapshot::{BuildOptions, Snapshot, build_schedule_inputs},
+};
+use karpenter_state::ClusterState;
+use kube::{
+    Api, Client,
+    api::{PostParams, ResourceExt},
+};
+
+use crate::{ProvisionerError, batcher::BatchWindow, catalog::catalog_for, pending::is_provisionable};
+
+/// How the provisioner runs.
+#[derive(Debug, Clone)]
+pub struct ProvisionerSettings {
+    pub batch: BatchWindow,
+    /// How often the cache is looked at for pending pods (tokio time).
+    pub poll: Duration,
+    pub build: BuildOptions,
+}
+
+impl Default for ProvisionerSettings {
+    fn default() -> Self {
+        Self {
+            batch: BatchWindow::default(),
+            poll: Duration::from_millis(100),
+            build: BuildOptions {
+                label_policy: LabelPolicy::Aws,
+                ..BuildOptions::default()
+            },
+        }
+    }
+}
+
+/// What one round did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProvisionRound {
+    /// Names of the NodeClaims created.
+    pub created: Vec<String>,
+    /// Pending pods the round considered.
+    pub pending: usize,
+    /// `namespace/name: why` for pods left without a place.
+    pub unschedulable: Vec<String>,
+}
+
+/// The provisioner's context.
+pub struct Provisioner {
+    client: Client,
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    settings: ProvisionerSettings,
+}
+
+impl Provisioner {
+    pub fn new(
+        client: Client,
+        state: ClusterState,
+        cloud: Arc<dyn CloudProvider>,
+        settings: ProvisionerSettings,
+    ) -> Self {
+        Self {
+            client,
+            state,
+            cloud,
+            settings,
+        }
+    }
+
+    /// Runs batches until the future is dropped. A failed round is logged and retried with the next batch.
+    pub async fn run(&self) {
+        loop {
+            let state = &self.state;
+            self.settings
+                .batch
+                .wait(self.settings.poll, || pending_signature(state))
+                .await;
+            match self.provision_once().await {
+                Ok(round) if !round.created.is_empty() => {
+                    tracing::info!(created = ?round.created, pending = round.pending, "created NodeClaims");
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(category = error.category(), %error, "provisioning failed; retrying");
+                }
+            }
+            // Give the watch time to deliver what was created before the next batch is measured.
+            tokio::time::sleep(self.settings.batch.idle).await;
+        }
+    }
+
+    /// One round over the cache as it is now.
+    pub async fn provision_once(&self) -> Result<ProvisionRound, ProvisionerError> {
+        if !self.state.synced() {
+            return Err(ProvisionerError::NotSynced);
+        }
+        let mut snapshot = self.state.snapshot();
+        // Unbound pods kube-scheduler has not given up on may still land on a node: leave them out.
+        snapshot.pods.retain(|p| {
+            let bound = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| !n.is_empty());
+            bound || is_provisionable(p)
+        });
+        let pending = snapshot.pods.iter().filter(|p| is_provisionable(p)).count();
+        if pending == 0 {
+            return Ok(ProvisionRound::default());
+        }
+        let pools = managed_pools(&snapshot, self.cloud.as_ref());
+        let mut catalog = catalog_for(self.cloud.as_ref(), &pools).await?;
+        catalog.well_known_labels = self.settings.build.extra_well_known_labels.clone();
+        snapshot.node_pools = pools;
+
+        let mut inputs = build_schedule_inputs(&snapshot, &catalog, &self.settings.build);
+        let results = schedule(&inputs.input, &mut inputs.interner, &inputs.table);
+        let mut round = ProvisionRound {
+            pending,
+            unschedulable: results
+                .pod_errors
+                .iter()
+                .map(|(p, why)| format!("{}: {why}", inputs.pod_names.get(*p).map_or("?", String::as_str)))
+                .collect(),
+            ..ProvisionRound::default()
+        };
+        let by_name: HashMap<&str, _> = snapshot
+            .node_pools
+            .iter()
+            .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
+            .collect();
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        for claim in &results.new_node_claims {
+            let Some(template) = inputs.input.templates.get(claim.template) else {
+                continue;
+            };
+            let pool = by_name.get(template.name.as_str());
+            let hash = pool.map(|p| p.hash());
+            let object = node_claim_object(
+                &ClaimContext {
+                    interner: &inputs.interner,
+                    table: &inputs.table,
+                    template,
+                    nodepool_hash: hash.as_deref(),
+                    nodepool_uid: pool.and_then(|p| p.metadata.uid.as_deref()),
+                },
+                claim,
+            );
+            let created = api.create(&PostParams::default(), &object).await?;
+            round.created.push(created.name_any());
+        }
+        Ok(round)
+    }
+}
+
+/// The NodePools this provider launches for: a node class kind it serves, not being deleted, valid.
+fn managed_pools(snapshot: &Snapshot, cloud: &dyn CloudProvider) -> Vec<karpenter_api::nodepool::NodePool> {
+    let kinds = cloud.supported_node_classes();
+    snapshot
+        .node_pools
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            let r = &p.spec.template.spec.node_class_ref;
+            kinds.iter().any(|k| k.group == r.group && k.kind == r.kind)
+        })
+        .cloned()
+        .collect()
+}
+
+/// Which pods are pending, as a value that changes when one arrives or leaves.
+fn pending_signature(state: &ClusterState) -> Option<Vec<String>> {
+    let mut keys: Vec<String> = state
+        .pods
+        .all()
+        .iter()
+        .filter(|p| is_provisionable(p))
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or("default"),
+                p.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    keys.sort_unstable();
+    (!keys.is_empty()).then_some(keys)
+}
