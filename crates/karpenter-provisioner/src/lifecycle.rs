@@ -2,7 +2,8 @@
 //!
 //! Each pass looks at every NodeClaim in the state cache and moves it one step, as upstream's lifecycle
 //! controller does per claim:
-//! - **Launch**: a claim without `status.providerID` is created through the cloud provider; the instance's
+//! - **Launch**: a claim without `status.providerID` gets the `karpenter.sh/termination` finalizer and is
+//!   created through the cloud provider; the instance's
 //!   provider ID, image, capacity and allocatable go to the status and the labels the launch resolved
 //!   (instance type, zone, capacity type, ...) to the claim; `Launched=True`. A launch that finds no capacity
 //!   deletes the claim (the provider has marked those offerings unavailable, so the next provisioning round
@@ -142,6 +143,22 @@ impl Lifecycle {
     async fn launch(&self, claim: &NodeClaim, done: &mut LifecyclePass) -> Result<(), ProvisionerError> {
         let name = claim.name_any();
         let api: Api<NodeClaim> = Api::all(self.client.clone());
+        // The finalizer first: from here on, deleting the claim goes through the terminator, which deletes
+        // the instance (a launch must never leave one behind).
+        if !claim
+            .finalizers()
+            .iter()
+            .any(|f| f == labels::TERMINATION_FINALIZER)
+        {
+            let mut finalizers = claim.finalizers().to_vec();
+            finalizers.push(labels::TERMINATION_FINALIZER.to_string());
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+            )
+            .await?;
+        }
         let existing = claim
             .status
             .as_ref()

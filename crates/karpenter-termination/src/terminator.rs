@@ -1,0 +1,201 @@
+//! The terminator's loop: one step per deleted NodeClaim per pass (see the crate documentation).
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use karpenter_api::{labels, nodeclaim::NodeClaim};
+use karpenter_core::{
+    clock::Clock, cloudprovider::CloudProvider, disruption::expiration::termination_deadline,
+    snapshot::CompactPod,
+};
+use karpenter_state::ClusterState;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, EvictParams, Patch, PatchParams},
+};
+use serde_json::json;
+
+use crate::{TerminationError, drain::drain_plan};
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TerminationPass {
+    /// `namespace/name` of pods evicted (or, past the grace period, deleted).
+    pub evicted: Vec<String>,
+    /// `namespace/name: why` of evictions the API refused this pass (a PodDisruptionBudget).
+    pub blocked: Vec<String>,
+    /// NodeClaims whose instance is gone and whose finalizer was removed.
+    pub terminated: Vec<String>,
+}
+
+/// The terminator's context.
+pub struct Terminator {
+    client: Client,
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    clock: Arc<dyn Clock>,
+    /// How often deleted NodeClaims are looked at (tokio time).
+    pub interval: Duration,
+}
+
+fn key(pod: &CompactPod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+impl Terminator {
+    pub fn new(
+        client: Client,
+        state: ClusterState,
+        cloud: Arc<dyn CloudProvider>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            client,
+            state,
+            cloud,
+            clock,
+            interval: Duration::from_secs(1),
+        }
+    }
+
+    /// Runs passes until the future is dropped.
+    pub async fn run(&self) {
+        loop {
+            if self.state.synced() {
+                self.pass().await;
+            }
+            tokio::time::sleep(self.interval).await;
+        }
+    }
+
+    /// One step for every NodeClaim being deleted that still carries the finalizer.
+    pub async fn pass(&self) -> TerminationPass {
+        let mut done = TerminationPass::default();
+        for claim in self.state.node_claims.all() {
+            let ours = claim
+                .finalizers()
+                .iter()
+                .any(|f| f == labels::TERMINATION_FINALIZER);
+            if claim.metadata.deletion_timestamp.is_none() || !ours {
+                continue;
+            }
+            if let Err(error) = self.step(&claim, &mut done).await {
+                tracing::warn!(nodeclaim = %claim.name_any(), category = error.category(), %error, "termination step failed");
+            }
+        }
+        done
+    }
+
+    async fn step(&self, claim: &NodeClaim, done: &mut TerminationPass) -> Result<(), TerminationError> {
+        let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
+        let node = node_name.as_deref().and_then(|n| self.state.nodes.get(n));
+        if let Some(node) = &node {
+            self.taint_disrupted(node).await?;
+            let pods: Vec<Arc<CompactPod>> = self
+                .state
+                .pods
+                .all()
+                .into_iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node.name_any()))
+                .collect();
+            let plan = drain_plan(&pods);
+            if plan.remaining > 0 {
+                let past_deadline = claim
+                    .metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .and_then(|t| termination_deadline(claim, t.0))
+                    .is_some_and(|deadline| self.clock.now() >= deadline);
+                for pod in &plan.evict {
+                    self.evict(pod, past_deadline, done).await?;
+                }
+                return Ok(());
+            }
+        }
+        // Drained (or never had a Node): the instance goes, and only once it is gone does the claim.
+        match self.cloud.delete(claim).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(node) = &node {
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            match nodes.delete(&node.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let finalizers: Vec<&String> = claim
+            .finalizers()
+            .iter()
+            .filter(|f| *f != labels::TERMINATION_FINALIZER)
+            .collect();
+        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        claims
+            .patch(
+                &claim.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+            )
+            .await?;
+        done.terminated.push(claim.name_any());
+        Ok(())
+    }
+
+    async fn taint_disrupted(&self, node: &Node) -> Result<(), TerminationError> {
+        let mut taints: Vec<Taint> = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        if taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY) {
+            return Ok(());
+        }
+        taints.push(Taint {
+            key: labels::DISRUPTED_TAINT_KEY.to_string(),
+            effect: "NoSchedule".to_string(),
+            ..Taint::default()
+        });
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": taints}})),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Evicts a pod (deletes it once the grace period is over); a refusal because of a PodDisruptionBudget is
+    /// recorded and retried on the next pass.
+    async fn evict(
+        &self,
+        pod: &CompactPod,
+        force: bool,
+        done: &mut TerminationPass,
+    ) -> Result<(), TerminationError> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let result = if force {
+            pods.delete(name, &DeleteParams::default()).await.map(|_| ())
+        } else {
+            pods.evict(name, &EvictParams::default()).await.map(|_| ())
+        };
+        match result {
+            Ok(()) => done.evicted.push(key(pod)),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 429 => {
+                done.blocked.push(format!("{}: {}", key(pod), s.message))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+}

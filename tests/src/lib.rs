@@ -1,0 +1,97 @@
+//! The end-to-end harness: a simulated cluster (karpenter-sim) with the controllers running against it through
+//! kube-runtime, all on one virtual clock (`#[tokio::test(start_paused = true)]`), so minutes of cluster life
+//! take milliseconds and every run is the same.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::label_policy::LabelPolicy;
+use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
+use karpenter_provisioner::{
+    lifecycle::Lifecycle,
+    provisioner::{Provisioner, ProvisionerSettings},
+};
+use karpenter_sim::{SimCluster, SimOptions, VirtualClock};
+use karpenter_state::{ClusterState, Watched};
+use karpenter_termination::Terminator;
+use kube::{Api, api::ListParams};
+
+pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// The 3-type test catalog (small, medium, large; spot and on-demand in test-zone-1..3).
+pub const CATALOG: &str = include_str!("../../crates/karpenter-sim/tests/fixtures/catalog.json");
+
+/// A simulated cluster with the state cache, the provisioner, the NodeClaim lifecycle and the terminator
+/// running. Dropping it stops them.
+pub struct Harness {
+    pub sim: SimCluster,
+    pub state: ClusterState,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(tokio::task::JoinHandle::abort);
+    }
+}
+
+impl Harness {
+    pub fn start() -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let catalog = CatalogFile::from_json_str(CATALOG)?;
+        let well_known = catalog.well_known_labels.clone();
+        let clock = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
+        let sim = SimCluster::start(SimOptions::new(catalog, clock));
+        let client = sim.client();
+        let state = ClusterState::new(Watched::default());
+        let settings = ProvisionerSettings {
+            build: BuildOptions {
+                label_policy: LabelPolicy::Core,
+                extra_well_known_labels: well_known,
+                ..BuildOptions::default()
+            },
+            ..ProvisionerSettings::default()
+        };
+        let provisioner = Provisioner::new(client.clone(), state.clone(), sim.cloud_provider(), settings);
+        let lifecycle = Lifecycle::new(client.clone(), state.clone(), sim.cloud_provider(), sim.clock());
+        let terminator = Terminator::new(client.clone(), state.clone(), sim.cloud_provider(), sim.clock());
+        let tasks = vec![
+            tokio::spawn({
+                let state = state.clone();
+                async move { state.watch(client).await }
+            }),
+            tokio::spawn(async move { provisioner.run().await }),
+            tokio::spawn(async move { lifecycle.run().await }),
+            tokio::spawn(async move { terminator.run().await }),
+        ];
+        Ok(Self { sim, state, tasks })
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.sim.client()
+    }
+}
+
+/// Pods labelled `selector` in `default` whose phase is Running and that are not being deleted.
+pub async fn running_pods(client: &kube::Client, selector: &str) -> Result<Vec<Pod>, kube::Error> {
+    let pods = Api::<Pod>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().labels(selector))
+        .await?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .collect())
+}
+
+/// Waits on virtual time, one simulated second at a time, until `n` pods matching `selector` run.
+pub async fn until_running(client: &kube::Client, selector: &str, n: usize, within_secs: u64) -> TestResult {
+    for _ in 0..within_secs {
+        if running_pods(client, selector).await?.len() == n {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let now = running_pods(client, selector).await?.len();
+    Err(format!("{now} of {n} pods running after {within_secs}s").into())
+}

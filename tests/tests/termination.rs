@@ -1,0 +1,112 @@
+//! Deleting a NodeClaim (as a disruption command or `kubectl delete nodeclaim` does) drains its Node through
+//! the Eviction API within the PodDisruptionBudget, the provisioner makes room for the evicted pods, and the
+//! instance, the Node and the NodeClaim go, in that order.
+
+use std::time::Duration;
+
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node, policy::v1::PodDisruptionBudget};
+use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
+use karpenter_e2e::{Harness, TestResult, running_pods, until_running};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams, PostParams},
+};
+use serde_json::json;
+
+async fn apply(client: &kube::Client) -> TestResult {
+    let pool: NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
+    }))?;
+    Api::<NodePool>::all(client.clone())
+        .create(&PostParams::default(), &pool)
+        .await?;
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "sim",
+                    "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}
+    }))?;
+    Api::<Deployment>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+    }))?;
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &pdb)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_a_nodeclaim_drains_within_the_pdb_and_removes_instance_node_and_claim() -> TestResult {
+    let h = Harness::start()?;
+    let client = h.client();
+    apply(&client).await?;
+    until_running(&client, "app=web", 4, 300).await?;
+
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let before = claims.list(&ListParams::default()).await?;
+    assert_eq!(before.items.len(), 1, "four 500m pods fit one node");
+    let old = &before.items[0];
+    let old_name = old.name_any();
+    assert!(
+        old.finalizers()
+            .iter()
+            .any(|f| f == labels::TERMINATION_FINALIZER)
+    );
+    let status = old.status.clone().unwrap_or_default();
+    let (old_node, old_instance) = (
+        status.node_name.ok_or("no node")?,
+        status.provider_id.ok_or("no instance")?,
+    );
+
+    claims.delete(&old_name, &DeleteParams::default()).await?;
+    // The PDB allows one pod down at a time: never fewer than three run while the node drains.
+    let mut fewest = usize::MAX;
+    let mut gone = false;
+    for _ in 0..900 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        fewest = fewest.min(running_pods(&client, "app=web").await?.len());
+        gone = claims.get_opt(&old_name).await?.is_none();
+        if gone && running_pods(&client, "app=web").await?.len() == 4 {
+            break;
+        }
+    }
+    assert!(gone, "the NodeClaim is still there");
+    assert!(
+        fewest >= 3,
+        "the PodDisruptionBudget was violated: {fewest} pods ran at one point"
+    );
+    until_running(&client, "app=web", 4, 300).await?;
+
+    for pod in running_pods(&client, "app=web").await? {
+        assert_ne!(
+            pod.spec.and_then(|s| s.node_name).as_deref(),
+            Some(old_node.as_str())
+        );
+    }
+    assert!(
+        Api::<Node>::all(client.clone())
+            .get_opt(&old_node)
+            .await?
+            .is_none(),
+        "the Node is deleted"
+    );
+    assert!(
+        h.sim
+            .cloud()
+            .running_instances()
+            .iter()
+            .all(|i| i.provider_id != old_instance),
+        "the instance is terminated"
+    );
+    let after = claims.list(&ListParams::default()).await?;
+    assert_eq!(after.items.len(), 1, "one replacement NodeClaim");
+    Ok(())
+}
