@@ -7,6 +7,7 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::label_policy::LabelPolicy;
 use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
+use karpenter_disruption::{DisruptionController, DisruptionSettings};
 use karpenter_provisioner::{
     lifecycle::Lifecycle,
     provisioner::{Provisioner, ProvisionerSettings},
@@ -35,26 +36,48 @@ impl Drop for Harness {
     }
 }
 
+/// Which controllers a harness runs besides the state cache, the provisioner, the lifecycle and the terminator.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Controllers {
+    pub disruption: bool,
+}
+
 impl Harness {
+    /// The provisioner, the lifecycle and the terminator, without disruption.
     pub fn start() -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        Self::start_with(Controllers::default())
+    }
+
+    pub fn start_with(controllers: Controllers) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let catalog = CatalogFile::from_json_str(CATALOG)?;
         let well_known = catalog.well_known_labels.clone();
         let clock = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
         let sim = SimCluster::start(SimOptions::new(catalog, clock));
         let client = sim.client();
         let state = ClusterState::new(Watched::default());
+        let build = BuildOptions {
+            label_policy: LabelPolicy::Core,
+            extra_well_known_labels: well_known,
+            ..BuildOptions::default()
+        };
         let settings = ProvisionerSettings {
-            build: BuildOptions {
-                label_policy: LabelPolicy::Core,
-                extra_well_known_labels: well_known,
-                ..BuildOptions::default()
-            },
+            build: build.clone(),
             ..ProvisionerSettings::default()
         };
         let provisioner = Provisioner::new(client.clone(), state.clone(), sim.cloud_provider(), settings);
         let lifecycle = Lifecycle::new(client.clone(), state.clone(), sim.cloud_provider(), sim.clock());
         let terminator = Terminator::new(client.clone(), state.clone(), sim.cloud_provider(), sim.clock());
-        let tasks = vec![
+        let disruption = DisruptionController::new(
+            client.clone(),
+            state.clone(),
+            sim.cloud_provider(),
+            sim.clock(),
+            DisruptionSettings {
+                build,
+                ..DisruptionSettings::default()
+            },
+        );
+        let mut tasks = vec![
             tokio::spawn({
                 let state = state.clone();
                 async move { state.watch(client).await }
@@ -63,6 +86,9 @@ impl Harness {
             tokio::spawn(async move { lifecycle.run().await }),
             tokio::spawn(async move { terminator.run().await }),
         ];
+        if controllers.disruption {
+            tasks.push(tokio::spawn(async move { disruption.run().await }));
+        }
         Ok(Self { sim, state, tasks })
     }
 

@@ -391,6 +391,36 @@ fn active_pods(api: &ApiServer) -> Vec<Value> {
         .collect()
 }
 
+// The disruption controller of kube-controller-manager: a PDB's status follows the pods it selects.
+#[tokio::test(start_paused = true)]
+async fn pdb_status_counts_healthy_pods_and_allowed_disruptions() -> TestResult {
+    let sim = cluster()?;
+    let api = sim.api();
+    ready_node(api, "n1", json!({}), json!([]), "8")?;
+    api.create_internal(&ResourceId::new("apps", "deployments"), deployment(3))?;
+    let pdbs = ResourceId::new("policy", "poddisruptionbudgets");
+    api.create_internal(
+        &pdbs,
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}}),
+    )?;
+    sleep(60).await;
+    let pdb = api.get_internal(&pdbs, "default", "web").ok_or("no pdb")?;
+    let status = &pdb["status"];
+    assert_eq!(
+        (
+            status["expectedPods"].as_i64(),
+            status["currentHealthy"].as_i64(),
+            status["desiredHealthy"].as_i64(),
+            status["disruptionsAllowed"].as_i64()
+        ),
+        (Some(3), Some(3), Some(2), Some(1)),
+        "{status}"
+    );
+    Ok(())
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_deployment_scales_zero_five_two() -> TestResult {
     let sim = cluster()?;

@@ -14,6 +14,7 @@
 
 mod drain;
 mod error;
+pub mod taint;
 mod terminator;
 
 pub use drain::{DrainPlan, drain_plan};

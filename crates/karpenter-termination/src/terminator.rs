@@ -2,7 +2,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::{labels, nodeclaim::NodeClaim};
 use karpenter_core::{
     clock::Clock, cloudprovider::CloudProvider, disruption::expiration::termination_deadline,
@@ -15,7 +15,7 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::{TerminationError, drain::drain_plan};
+use crate::{TerminationError, drain::drain_plan, taint::add_disrupted_taint};
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -94,7 +94,7 @@ impl Terminator {
         let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
         let node = node_name.as_deref().and_then(|n| self.state.nodes.get(n));
         if let Some(node) = &node {
-            self.taint_disrupted(node).await?;
+            add_disrupted_taint(&self.client, node).await?;
             let pods: Vec<Arc<CompactPod>> = self
                 .state
                 .pods
@@ -144,31 +144,6 @@ impl Terminator {
             )
             .await?;
         done.terminated.push(claim.name_any());
-        Ok(())
-    }
-
-    async fn taint_disrupted(&self, node: &Node) -> Result<(), TerminationError> {
-        let mut taints: Vec<Taint> = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default();
-        if taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY) {
-            return Ok(());
-        }
-        taints.push(Taint {
-            key: labels::DISRUPTED_TAINT_KEY.to_string(),
-            effect: "NoSchedule".to_string(),
-            ..Taint::default()
-        });
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        nodes
-            .patch(
-                &node.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"taints": taints}})),
-            )
-            .await?;
         Ok(())
     }
 

@@ -58,7 +58,7 @@ mod resources;
 mod response;
 pub(crate) mod rng;
 mod route;
-mod selectors;
+pub(crate) mod selectors;
 mod service;
 mod store;
 mod subresources;
@@ -77,6 +77,7 @@ pub use http::HttpHandle;
 pub use resources::ResourceId;
 pub use route::Verb;
 pub use service::ApiService;
+pub(crate) use subresources::pdb_desired_healthy;
 
 use crate::{clock::Clock, error::Error};
 use objects::{Part, WriteOptions};

@@ -6,8 +6,9 @@
 //! the budget has a disruption left, else 429 TooManyRequests with a `DisruptionBudget` cause. Unhealthy
 //! (not Ready) pods follow `unhealthyPodEvictionPolicy` (IfHealthyBudget by default, or AlwaysAllow).
 //!
-//! The sim has no disruption controller, so the budget is computed at eviction time from the PDB's spec and the
-//! live pods it selects, not read from `status.disruptionsAllowed`: expected = pods selected, healthy = selected
+//! The budget is computed at eviction time from the PDB's spec and the live pods it selects rather than read
+//! from `status.disruptionsAllowed` (which the simulated disruption controller in `workloads::pdbs` keeps with
+//! the same formula, for readers such as Karpenter's disruption decisions): expected = pods selected, healthy = selected
 //! pods that are Ready and not terminating, desired = minAvailable (int or percent of expected, rounded up) or
 //! expected - maxUnavailable (percent rounded up), 0 when neither is set; disruptions allowed = healthy - desired.
 //! Percentages are taken of the selected pods rather than of the owning workloads' replicas.
@@ -157,16 +158,20 @@ fn budget(state: &State, pdb: &Value, selector: &LabelSelector, namespace: &str)
         .iter()
         .filter(|p| is_ready(p) && !p["metadata"]["deletionTimestamp"].is_string())
         .count() as i64;
-    let spec = &pdb["spec"];
-    // Neither field set: nothing must stay available.
-    let desired = match spec.get("maxUnavailable").and_then(|v| scaled(v, expected)) {
+    let desired = pdb_desired_healthy(&pdb["spec"], expected);
+    Budget { desired, healthy }
+}
+
+/// How many of `expected` selected pods a PDB's spec wants healthy: minAvailable, or expected - maxUnavailable
+/// (percentages rounded up); 0 when neither is set. Eviction and the simulated PDB status controller share it.
+pub(crate) fn pdb_desired_healthy(spec: &Value, expected: i64) -> i64 {
+    match spec.get("maxUnavailable").and_then(|v| scaled(v, expected)) {
         Some(max) => (expected - max).max(0),
         None => spec
             .get("minAvailable")
             .and_then(|v| scaled(v, expected))
             .unwrap_or_default(),
-    };
-    Budget { desired, healthy }
+    }
 }
 
 /// POST pods/NAME/eviction.

@@ -1,5 +1,6 @@
 //! Simulated workload controllers (the parts of kube-controller-manager scenarios need): Deployments make
-//! ReplicaSets, ReplicaSets make Pods, DaemonSets put a pod on every matching node, Jobs run pods to completion.
+//! ReplicaSets, ReplicaSets make Pods, DaemonSets put a pod on every matching node, Jobs run pods to completion,
+//! and PodDisruptionBudgets get their status (`pdbs`).
 //!
 //! # Public API
 //! - [`Workloads::new`]`(api, clock, options)` and [`Workloads::step`], which reconciles every workload once
@@ -30,6 +31,7 @@
 mod daemonsets;
 mod deployments;
 mod jobs;
+mod pdbs;
 mod replicasets;
 
 use std::{sync::Arc, time::Duration};
@@ -97,6 +99,7 @@ impl Workloads {
         deployments::reconcile(&self.api);
         replicasets::reconcile(&self.api);
         daemonsets::reconcile(&self.api);
+        pdbs::reconcile(&self.api);
         if let Some(due) = jobs::reconcile(&self.api, now, self.options.job_duration) {
             self.next_due = Some(due);
         }
