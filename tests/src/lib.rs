@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::label_policy::LabelPolicy;
 use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
 use karpenter_disruption::{DisruptionController, DisruptionSettings};
+use karpenter_interruption::InterruptionController;
 use karpenter_provisioner::{
     lifecycle::Lifecycle,
     provisioner::{Provisioner, ProvisionerSettings},
@@ -22,8 +23,8 @@ pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 /// The 3-type test catalog (small, medium, large; spot and on-demand in test-zone-1..3).
 pub const CATALOG: &str = include_str!("../../crates/karpenter-sim/tests/fixtures/catalog.json");
 
-/// A simulated cluster with the state cache, the provisioner, the NodeClaim lifecycle and the terminator
-/// running. Dropping it stops them.
+/// A simulated cluster with the state cache, the provisioner, the NodeClaim lifecycle, the terminator and the
+/// interruption controller running (and disruption when asked). Dropping it stops them.
 pub struct Harness {
     pub sim: SimCluster,
     pub state: ClusterState,
@@ -77,6 +78,8 @@ impl Harness {
                 ..DisruptionSettings::default()
             },
         );
+        let interruption =
+            InterruptionController::new(client.clone(), state.clone(), sim.cloud().interruption_source());
         let mut tasks = vec![
             tokio::spawn({
                 let state = state.clone();
@@ -85,6 +88,7 @@ impl Harness {
             tokio::spawn(async move { provisioner.run().await }),
             tokio::spawn(async move { lifecycle.run().await }),
             tokio::spawn(async move { terminator.run().await }),
+            tokio::spawn(async move { interruption.run().await }),
         ];
         if controllers.disruption {
             tasks.push(tokio::spawn(async move { disruption.run().await }));

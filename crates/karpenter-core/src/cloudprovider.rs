@@ -90,6 +90,36 @@ impl CloudProviderError {
     }
 }
 
+/// What an interruption message says is about to happen to an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InterruptionKind {
+    /// The spot instance is reclaimed in about two minutes.
+    SpotInterruption,
+    /// The spot instance is at elevated risk of interruption (informational).
+    Rebalance,
+    /// Maintenance is scheduled for the instance.
+    ScheduledChange,
+    /// The instance is stopping or terminated.
+    StateChange,
+}
+
+/// One interruption message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptionEvent {
+    pub provider_id: String,
+    pub kind: InterruptionKind,
+    /// When it was delivered.
+    pub at: jiff::Timestamp,
+}
+
+/// Where interruption messages come from: the SQS queue on AWS, the simulated cloud in `karpenter simulate`.
+/// The interruption controller acts on them the same way whatever the source.
+#[async_trait]
+pub trait InterruptionSource: Send + Sync {
+    /// Waits for the next messages; `None` once the source is closed.
+    async fn receive(&self) -> Option<Vec<InterruptionEvent>>;
+}
+
 /// A cloud Karpenter launches nodes in. See the module documentation.
 #[async_trait]
 pub trait CloudProvider: DriftProvider + Send + Sync {

@@ -53,7 +53,10 @@ use karpenter_api::{
 };
 use karpenter_core::{
     catalog::{CatalogFile, CatalogInstanceType, Quantities},
-    cloudprovider::{CloudProvider, CloudProviderError, NodeClassKind, RepairPolicy, UnavailableOffering},
+    cloudprovider::{
+        CloudProvider, CloudProviderError, InterruptionSource, NodeClassKind, RepairPolicy,
+        UnavailableOffering,
+    },
     disruption::drift::DriftProvider,
 };
 use tokio::{sync::broadcast, task::JoinHandle};
@@ -88,24 +91,8 @@ impl Default for SimCloudOptions {
     }
 }
 
-/// What an interruption message says happened to an instance (the four EventBridge kinds Karpenter consumes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum InterruptionKind {
-    SpotInterruption,
-    Rebalance,
-    ScheduledChange,
-    /// The instance is stopping or terminated.
-    StateChange,
-}
-
-/// One interruption message, as the interruption controller will consume it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InterruptionEvent {
-    pub provider_id: String,
-    pub kind: InterruptionKind,
-    /// When it was delivered (virtual time).
-    pub at: Timestamp,
-}
+/// Interruption messages are core's (the interruption controller consumes them from any source).
+pub use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind};
 
 /// An instance type, zone and capacity type.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -363,6 +350,14 @@ impl SimCloudProvider {
     /// A receiver of every interruption delivered from now on.
     pub fn interruptions(&self) -> broadcast::Receiver<InterruptionEvent> {
         self.shared.events.subscribe()
+    }
+
+    /// The interruption messages as the interruption controller reads them. Subscribe before the events are
+    /// sent: a broadcast keeps nothing for later subscribers.
+    pub fn interruption_source(&self) -> Arc<dyn InterruptionSource> {
+        Arc::new(SimInterruptionSource {
+            events: tokio::sync::Mutex::new(self.interruptions()),
+        })
     }
 
     /// Delivers an interruption for `provider_id` at `at` (at once if `at` has passed). A spot interruption
@@ -706,3 +701,23 @@ impl CloudProvider for SimCloudProvider {
 
 #[cfg(test)]
 mod tests;
+
+/// [`SimCloudProvider::interruption_source`]: the cloud's broadcast of interruption events.
+struct SimInterruptionSource {
+    events: tokio::sync::Mutex<broadcast::Receiver<InterruptionEvent>>,
+}
+
+#[async_trait::async_trait]
+impl InterruptionSource for SimInterruptionSource {
+    async fn receive(&self) -> Option<Vec<InterruptionEvent>> {
+        let mut events = self.events.lock().await;
+        loop {
+            match events.recv().await {
+                Ok(event) => return Some(vec![event]),
+                // A slow reader missed some; what follows still matters.
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
