@@ -1,6 +1,6 @@
-//! The Karpenter binary. Today it runs `karpenter schedule` (the scheduling simulation over a cluster snapshot
-//! read from files) and `karpenter disrupt` (the next disruption pass over one); the controller and `simulate`
-//! come later.
+//! The Karpenter binary: `karpenter schedule` (the scheduling simulation over a cluster snapshot read from
+//! files), `karpenter disrupt` (the next disruption pass over one) and `karpenter simulate` (the controllers on a
+//! simulated cluster). The controller (`karpenter controller`) comes later.
 
 use std::{io::Write as _, process::ExitCode};
 
@@ -10,6 +10,7 @@ mod disrupt;
 mod input;
 mod json_stream;
 mod schedule;
+mod simulate;
 
 #[derive(Parser)]
 #[command(
@@ -28,6 +29,8 @@ enum Command {
     Schedule(schedule::ScheduleArgs),
     /// Show what the next disruption pass would do on a snapshot, and why every other node is left alone.
     Disrupt(disrupt::DisruptArgs),
+    /// Run the controllers against a simulated cluster and cloud on a virtual clock, and report what happened.
+    Simulate(simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Schedule(args) => schedule::run(args),
         Command::Disrupt(args) => disrupt::run(args),
+        Command::Simulate(args) => simulate::run(args),
     };
     match result {
         Ok(text) => {
