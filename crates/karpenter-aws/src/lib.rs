@@ -3,9 +3,12 @@
 //!
 //! - [`client`]: aws-sdk clients from aws-config (region, endpoint override, credentials, retry policy).
 //! - [`error`]: [`AwsError`] with a stable `category()`, and its mapping into core's `CloudProviderError`.
+//! - [`interruption`]: the SQS EventBridge messages the interruption controller consumes.
 
 pub mod client;
 pub mod error;
+pub mod interruption;
 
 pub use client::{AwsClients, ClientOptions};
 pub use error::AwsError;
+pub use interruption::{InstanceState, InterruptionKind, InterruptionMessage, parse_interruption_message};
