@@ -3,12 +3,15 @@
 //!
 //! - [`client`]: aws-sdk clients from aws-config (region, endpoint override, credentials, retry policy).
 //! - [`error`]: [`AwsError`] with a stable `category()`, and its mapping into core's `CloudProviderError`.
+//! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
 //! - [`interruption`]: the SQS EventBridge messages the interruption controller consumes.
 
 pub mod client;
 pub mod error;
 pub mod interruption;
+pub mod pricing;
 
 pub use client::{AwsClients, ClientOptions};
 pub use error::AwsError;
 pub use interruption::{InstanceState, InterruptionKind, InterruptionMessage, parse_interruption_message};
+pub use pricing::{PriceSource, PricingProvider, PricingStatus};
