@@ -3,15 +3,21 @@
 //!
 //! - [`client`]: aws-sdk clients from aws-config (region, endpoint override, credentials, retry policy).
 //! - [`error`]: [`AwsError`] with a stable `category()`, and its mapping into core's `CloudProviderError`.
+//! - [`instance_types`]: DescribeInstanceTypes/-Offerings into `CatalogInstanceType`s with core's capacity maths.
 //! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
+//! - [`unavailable_offerings`]: offerings recently out of capacity.
 //! - [`interruption`]: the SQS EventBridge messages the interruption controller consumes.
 
 pub mod client;
 pub mod error;
+pub mod instance_types;
 pub mod interruption;
 pub mod pricing;
+pub mod unavailable_offerings;
 
 pub use client::{AwsClients, ClientOptions};
 pub use error::AwsError;
+pub use instance_types::InstanceTypeProvider;
 pub use interruption::{InstanceState, InterruptionKind, InterruptionMessage, parse_interruption_message};
 pub use pricing::{PriceSource, PricingProvider, PricingStatus};
+pub use unavailable_offerings::UnavailableOfferings;
