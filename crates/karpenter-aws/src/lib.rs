@@ -6,12 +6,14 @@
 //! - [`instance_types`]: DescribeInstanceTypes/-Offerings into `CatalogInstanceType`s with core's capacity maths.
 //! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
 //! - [`unavailable_offerings`]: offerings recently out of capacity.
+//! - [`launch`]: launch templates from an EC2NodeClass and instant CreateFleet, with ICE handling.
 //! - [`interruption`]: the SQS EventBridge messages the interruption controller consumes.
 
 pub mod client;
 pub mod error;
 pub mod instance_types;
 pub mod interruption;
+pub mod launch;
 pub mod pricing;
 pub mod unavailable_offerings;
 

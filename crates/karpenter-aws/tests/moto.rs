@@ -1,5 +1,5 @@
 //! karpenter-aws against moto (tests/moto/harness.py): instance types and their capacity, prices and their
-//! fallback, and error mapping. Each test runs its own server.
+//! fallback, error mapping, and launches through CreateFleet. Each test runs its own server.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -228,4 +228,178 @@ async fn aws_error_codes_map_to_stable_categories() {
     assert_eq!(err.code(), Some("InvalidInstanceID.NotFound"));
     let provider_error: karpenter_core::cloudprovider::CloudProviderError = err.into();
     assert!(provider_error.is_not_found());
+}
+
+/// The harness's insufficient-capacity rules (see harness.py), written through the SSM API.
+async fn set_ice(clients: &karpenter_aws::AwsClients, rules: &str) {
+    clients
+        .ssm
+        .put_parameter()
+        .name("/moto-harness/ice")
+        .value(rules)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .overwrite(true)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_offerings_unavailable() {
+    use karpenter_api::ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus, SecurityGroup};
+    use karpenter_aws::launch::{
+        LaunchOverride, LaunchRequest, LaunchTemplateSpec, create_fleet, ensure_launch_template,
+    };
+    use karpenter_core::cloudprovider::CloudProviderError;
+
+    let moto = moto_or_skip!(&["m5.large", "c5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let ec2 = &clients.ec2;
+    let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await.unwrap();
+    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
+    let mut subnets = BTreeMap::new();
+    for (zone, cidr) in [("us-west-2a", "10.0.1.0/24"), ("us-west-2b", "10.0.2.0/24")] {
+        let subnet = ec2
+            .create_subnet()
+            .vpc_id(&vpc_id)
+            .cidr_block(cidr)
+            .availability_zone(zone)
+            .send()
+            .await
+            .unwrap();
+        subnets.insert(
+            zone,
+            subnet.subnet().and_then(|s| s.subnet_id()).unwrap().to_string(),
+        );
+    }
+    let group = ec2
+        .create_security_group()
+        .group_name("karpenter-nodes")
+        .description("nodes")
+        .vpc_id(&vpc_id)
+        .send()
+        .await
+        .unwrap();
+    let image_id = clients
+        .ssm
+        .get_parameter()
+        .name("/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id")
+        .send()
+        .await
+        .unwrap()
+        .parameter()
+        .and_then(|p| p.value())
+        .unwrap()
+        .to_string();
+
+    let mut node_class = EC2NodeClass::new("default", EC2NodeClassSpec::default());
+    node_class.spec.tags = Some(BTreeMap::from([("team".into(), "platform".into())]));
+    assert!(matches!(
+        LaunchTemplateSpec::from_node_class("karpenter.k8s.aws/test", &node_class, &image_id),
+        Err(CloudProviderError::NodeClassNotReady { .. })
+    ));
+    node_class.status = Some(EC2NodeClassStatus {
+        security_groups: vec![SecurityGroup {
+            id: group.group_id().unwrap().to_string(),
+            ..Default::default()
+        }],
+        instance_profile: Some("KarpenterNodeInstanceProfile".into()),
+        ..Default::default()
+    });
+    let template =
+        LaunchTemplateSpec::from_node_class("karpenter.k8s.aws/test", &node_class, &image_id).unwrap();
+    assert_eq!(template.http_tokens, "required");
+    let name = ensure_launch_template(ec2, &template).await.unwrap();
+    assert_eq!(
+        ensure_launch_template(ec2, &template).await.unwrap(),
+        name,
+        "creating it again is fine"
+    );
+
+    let request = LaunchRequest {
+        launch_template_name: name,
+        capacity_type: "spot".into(),
+        overrides: vec![
+            LaunchOverride {
+                instance_type: "m5.large".into(),
+                zone: "us-west-2a".into(),
+                subnet_id: subnets["us-west-2a"].clone(),
+                price: 0.05,
+            },
+            LaunchOverride {
+                instance_type: "c5.large".into(),
+                zone: "us-west-2b".into(),
+                subnet_id: subnets["us-west-2b"].clone(),
+                price: 0.04,
+            },
+        ],
+        tags: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
+    };
+    let unavailable = UnavailableOfferings::default();
+    let now = Instant::now();
+
+    // The cheapest override first (moto launches the first one it is given).
+    let launched = create_fleet(ec2, &request, &unavailable, now).await.unwrap();
+    assert_eq!(
+        (
+            launched.instance_type.as_str(),
+            launched.zone.as_str(),
+            launched.capacity_type.as_str()
+        ),
+        ("c5.large", "us-west-2b", "spot")
+    );
+    let described = ec2
+        .describe_instances()
+        .instance_ids(&launched.instance_id)
+        .send()
+        .await
+        .unwrap();
+    let instance = &described.reservations()[0].instances()[0];
+    assert!(
+        instance
+            .tags()
+            .iter()
+            .any(|t| t.key() == Some("karpenter.sh/nodepool") && t.value() == Some("default"))
+    );
+    assert!(unavailable.is_empty(now));
+
+    // c5.large spot in us-west-2b is out of capacity: m5.large launches and the ICE'd offering is remembered.
+    set_ice(&clients, "spot:c5.large:us-west-2b").await;
+    let launched = create_fleet(ec2, &request, &unavailable, now).await.unwrap();
+    assert_eq!(
+        (launched.instance_type.as_str(), launched.zone.as_str()),
+        ("m5.large", "us-west-2a")
+    );
+    assert!(unavailable.is_unavailable("c5.large", "us-west-2b", "spot", now));
+    assert!(!unavailable.is_unavailable("c5.large", "us-west-2b", "on-demand", now));
+
+    // Nothing has capacity: InsufficientCapacity naming every offering tried.
+    set_ice(&clients, "*").await;
+    let err = create_fleet(ec2, &request, &unavailable, now).await.unwrap_err();
+    let CloudProviderError::InsufficientCapacity { offerings, message } = &err else {
+        panic!("expected InsufficientCapacity, got {err:?}");
+    };
+    assert_eq!(offerings.len(), 2, "{message}");
+    assert_eq!(
+        message,
+        "no spot capacity for c5.large in us-west-2b, m5.large in us-west-2a"
+    );
+    assert!(unavailable.is_unavailable("m5.large", "us-west-2a", "spot", now));
+    assert_eq!(err.category(), "InsufficientCapacity");
+
+    // Other errors fail the launch with AWS's code as the reason (and do not mean the NodeClaim is gone).
+    set_ice(&clients, "nothing:matches:this").await;
+    let missing_template = LaunchRequest {
+        launch_template_name: "karpenter.k8s.aws/missing".into(),
+        capacity_type: "on-demand".into(),
+        tags: BTreeMap::new(),
+        ..request.clone()
+    };
+    let err = create_fleet(ec2, &missing_template, &unavailable, now)
+        .await
+        .unwrap_err();
+    let CloudProviderError::Create { reason, .. } = &err else {
+        panic!("expected a Create error, got {err:?}");
+    };
+    assert_eq!(reason, "InvalidLaunchTemplateName.NotFoundException");
 }
