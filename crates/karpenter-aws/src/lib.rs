@@ -8,11 +8,13 @@
 //! - [`unavailable_offerings`]: offerings recently out of capacity.
 //! - [`launch`]: launch templates from an EC2NodeClass and instant CreateFleet, with ICE handling.
 //! - [`interruption`]: the SQS EventBridge messages the interruption controller consumes.
+//! - [`interruption_queue`]: receiving and deleting them.
 
 pub mod client;
 pub mod error;
 pub mod instance_types;
 pub mod interruption;
+pub mod interruption_queue;
 pub mod launch;
 pub mod pricing;
 pub mod unavailable_offerings;
@@ -21,5 +23,6 @@ pub use client::{AwsClients, ClientOptions};
 pub use error::AwsError;
 pub use instance_types::InstanceTypeProvider;
 pub use interruption::{InstanceState, InterruptionKind, InterruptionMessage, parse_interruption_message};
+pub use interruption_queue::{InterruptionQueue, ReceivedMessage};
 pub use pricing::{PriceSource, PricingProvider, PricingStatus};
 pub use unavailable_offerings::UnavailableOfferings;

@@ -403,3 +403,120 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
     };
     assert_eq!(reason, "InvalidLaunchTemplateName.NotFoundException");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interruption_messages_are_received_parsed_and_deleted() {
+    use karpenter_aws::InterruptionQueue;
+    use std::time::Duration;
+
+    let moto = moto_or_skip!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let missing = InterruptionQueue::from_name(clients.sqs.clone(), "no-such-queue")
+        .await
+        .unwrap_err();
+    assert_eq!(missing.category(), "NotFound", "{missing}");
+    clients
+        .sqs
+        .create_queue()
+        .queue_name("karpenter-test")
+        .send()
+        .await
+        .unwrap();
+    let queue = InterruptionQueue::from_name(clients.sqs.clone(), "karpenter-test")
+        .await
+        .unwrap();
+    assert!(queue.url().ends_with("/karpenter-test"), "{}", queue.url());
+
+    let event = |source: &str, detail_type: &str, detail: &str| {
+        format!(
+            r#"{{"version": "0", "id": "e", "detail-type": "{detail_type}", "source": "{source}",
+                "account": "123456789012", "time": "2026-12-02T12:00:00Z", "region": "us-west-2",
+                "resources": [], "detail": {detail}}}"#
+        )
+    };
+    let bodies = [
+        event(
+            "aws.ec2",
+            "EC2 Spot Instance Interruption Warning",
+            r#"{"instance-id": "i-0000000000000000a", "instance-action": "terminate"}"#,
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance Rebalance Recommendation",
+            r#"{"instance-id": "i-0000000000000000b"}"#,
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            r#"{"instance-id": "i-0000000000000000c", "state": "terminated"}"#,
+        ),
+        event(
+            "aws.health",
+            "AWS Health Event",
+            r#"{"service": "EC2", "eventTypeCategory": "scheduledChange",
+                "eventTypeCode": "AWS_EC2_PERSISTENT_INSTANCE_RETIREMENT_SCHEDULED",
+                "affectedEntities": [{"entityValue": "i-0000000000000000d"}]}"#,
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            r#"{"instance-id": "i-0000000000000000e", "state": "running"}"#,
+        ),
+        "this is not an event".to_string(),
+    ];
+    for body in &bodies {
+        clients
+            .sqs
+            .send_message()
+            .queue_url(queue.url())
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        for message in queue.receive(Duration::from_secs(1)).await.unwrap() {
+            seen.push(match &message.parsed {
+                Ok(Some(m)) => format!("{} {}", m.kind.as_str(), m.instance_ids.join(",")),
+                Ok(None) => "ignored".to_string(),
+                Err(e) => e.category().to_string(),
+            });
+            queue.delete(&message.receipt_handle).await.unwrap();
+        }
+        if seen.len() >= bodies.len() {
+            break;
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "InvalidInterruptionMessage",
+            "ignored",
+            "instance_state_change i-0000000000000000c",
+            "rebalance_recommendation i-0000000000000000b",
+            "scheduled_change i-0000000000000000d",
+            "spot_interrupted i-0000000000000000a",
+        ]
+    );
+    // Deleted, not merely invisible for the visibility timeout.
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let attributes = clients
+        .sqs
+        .get_queue_attributes()
+        .queue_url(queue.url())
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let attributes = attributes.attributes().unwrap();
+    for name in [
+        QueueAttributeName::ApproximateNumberOfMessages,
+        QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+    ] {
+        assert_eq!(attributes.get(&name).map(String::as_str), Some("0"), "{name:?}");
+    }
+}
