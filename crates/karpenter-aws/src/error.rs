@@ -72,6 +72,9 @@ pub enum AwsError {
     /// deletes it.
     #[error("interruption message: {0}")]
     InterruptionMessage(String),
+    /// A NodeClaim's provider ID that does not name an EC2 instance.
+    #[error("{0:?} is not an AWS provider ID")]
+    InvalidProviderId(String),
     /// Bad provider configuration (settings, embedded data).
     #[error("configuration: {0}")]
     Config(String),
@@ -87,6 +90,7 @@ impl AwsError {
             Self::Unreachable { .. } => "Unreachable",
             Self::InvalidResponse { .. } => "InvalidResponse",
             Self::InterruptionMessage(_) => "InvalidInterruptionMessage",
+            Self::InvalidProviderId(_) => "InvalidProviderID",
             Self::Config(_) => "Configuration",
         }
     }
@@ -161,12 +165,16 @@ pub fn is_unfulfillable_capacity_code(code: &str) -> bool {
     UNFULFILLABLE_CAPACITY_CODES.contains(&code)
 }
 
+/// The mapping for instance operations (get, list, delete): NotFound means the instance is gone, and so is a
+/// provider ID that names no EC2 instance (the NodeClaim has no instance of ours). Launches map their errors
+/// themselves (`launch::create_fleet`).
 impl From<AwsError> for CloudProviderError {
     fn from(err: AwsError) -> Self {
         match err {
             AwsError::Throttled { .. } | AwsError::Unreachable { .. } => Self::Transient(err.to_string()),
-            AwsError::NotFound { .. } => Self::NodeClaimNotFound(err.to_string()),
-            AwsError::Api { ref code, .. } if is_throttling_code(code) => Self::Transient(err.to_string()),
+            AwsError::NotFound { .. } | AwsError::InvalidProviderId(_) => {
+                Self::NodeClaimNotFound(err.to_string())
+            }
             other => Self::Create {
                 reason: other.category().to_string(),
                 message: other.to_string(),

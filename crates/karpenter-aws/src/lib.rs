@@ -3,6 +3,7 @@
 //!
 //! - [`client`]: aws-sdk clients from aws-config (region, endpoint override, credentials, retry policy).
 //! - [`error`]: [`AwsError`] with a stable `category()`, and its mapping into core's `CloudProviderError`.
+//! - [`instance`]: finding, listing and terminating the instances behind NodeClaims.
 //! - [`instance_types`]: DescribeInstanceTypes/-Offerings into `CatalogInstanceType`s with core's capacity maths.
 //! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
 //! - [`unavailable_offerings`]: offerings recently out of capacity.
@@ -12,6 +13,7 @@
 
 pub mod client;
 pub mod error;
+pub mod instance;
 pub mod instance_types;
 pub mod interruption;
 pub mod interruption_queue;
@@ -21,6 +23,7 @@ pub mod unavailable_offerings;
 
 pub use client::{AwsClients, ClientOptions};
 pub use error::AwsError;
+pub use instance::Ec2Instance;
 pub use instance_types::InstanceTypeProvider;
 pub use interruption::{InstanceState, InterruptionKind, InterruptionMessage, parse_interruption_message};
 pub use interruption_queue::{InterruptionQueue, ReceivedMessage};

@@ -520,3 +520,98 @@ async fn interruption_messages_are_received_parsed_and_deleted() {
         assert_eq!(attributes.get(&name).map(String::as_str), Some("0"), "{name:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_instances_are_found_listed_and_terminated() {
+    use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, MarketType, ResourceType, Tag, TagSpecification};
+    use karpenter_aws::instance::{get_instance, list_instances, parse_provider_id, terminate_instance};
+
+    let moto = moto_or_skip!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let ec2 = &clients.ec2;
+    let image_id = clients
+        .ssm
+        .get_parameter()
+        .name("/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id")
+        .send()
+        .await
+        .unwrap()
+        .parameter()
+        .and_then(|p| p.value())
+        .unwrap()
+        .to_string();
+    let run = |tags: Vec<(&'static str, &'static str)>, spot: bool| {
+        let mut call = ec2
+            .run_instances()
+            .image_id(&image_id)
+            .instance_type("m5.large".into())
+            .min_count(1)
+            .max_count(1);
+        if !tags.is_empty() {
+            call = call.tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::Instance)
+                    .set_tags(Some(
+                        tags.iter()
+                            .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                            .collect(),
+                    ))
+                    .build(),
+            );
+        }
+        if spot {
+            call = call.instance_market_options(
+                InstanceMarketOptionsRequest::builder()
+                    .market_type(MarketType::Spot)
+                    .build(),
+            );
+        }
+        async move {
+            let output = call.send().await.unwrap();
+            output.instances()[0].instance_id().unwrap().to_string()
+        }
+    };
+    let ours = run(
+        vec![
+            ("karpenter.sh/nodepool", "default"),
+            ("eks:eks-cluster-name", "test-cluster"),
+        ],
+        true,
+    )
+    .await;
+    let _other_cluster = run(
+        vec![
+            ("karpenter.sh/nodepool", "default"),
+            ("eks:eks-cluster-name", "other"),
+        ],
+        false,
+    )
+    .await;
+    let _not_karpenters = run(vec![("eks:eks-cluster-name", "test-cluster")], false).await;
+
+    let listed = list_instances(ec2, "test-cluster").await.unwrap();
+    assert_eq!(
+        listed.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+        [ours.as_str()]
+    );
+    let instance = get_instance(ec2, &ours).await.unwrap();
+    assert_eq!(instance, listed[0]);
+    assert_eq!(instance.instance_type, "m5.large");
+    assert_eq!(instance.capacity_type, "spot");
+    assert_eq!(instance.image_id.as_deref(), Some(image_id.as_str()));
+    assert!(instance.zone.starts_with("us-west-2"), "{}", instance.zone);
+    assert_eq!(instance.tags["karpenter.sh/nodepool"], "default");
+    assert_eq!(parse_provider_id(&instance.provider_id()).unwrap(), ours);
+
+    terminate_instance(ec2, &ours).await.unwrap();
+    // moto reports shutting-down in TerminateInstances' answer and terminated from the next describe on.
+    let gone = get_instance(ec2, &ours).await.unwrap_err();
+    assert_eq!(gone.category(), "NotFound", "{gone}");
+    assert_eq!(
+        terminate_instance(ec2, &ours).await.unwrap_err().category(),
+        "NotFound"
+    );
+    assert!(list_instances(ec2, "test-cluster").await.unwrap().is_empty());
+    let unknown = get_instance(ec2, "i-0123456789abcdef0").await.unwrap_err();
+    assert_eq!(unknown.code(), Some("InvalidInstanceID.NotFound"));
+}
