@@ -462,7 +462,173 @@ impl InstanceTypeProvider {
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_ec2::types::{
+        EbsInfo, EbsOptimizedInfo, GpuDeviceInfo, GpuDeviceMemoryInfo, GpuInfo, InstanceStorageInfo,
+        InstanceType, InstanceTypeHypervisor, MemoryInfo, NetworkCardInfo, NetworkInfo, ProcessorInfo,
+        VCpuInfo,
+    };
+
     use super::*;
+
+    fn g5_xlarge() -> InstanceTypeInfo {
+        g5_xlarge_builder().build()
+    }
+
+    /// g5.xlarge as DescribeInstanceTypes describes it (the fields Karpenter reads).
+    fn g5_xlarge_builder() -> aws_sdk_ec2::types::builders::InstanceTypeInfoBuilder {
+        InstanceTypeInfo::builder()
+            .instance_type(InstanceType::G5Xlarge)
+            .supported_usage_classes(UsageClassType::OnDemand)
+            .supported_usage_classes(UsageClassType::Spot)
+            .supported_virtualization_types(VirtualizationType::Hvm)
+            .bare_metal(false)
+            .hypervisor(InstanceTypeHypervisor::Nitro)
+            .processor_info(
+                ProcessorInfo::builder()
+                    .supported_architectures(ArchitectureType::X8664)
+                    .sustained_clock_speed_in_ghz(3.3)
+                    .manufacturer("AMD")
+                    .build(),
+            )
+            .v_cpu_info(VCpuInfo::builder().default_v_cpus(4).build())
+            .memory_info(MemoryInfo::builder().size_in_mib(16384).build())
+            .instance_storage_info(
+                InstanceStorageInfo::builder()
+                    .total_size_in_gb(250)
+                    .nvme_support(EphemeralNvmeSupport::Required)
+                    .build(),
+            )
+            .ebs_info(
+                EbsInfo::builder()
+                    .ebs_optimized_support(EbsOptimizedSupport::Default)
+                    .ebs_optimized_info(
+                        EbsOptimizedInfo::builder()
+                            .maximum_bandwidth_in_mbps(3500)
+                            .build(),
+                    )
+                    .build(),
+            )
+            .network_info(
+                NetworkInfo::builder()
+                    .maximum_network_interfaces(4)
+                    .default_network_card_index(0)
+                    .network_cards(
+                        NetworkCardInfo::builder()
+                            .network_card_index(0)
+                            .maximum_network_interfaces(4)
+                            .build(),
+                    )
+                    .ipv4_addresses_per_interface(15)
+                    .encryption_in_transit_supported(true)
+                    .efa_supported(false)
+                    .build(),
+            )
+            .gpu_info(
+                GpuInfo::builder()
+                    .gpus(
+                        GpuDeviceInfo::builder()
+                            .name("A10G")
+                            .manufacturer("NVIDIA")
+                            .count(1)
+                            .memory_info(GpuDeviceMemoryInfo::builder().size_in_mib(22888).build())
+                            .build(),
+                    )
+                    .build(),
+            )
+    }
+
+    #[test]
+    fn describe_instance_types_records_become_karpenters_facts() {
+        let zones = BTreeSet::from(["us-west-2a".to_string(), "us-west-2c".to_string()]);
+        let t = instance_type_data(&g5_xlarge(), "us-west-2", &zones).unwrap();
+        let label = |key: &str| t.label(&format!("{LABEL_PREFIX}{key}")).map(str::to_string);
+        assert_eq!(label("gpu-name").as_deref(), Some("a10g"));
+        assert_eq!(label("gpu-manufacturer").as_deref(), Some("nvidia"));
+        assert_eq!(label("gpu-memory").as_deref(), Some("22888"));
+        assert_eq!(label("cpu-manufacturer").as_deref(), Some("amd"));
+        assert_eq!(label("cpu-sustained-clock-speed-mhz").as_deref(), Some("3300"));
+        assert_eq!(label("local-nvme").as_deref(), Some("250"));
+        assert_eq!(label("ebs-bandwidth").as_deref(), Some("3500"));
+        assert_eq!(label("category").as_deref(), Some("g"));
+        assert_eq!(label("generation").as_deref(), Some("5"));
+        assert_eq!(label("capability-flex").as_deref(), Some("false"));
+        assert_eq!(label("encryption-in-transit-supported").as_deref(), Some("true"));
+        // From the generated tables core embeds, not from the record.
+        assert_eq!(label("network-bandwidth").as_deref(), Some("2500"));
+        assert_eq!(t.extended_resources["vpc.amazonaws.com/pod-eni"], 4);
+        assert_eq!(t.extended_resources["nvidia.com/gpu"], 1);
+        assert_eq!((t.max_enis, t.ipv4_per_eni), (4, 15));
+        assert_eq!(t.capacity_types, ["on-demand", "spot"]);
+        assert_eq!(t.zones["us-west-2"], "ac");
+
+        // Everything the embedded data says about g5.xlarge, the record says too.
+        let embedded = aws_catalog_data().unwrap().instance_type("g5.xlarge").unwrap();
+        assert_eq!(t.labels, embedded.labels);
+        assert_eq!(t.extended_resources, embedded.extended_resources);
+        assert_eq!(t.gpu, embedded.gpu);
+
+        // Mac and 32-bit types are not Karpenter's.
+        let mac = g5_xlarge_builder()
+            .processor_info(
+                ProcessorInfo::builder()
+                    .supported_architectures(ArchitectureType::X8664Mac)
+                    .build(),
+            )
+            .build();
+        assert_eq!(instance_type_data(&mac, "us-west-2", &zones), None);
+    }
+
+    #[test]
+    fn catalog_entries_price_and_gate_their_offerings() {
+        let zones = vec![
+            AwsZone {
+                letter: "a".into(),
+                name: "us-west-2a".into(),
+                zone_id: "usw2-az1".into(),
+            },
+            AwsZone {
+                letter: "b".into(),
+                name: "us-west-2b".into(),
+                zone_id: "usw2-az2".into(),
+            },
+        ];
+        let region = AwsRegionData {
+            zones,
+            on_demand_prices: "test".into(),
+        };
+        let offered = BTreeSet::from(["us-west-2a".to_string()]);
+        let t = instance_type_data(&g5_xlarge(), "us-west-2", &offered).unwrap();
+        let pricing = PricingProvider::new("us-west-2", false).unwrap();
+        let unavailable = UnavailableOfferings::default();
+        let now = Instant::now();
+        unavailable.mark_unavailable("g5.xlarge", "us-west-2a", CAPACITY_TYPE_SPOT, now);
+        let settings = AwsCapacitySettings::default().resolve().unwrap();
+        let entry = catalog_instance_type(&t, "us-west-2", &region, &settings, &pricing, &unavailable, now);
+        let offerings: Vec<(&str, &str, bool)> = entry
+            .offerings
+            .iter()
+            .map(|o| (o.zone.as_str(), o.capacity_type.as_str(), o.available))
+            .collect();
+        assert_eq!(
+            offerings,
+            [
+                ("us-west-2a", "on-demand", true),
+                ("us-west-2a", "spot", false),
+                ("us-west-2b", "on-demand", false),
+                ("us-west-2b", "spot", false),
+            ]
+        );
+        let on_demand = pricing.on_demand_price("g5.xlarge").unwrap();
+        assert!(
+            entry.offerings.iter().all(|o| o.price == on_demand),
+            "spot stands in with on-demand"
+        );
+        // Karpenter's documented allocatable for g5.xlarge.
+        let allocatable = entry.allocatable();
+        assert_eq!(allocatable["cpu"], 3920);
+        assert_eq!(allocatable["memory"], 14162 * 1024 * 1024 * 1000);
+        assert_eq!(allocatable["pods"], 58_000);
+    }
 
     #[test]
     fn category_and_generation_follow_upstreams_pattern() {
