@@ -1,6 +1,7 @@
 //! The AWS CloudProvider: what Karpenter learns from and asks of EC2 and friends. The only crate besides the
 //! binary that depends on aws-sdk-*.
 //!
+//! - [`ami`]: AMI aliases (al2023@latest) resolved through the public SSM parameters.
 //! - [`client`]: aws-sdk clients from aws-config (region, endpoint override, credentials, retry policy).
 //! - [`error`]: [`AwsError`] with a stable `category()`, and its mapping into core's `CloudProviderError`.
 //! - [`instance`]: finding, listing and terminating the instances behind NodeClaims.
@@ -11,6 +12,7 @@
 //! - [`interruption`]: the SQS EventBridge messages the interruption controller consumes.
 //! - [`interruption_queue`]: receiving and deleting them.
 
+pub mod ami;
 pub mod client;
 pub mod error;
 pub mod instance;

@@ -615,3 +615,53 @@ async fn cluster_instances_are_found_listed_and_terminated() {
     let unknown = get_instance(ec2, "i-0123456789abcdef0").await.unwrap_err();
     assert_eq!(unknown.code(), Some("InvalidInstanceID.NotFound"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn al2023_aliases_resolve_through_the_eks_ssm_parameters() {
+    use karpenter_aws::ami::{AmiAlias, AmiVariant, resolve_alias};
+
+    let moto = moto_or_skip!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let latest = AmiAlias::parse("al2023@latest").unwrap();
+    let amis = resolve_alias(&clients.ssm, &latest, "1.33").await.unwrap();
+    let summary: Vec<(AmiVariant, &str)> = amis
+        .iter()
+        .map(|a| (a.variant, a.requirements[0].values[0].as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (AmiVariant::Standard, "amd64"),
+            (AmiVariant::Nvidia, "amd64"),
+            (AmiVariant::Neuron, "amd64"),
+            (AmiVariant::Standard, "arm64"),
+            (AmiVariant::Nvidia, "arm64"),
+        ]
+    );
+    // The harness points them at moto's Amazon Linux 2023 images of the same architecture.
+    for ami in &amis {
+        let images = clients
+            .ec2
+            .describe_images()
+            .image_ids(&ami.id)
+            .send()
+            .await
+            .unwrap();
+        let architecture = images.images()[0].architecture().unwrap().as_str();
+        let arch = &ami.requirements[0].values[0];
+        assert_eq!(
+            architecture,
+            if arch == "amd64" { "x86_64" } else { "arm64" },
+            "{}",
+            ami.id
+        );
+    }
+
+    let pinned = AmiAlias::parse("al2023@v20200101").unwrap();
+    let err = resolve_alias(&clients.ssm, &pinned, "1.33").await.unwrap_err();
+    assert_eq!(err.category(), "NotFound");
+    assert_eq!(
+        err.to_string(),
+        "GetParameters: not found (ParameterNotFound): no AMI found for alias al2023@v20200101 and Kubernetes 1.33"
+    );
+}
