@@ -11,6 +11,10 @@
 //! - [`launch`]: launch templates from an EC2NodeClass and instant CreateFleet, with ICE handling.
 //! - [`interruption`]: the SQS EventBridge messages the interruption controller consumes.
 //! - [`interruption_queue`]: receiving and deleting them.
+//!
+//! Not wired into the binary yet. Tests: unit tests beside the code, and tests/moto.rs against a local moto
+//! server started per test by tests/moto/harness.py (python3 with `moto[server]==5.2.5` from .ci/requirements.txt;
+//! the tests skip, saying so, when either is missing).
 
 pub mod ami;
 pub mod client;
