@@ -7,6 +7,7 @@
 //! - [`instance`]: finding, listing and terminating the instances behind NodeClaims.
 //! - [`instance_types`]: DescribeInstanceTypes/-Offerings into `CatalogInstanceType`s with core's capacity maths.
 //! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
+//! - [`selectors`], [`subnets`], [`security_groups`]: what an EC2NodeClass's selector terms select.
 //! - [`unavailable_offerings`]: offerings recently out of capacity.
 //! - [`launch`]: launch templates from an EC2NodeClass and instant CreateFleet, with ICE handling.
 //! - [`interruption`]: the SQS EventBridge messages the interruption controller consumes.
@@ -25,6 +26,9 @@ pub mod interruption;
 pub mod interruption_queue;
 pub mod launch;
 pub mod pricing;
+pub mod security_groups;
+pub mod selectors;
+pub mod subnets;
 pub mod unavailable_offerings;
 
 pub use client::{AwsClients, ClientOptions};

@@ -665,3 +665,137 @@ async fn al2023_aliases_resolve_through_the_eks_ssm_parameters() {
         "GetParameters: not found (ParameterNotFound): no AMI found for alias al2023@v20200101 and Kubernetes 1.33"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_terms_select_subnets_and_security_groups() {
+    use aws_sdk_ec2::types::Tag;
+    use karpenter_api::ec2nodeclass::{SecurityGroupSelectorTerm, SubnetSelectorTerm};
+    use karpenter_aws::security_groups::discover_security_groups;
+    use karpenter_aws::subnets::{discover_subnets, subnets_for_launch};
+
+    let moto = moto_or_skip!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let ec2 = &clients.ec2;
+    let tag = |ids: Vec<String>, key: &str, value: &str| {
+        ec2.create_tags()
+            .set_resources(Some(ids))
+            .tags(Tag::builder().key(key).value(value).build())
+            .send()
+    };
+    let vpc = ec2.create_vpc().cidr_block("10.1.0.0/16").send().await.unwrap();
+    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
+    let mut subnet_ids = BTreeMap::new();
+    for (name, zone, cidr) in [
+        ("big-a", "us-west-2a", "10.1.1.0/24"),
+        ("small-a", "us-west-2a", "10.1.2.0/28"),
+        ("b", "us-west-2b", "10.1.3.0/24"),
+        ("other", "us-west-2c", "10.1.4.0/24"),
+        ("untagged", "us-west-2c", "10.1.5.0/24"),
+    ] {
+        let subnet = ec2
+            .create_subnet()
+            .vpc_id(&vpc_id)
+            .cidr_block(cidr)
+            .availability_zone(zone)
+            .send()
+            .await
+            .unwrap();
+        subnet_ids.insert(
+            name,
+            subnet.subnet().and_then(|s| s.subnet_id()).unwrap().to_string(),
+        );
+    }
+    let discovery = |names: &[&str]| names.iter().map(|n| subnet_ids[n].clone()).collect::<Vec<_>>();
+    tag(
+        discovery(&["big-a", "small-a", "b"]),
+        "karpenter.sh/discovery",
+        "test",
+    )
+    .await
+    .unwrap();
+    tag(discovery(&["other"]), "karpenter.sh/discovery", "other-cluster")
+        .await
+        .unwrap();
+
+    let by_tag = |value: &str| SubnetSelectorTerm {
+        tags: Some(BTreeMap::from([("karpenter.sh/discovery".into(), value.into())])),
+        id: None,
+    };
+    let subnets = discover_subnets(ec2, &[by_tag("test")]).await.unwrap();
+    let ids: Vec<&str> = subnets.iter().map(|s| s.id.as_str()).collect();
+    let mut expected = discovery(&["big-a", "b"]);
+    expected.sort();
+    expected.push(subnet_ids["small-a"].clone());
+    assert_eq!(ids, expected, "most free addresses first");
+    assert_eq!(subnets.last().unwrap().available_ip_count, 11);
+    let chosen = subnets_for_launch(&subnets);
+    assert_eq!(chosen["us-west-2a"].id, subnet_ids["big-a"]);
+    assert_eq!(chosen.len(), 2);
+
+    let wildcard = discover_subnets(ec2, &[by_tag("*")]).await.unwrap();
+    assert_eq!(wildcard.len(), 4, "any value of the tag");
+    let by_id = SubnetSelectorTerm {
+        tags: None,
+        id: Some(subnet_ids["untagged"].clone()),
+    };
+    let ored = discover_subnets(ec2, &[by_tag("test"), by_id.clone(), by_id])
+        .await
+        .unwrap();
+    assert_eq!(ored.len(), 4, "terms are ORed and results deduplicated");
+    assert!(
+        discover_subnets(ec2, &[by_tag("nobody")])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let mut group_ids = BTreeMap::new();
+    for name in ["nodes", "extra", "unrelated"] {
+        let group = ec2
+            .create_security_group()
+            .group_name(name)
+            .description(name)
+            .vpc_id(&vpc_id)
+            .send()
+            .await
+            .unwrap();
+        group_ids.insert(name, group.group_id().unwrap().to_string());
+    }
+    tag(vec![group_ids["nodes"].clone()], "karpenter.sh/discovery", "test")
+        .await
+        .unwrap();
+    let groups = discover_security_groups(
+        ec2,
+        &[
+            SecurityGroupSelectorTerm {
+                tags: Some(BTreeMap::from([("karpenter.sh/discovery".into(), "test".into())])),
+                ..Default::default()
+            },
+            SecurityGroupSelectorTerm {
+                name: Some("extra".into()),
+                ..Default::default()
+            },
+        ],
+    )
+    .await
+    .unwrap();
+    let mut expected: Vec<(String, Option<String>)> = ["nodes", "extra"]
+        .map(|n| (group_ids[n].clone(), Some(n.to_string())))
+        .to_vec();
+    expected.sort();
+    assert_eq!(
+        groups.into_iter().map(|g| (g.id, g.name)).collect::<Vec<_>>(),
+        expected
+    );
+    let by_id = discover_security_groups(
+        ec2,
+        &[SecurityGroupSelectorTerm {
+            id: Some(group_ids["unrelated"].clone()),
+            ..Default::default()
+        }],
+    )
+    .await
+    .unwrap();
+    assert_eq!(by_id.len(), 1);
+    assert_eq!(by_id[0].name.as_deref(), Some("unrelated"));
+}
