@@ -8,6 +8,7 @@
 //! - [`instance_types`]: DescribeInstanceTypes/-Offerings into `CatalogInstanceType`s with core's capacity maths.
 //! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
 //! - [`selectors`], [`subnets`], [`security_groups`]: what an EC2NodeClass's selector terms select.
+//! - [`tags`]: the tags on what Karpenter launches.
 //! - [`unavailable_offerings`]: offerings recently out of capacity.
 //! - [`launch`]: launch templates from an EC2NodeClass and instant CreateFleet, with ICE handling.
 //! - [`interruption`]: the SQS EventBridge messages the interruption controller consumes.
@@ -29,6 +30,7 @@ pub mod pricing;
 pub mod security_groups;
 pub mod selectors;
 pub mod subnets;
+pub mod tags;
 pub mod unavailable_offerings;
 
 pub use client::{AwsClients, ClientOptions};

@@ -603,6 +603,16 @@ async fn cluster_instances_are_found_listed_and_terminated() {
     assert_eq!(instance.tags["karpenter.sh/nodepool"], "default");
     assert_eq!(parse_provider_id(&instance.provider_id()).unwrap(), ours);
 
+    // Once the NodeClaim has a node, the instance is tagged with both names.
+    let names =
+        karpenter_aws::tags::node_claim_tags("default-x7k2p", Some("ip-10-0-0-1.us-west-2.compute.internal"));
+    karpenter_aws::tags::create_tags(ec2, &ours, &names)
+        .await
+        .unwrap();
+    let tagged = get_instance(ec2, &ours).await.unwrap();
+    assert_eq!(tagged.tags["karpenter.sh/nodeclaim"], "default-x7k2p");
+    assert_eq!(tagged.tags["Name"], "ip-10-0-0-1.us-west-2.compute.internal");
+
     terminate_instance(ec2, &ours).await.unwrap();
     // moto reports shutting-down in TerminateInstances' answer and terminated from the next describe on.
     let gone = get_instance(ec2, &ours).await.unwrap_err();
