@@ -5,6 +5,7 @@
 //! - [`client`]: aws-sdk clients from aws-config (region, endpoint override, credentials, retry policy).
 //! - [`error`]: [`AwsError`] with a stable `category()`, and its mapping into core's `CloudProviderError`.
 //! - [`instance`]: finding, listing and terminating the instances behind NodeClaims.
+//! - [`node_claim`]: an instance as the NodeClaim `CloudProvider::get`/`list` answer with.
 //! - [`instance_types`]: DescribeInstanceTypes/-Offerings into `CatalogInstanceType`s with core's capacity maths.
 //! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
 //! - [`selectors`], [`subnets`], [`security_groups`]: what an EC2NodeClass's selector terms select.
@@ -26,6 +27,7 @@ pub mod instance_types;
 pub mod interruption;
 pub mod interruption_queue;
 pub mod launch;
+pub mod node_claim;
 pub mod pricing;
 pub mod security_groups;
 pub mod selectors;
