@@ -1,0 +1,187 @@
+//! The EC2 instances behind NodeClaims: finding one by ID, listing a cluster's, and terminating one, the way
+//! upstream's instance provider does (pkg/providers/instance). A terminated instance counts as gone
+//! ([`AwsError::NotFound`]); one shutting down still exists but is not terminated again.
+//!
+//! Provider IDs have the form `aws:///<zone>/<instance-id>`, as the AWS cloud controller manager writes them.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
+use jiff::Timestamp;
+
+use crate::error::AwsError;
+use crate::instance_types::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
+
+/// The tag every instance Karpenter launches carries (its NodePool); listing looks for it.
+pub const NODEPOOL_TAG: &str = "karpenter.sh/nodepool";
+/// The tag naming the cluster an instance belongs to.
+pub const CLUSTER_NAME_TAG: &str = "eks:eks-cluster-name";
+
+/// What Karpenter needs to know about an instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ec2Instance {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    /// `spot` or `on-demand`.
+    pub capacity_type: String,
+    /// pending, running, stopping, stopped or shutting-down.
+    pub state: String,
+    pub image_id: Option<String>,
+    pub launch_time: Option<Timestamp>,
+    pub private_dns_name: Option<String>,
+    pub tags: BTreeMap<String, String>,
+}
+
+impl Ec2Instance {
+    /// `aws:///<zone>/<instance-id>`.
+    pub fn provider_id(&self) -> String {
+        format!("aws:///{}/{}", self.zone, self.id)
+    }
+
+    fn from_sdk(instance: &aws_sdk_ec2::types::Instance) -> Option<Self> {
+        let state = instance.state().and_then(|s| s.name())?;
+        if *state == InstanceStateName::Terminated {
+            return None;
+        }
+        Some(Self {
+            id: instance.instance_id()?.to_string(),
+            instance_type: instance.instance_type()?.as_str().to_string(),
+            zone: instance
+                .placement()
+                .and_then(|p| p.availability_zone())
+                .unwrap_or_default()
+                .to_string(),
+            capacity_type: if instance.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
+                CAPACITY_TYPE_SPOT
+            } else {
+                CAPACITY_TYPE_ON_DEMAND
+            }
+            .to_string(),
+            state: state.as_str().to_string(),
+            image_id: instance.image_id().map(str::to_string),
+            launch_time: instance
+                .launch_time()
+                .and_then(|t| Timestamp::from_second(t.secs()).ok()),
+            private_dns_name: instance
+                .private_dns_name()
+                .filter(|name| !name.is_empty())
+                .map(str::to_string),
+            tags: instance
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                .collect(),
+        })
+    }
+}
+
+/// The instance ID of a provider ID (`aws:///us-west-2a/i-0123...`, or a bare `i-...`).
+pub fn parse_provider_id(provider_id: &str) -> Result<&str, AwsError> {
+    let id = provider_id
+        .strip_prefix("aws://")
+        .map_or(provider_id, |rest| rest.rsplit('/').next().unwrap_or_default());
+    if id.starts_with("i-") && id.len() > 2 {
+        Ok(id)
+    } else {
+        Err(AwsError::InvalidProviderId(provider_id.to_string()))
+    }
+}
+
+fn not_found(id: &str) -> AwsError {
+    AwsError::NotFound {
+        operation: "DescribeInstances",
+        code: "InvalidInstanceID.NotFound".into(),
+        message: format!("instance {id} does not exist or is terminated"),
+    }
+}
+
+/// The instance `id`; NotFound when it does not exist or is terminated.
+pub async fn get_instance(ec2: &aws_sdk_ec2::Client, id: &str) -> Result<Ec2Instance, AwsError> {
+    let output = ec2
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("DescribeInstances", e))?;
+    output
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .find_map(Ec2Instance::from_sdk)
+        .ok_or_else(|| not_found(id))
+}
+
+/// Every instance of `cluster_name` Karpenter launched (tagged with a NodePool), not terminated.
+pub async fn list_instances(
+    ec2: &aws_sdk_ec2::Client,
+    cluster_name: &str,
+) -> Result<Vec<Ec2Instance>, AwsError> {
+    let filters = vec![
+        Filter::builder().name("tag-key").values(NODEPOOL_TAG).build(),
+        Filter::builder()
+            .name(format!("tag:{CLUSTER_NAME_TAG}"))
+            .values(cluster_name)
+            .build(),
+        Filter::builder()
+            .name("instance-state-name")
+            .set_values(Some(
+                ["pending", "running", "stopping", "stopped", "shutting-down"]
+                    .map(String::from)
+                    .to_vec(),
+            ))
+            .build(),
+    ];
+    let mut pages = ec2
+        .describe_instances()
+        .set_filters(Some(filters))
+        .into_paginator()
+        .send();
+    let mut instances = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| AwsError::from_sdk("DescribeInstances", e))?;
+        instances.extend(
+            page.reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .filter_map(Ec2Instance::from_sdk),
+        );
+    }
+    instances.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(instances)
+}
+
+/// Terminates `id` unless it is already shutting down; NotFound once it is terminated (the termination
+/// controller retries until then).
+pub async fn terminate_instance(ec2: &aws_sdk_ec2::Client, id: &str) -> Result<(), AwsError> {
+    let instance = get_instance(ec2, id).await?;
+    if instance.state == InstanceStateName::ShuttingDown.as_str() {
+        return Ok(());
+    }
+    ec2.terminate_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("TerminateInstances", e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids() {
+        assert_eq!(
+            parse_provider_id("aws:///us-west-2a/i-0123456789abcdef0").unwrap(),
+            "i-0123456789abcdef0"
+        );
+        assert_eq!(parse_provider_id("i-0abc").unwrap(), "i-0abc");
+        let err = parse_provider_id("kind://docker/node").unwrap_err();
+        assert_eq!(err.category(), "InvalidProviderID");
+        assert_eq!(
+            err.to_string(),
+            r#""kind://docker/node" is not an AWS provider ID"#
+        );
+    }
+}

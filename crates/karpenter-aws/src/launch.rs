@@ -1,0 +1,346 @@
+//! Launching one instance: a launch template derived from an EC2NodeClass, and an instant CreateFleet over
+//! the cheapest offerings a NodeClaim allows. Offerings that come back with a capacity error are marked
+//! unavailable; when nothing launched for lack of capacity the error is core's
+//! `CloudProviderError::InsufficientCapacity`, which makes the next scheduling round pick something else.
+//!
+//! Follows upstream's `instance.Provider.Create` (pkg/providers/instance): spot uses the
+//! price-capacity-optimized allocation strategy, on-demand lowest-price; one TagSpecification each for the
+//! instance, its volumes and the fleet.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use aws_sdk_ec2::types::{
+    FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
+    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceType,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
+    LaunchTemplateTagSpecificationRequest, OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType,
+    SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest,
+};
+use karpenter_api::ec2nodeclass::EC2NodeClass;
+use karpenter_core::cloudprovider::{CloudProviderError, UnavailableOffering};
+
+use crate::error::{AwsError, is_unfulfillable_capacity_code};
+use crate::instance_types::CAPACITY_TYPE_SPOT;
+use crate::unavailable_offerings::UnavailableOfferings;
+
+/// What a launch template holds: the part of an EC2NodeClass (and its resolved status) an instance needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchTemplateSpec {
+    pub name: String,
+    pub image_id: String,
+    pub security_group_ids: Vec<String>,
+    pub instance_profile: Option<String>,
+    /// Base64, as EC2 takes it.
+    pub user_data: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    /// IMDS: `required` (IMDSv2 only, upstream's default) or `optional`.
+    pub http_tokens: String,
+    pub http_put_response_hop_limit: i32,
+    pub http_endpoint_enabled: bool,
+}
+
+impl LaunchTemplateSpec {
+    /// The template for `node_class` launching `image_id`. The security groups and instance profile come from
+    /// the status the EC2NodeClass controller resolved; without them the class is not ready to launch.
+    pub fn from_node_class(
+        name: impl Into<String>,
+        node_class: &EC2NodeClass,
+        image_id: impl Into<String>,
+    ) -> Result<Self, CloudProviderError> {
+        let class_name = node_class.metadata.name.clone().unwrap_or_default();
+        let not_ready = |reason: &str| CloudProviderError::NodeClassNotReady {
+            name: class_name.clone(),
+            reason: reason.to_string(),
+        };
+        let status = node_class
+            .status
+            .as_ref()
+            .ok_or_else(|| not_ready("no status yet"))?;
+        if status.security_groups.is_empty() {
+            return Err(not_ready("no security groups resolved"));
+        }
+        let metadata = node_class.spec.metadata_options.as_ref();
+        Ok(Self {
+            name: name.into(),
+            image_id: image_id.into(),
+            security_group_ids: status.security_groups.iter().map(|g| g.id.clone()).collect(),
+            instance_profile: status.instance_profile.clone(),
+            user_data: node_class.spec.user_data.clone(),
+            tags: node_class.spec.tags.clone().unwrap_or_default(),
+            http_tokens: metadata
+                .and_then(|m| m.http_tokens.clone())
+                .unwrap_or_else(|| "required".into()),
+            http_put_response_hop_limit: metadata
+                .and_then(|m| m.http_put_response_hop_limit)
+                .and_then(|limit| i32::try_from(limit).ok())
+                .unwrap_or(1),
+            http_endpoint_enabled: metadata
+                .and_then(|m| m.http_endpoint.as_deref())
+                .is_none_or(|endpoint| endpoint == "enabled"),
+        })
+    }
+}
+
+fn tags(map: &BTreeMap<String, String>) -> Vec<Tag> {
+    map.iter()
+        .map(|(key, value)| Tag::builder().key(key).value(value).build())
+        .collect()
+}
+
+/// Creates the launch template unless one of that name exists. Returns its name.
+pub async fn ensure_launch_template(
+    ec2: &aws_sdk_ec2::Client,
+    spec: &LaunchTemplateSpec,
+) -> Result<String, AwsError> {
+    let mut data = RequestLaunchTemplateData::builder()
+        .image_id(&spec.image_id)
+        .set_security_group_ids(Some(spec.security_group_ids.clone()))
+        .metadata_options(
+            LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                .http_tokens(LaunchTemplateHttpTokensState::from(spec.http_tokens.as_str()))
+                .http_put_response_hop_limit(spec.http_put_response_hop_limit)
+                .http_endpoint(if spec.http_endpoint_enabled {
+                    LaunchTemplateInstanceMetadataEndpointState::Enabled
+                } else {
+                    LaunchTemplateInstanceMetadataEndpointState::Disabled
+                })
+                .build(),
+        );
+    if let Some(profile) = &spec.instance_profile {
+        data = data.iam_instance_profile(
+            LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                .name(profile)
+                .build(),
+        );
+    }
+    if let Some(user_data) = &spec.user_data {
+        data = data.user_data(user_data);
+    }
+    if !spec.tags.is_empty() {
+        data = data.tag_specifications(
+            LaunchTemplateTagSpecificationRequest::builder()
+                .resource_type(ResourceType::Instance)
+                .set_tags(Some(tags(&spec.tags)))
+                .build(),
+        );
+    }
+    let mut create = ec2
+        .create_launch_template()
+        .launch_template_name(&spec.name)
+        .launch_template_data(data.build());
+    // EC2 rejects a TagSpecification without tags.
+    if !spec.tags.is_empty() {
+        create = create.tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::LaunchTemplate)
+                .set_tags(Some(tags(&spec.tags)))
+                .build(),
+        );
+    }
+    let created = create.send().await;
+    match created {
+        Ok(_) => Ok(spec.name.clone()),
+        Err(err) => match AwsError::from_sdk("CreateLaunchTemplate", err) {
+            exists if exists.code() == Some("InvalidLaunchTemplateName.AlreadyExistsException") => {
+                Ok(spec.name.clone())
+            }
+            other => Err(other),
+        },
+    }
+}
+
+/// One offering to try: an instance type in a zone, through one of the zone's subnets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchOverride {
+    pub instance_type: String,
+    pub zone: String,
+    pub subnet_id: String,
+    /// The offering's price; overrides are tried cheapest first.
+    pub price: f64,
+}
+
+/// A request for one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchRequest {
+    pub launch_template_name: String,
+    /// `spot` or `on-demand`.
+    pub capacity_type: String,
+    pub overrides: Vec<LaunchOverride>,
+    /// Tags for the instance, its volumes and the fleet (karpenter.sh/nodepool, eks:eks-cluster-name, ...).
+    pub tags: BTreeMap<String, String>,
+}
+
+/// What was launched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchedInstance {
+    pub instance_id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+}
+
+/// Launches one instance with an instant fleet. Capacity errors mark their offerings unavailable at `now`.
+pub async fn create_fleet(
+    ec2: &aws_sdk_ec2::Client,
+    request: &LaunchRequest,
+    unavailable: &UnavailableOfferings,
+    now: Instant,
+) -> Result<LaunchedInstance, CloudProviderError> {
+    if request.overrides.is_empty() {
+        return Err(CloudProviderError::InsufficientCapacity {
+            message: "no offering to launch".into(),
+            offerings: Vec::new(),
+        });
+    }
+    let spot = request.capacity_type == CAPACITY_TYPE_SPOT;
+    let mut overrides = request.overrides.clone();
+    overrides.sort_by(|a, b| a.price.total_cmp(&b.price));
+    let config = FleetLaunchTemplateConfigRequest::builder()
+        .launch_template_specification(
+            FleetLaunchTemplateSpecificationRequest::builder()
+                .launch_template_name(&request.launch_template_name)
+                .version("$Latest")
+                .build(),
+        )
+        .set_overrides(Some(
+            overrides
+                .iter()
+                .map(|o| {
+                    FleetLaunchTemplateOverridesRequest::builder()
+                        .instance_type(InstanceType::from(o.instance_type.as_str()))
+                        .subnet_id(&o.subnet_id)
+                        .availability_zone(&o.zone)
+                        .build()
+                })
+                .collect(),
+        ))
+        .build();
+    let resources: &[ResourceType] = if request.tags.is_empty() {
+        &[]
+    } else {
+        &[ResourceType::Instance, ResourceType::Volume, ResourceType::Fleet]
+    };
+    let tag_specifications: Vec<TagSpecification> = resources
+        .iter()
+        .cloned()
+        .map(|resource| {
+            TagSpecification::builder()
+                .resource_type(resource)
+                .set_tags(Some(tags(&request.tags)))
+                .build()
+        })
+        .collect();
+    let mut call = ec2
+        .create_fleet()
+        .r#type(FleetType::Instant)
+        .launch_template_configs(config)
+        .target_capacity_specification(
+            TargetCapacitySpecificationRequest::builder()
+                .total_target_capacity(1)
+                .default_target_capacity_type(request.capacity_type.as_str().into())
+                .build(),
+        )
+        .set_tag_specifications((!tag_specifications.is_empty()).then_some(tag_specifications));
+    call = if spot {
+        call.spot_options(
+            SpotOptionsRequest::builder()
+                .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                .build(),
+        )
+    } else {
+        call.on_demand_options(
+            OnDemandOptionsRequest::builder()
+                .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                .build(),
+        )
+    };
+    let output = call
+        .send()
+        .await
+        .map_err(|e| match AwsError::from_sdk("CreateFleet", e) {
+            err @ (AwsError::Throttled { .. } | AwsError::Unreachable { .. }) => {
+                CloudProviderError::Transient(err.to_string())
+            }
+            // A missing launch template or subnet is a failed launch, not a missing NodeClaim.
+            err => CloudProviderError::Create {
+                reason: err.code().unwrap_or("LaunchFailed").to_string(),
+                message: err.to_string(),
+            },
+        })?;
+
+    let mut iced = Vec::new();
+    let mut other_errors = Vec::new();
+    for error in output.errors() {
+        let code = error.error_code().unwrap_or_default();
+        let message = error.error_message().unwrap_or_default();
+        let override_ = error.launch_template_and_overrides().and_then(|l| l.overrides());
+        let instance_type = override_
+            .and_then(|o| o.instance_type())
+            .map(|t| t.as_str().to_string());
+        let zone = override_.and_then(|o| o.availability_zone()).map(str::to_string);
+        let capacity_type = error
+            .lifecycle()
+            .map_or(request.capacity_type.clone(), |l| l.as_str().to_string());
+        match (is_unfulfillable_capacity_code(code), instance_type, zone) {
+            (true, Some(instance_type), Some(zone)) => {
+                unavailable.mark_unavailable(&instance_type, &zone, &capacity_type, now);
+                iced.push(UnavailableOffering {
+                    instance_type,
+                    zone,
+                    capacity_type,
+                });
+            }
+            _ => other_errors.push(format!("{code}: {message}")),
+        }
+    }
+
+    let launched = output.instances().iter().find_map(|instance| {
+        let instance_id = instance.instance_ids().first()?.clone();
+        let instance_type = instance.instance_type()?.as_str().to_string();
+        let zone = instance
+            .availability_zone()
+            .filter(|z| !z.is_empty())
+            .or_else(|| {
+                instance
+                    .launch_template_and_overrides()
+                    .and_then(|l| l.overrides())
+                    .and_then(|o| o.availability_zone())
+            })
+            .or_else(|| {
+                overrides
+                    .iter()
+                    .find(|o| o.instance_type == instance_type)
+                    .map(|o| o.zone.as_str())
+            })?
+            .to_string();
+        let capacity_type = instance
+            .lifecycle()
+            .map_or(request.capacity_type.clone(), |l| l.as_str().to_string());
+        Some(LaunchedInstance {
+            instance_id,
+            instance_type,
+            zone,
+            capacity_type,
+        })
+    });
+    match launched {
+        Some(instance) => Ok(instance),
+        None if other_errors.is_empty() => Err(CloudProviderError::InsufficientCapacity {
+            message: format!(
+                "no {} capacity for {}",
+                request.capacity_type,
+                iced.iter()
+                    .map(|o| format!("{} in {}", o.instance_type, o.zone))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            offerings: iced,
+        }),
+        None => Err(CloudProviderError::Create {
+            reason: "LaunchFailed".into(),
+            message: other_errors.join("; "),
+        }),
+    }
+}
