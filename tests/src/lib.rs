@@ -5,7 +5,9 @@
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::{apps::v1::Deployment, policy::v1::PodDisruptionBudget};
 use karpenter_api::label_policy::LabelPolicy;
+use karpenter_api::nodepool::NodePool;
 use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
 use karpenter_disruption::{DisruptionController, DisruptionSettings};
 use karpenter_interruption::InterruptionController;
@@ -16,7 +18,11 @@ use karpenter_provisioner::{
 use karpenter_sim::{SimCluster, SimOptions, VirtualClock};
 use karpenter_state::{ClusterState, Watched};
 use karpenter_termination::Terminator;
-use kube::{Api, api::ListParams};
+use kube::{
+    Api,
+    api::{ListParams, PostParams},
+};
+use serde_json::{Value, json};
 
 pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -124,4 +130,55 @@ pub async fn until_running(client: &kube::Client, selector: &str, n: usize, with
     }
     let now = running_pods(client, selector).await?.len();
     Err(format!("{now} of {n} pods running after {within_secs}s").into())
+}
+
+/// Creates NodePool `name` allowing `capacity_types`, with `disruption` as its `spec.disruption` (`null` for
+/// the defaults).
+pub async fn apply_nodepool(
+    client: &kube::Client,
+    name: &str,
+    capacity_types: &[&str],
+    disruption: Value,
+) -> TestResult {
+    let mut pool = json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
+        "spec": {"template": {"spec": {
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": capacity_types}],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
+    });
+    if !disruption.is_null() {
+        pool["spec"]["disruption"] = disruption;
+    }
+    let pool: NodePool = serde_json::from_value(pool)?;
+    Api::<NodePool>::all(client.clone())
+        .create(&PostParams::default(), &pool)
+        .await?;
+    Ok(())
+}
+
+/// Creates Deployment `name` in `default` (pods labelled `app=<name>`, each requesting `cpu` and 256Mi).
+pub async fn apply_deployment(client: &kube::Client, name: &str, replicas: i32, cpu: &str) -> TestResult {
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "sim",
+                    "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]}}}
+    }))?;
+    Api::<Deployment>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    Ok(())
+}
+
+/// Creates a PodDisruptionBudget over `app=<app>` allowing `max_unavailable` pods down.
+pub async fn apply_pdb(client: &kube::Client, app: &str, max_unavailable: i32) -> TestResult {
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": app, "namespace": "default"},
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": app}}}
+    }))?;
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &pdb)
+        .await?;
+    Ok(())
 }

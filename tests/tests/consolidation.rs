@@ -4,12 +4,15 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::{apps::v1::Deployment, policy::v1::PodDisruptionBudget};
-use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
-use karpenter_e2e::{Controllers, Harness, TestResult, running_pods, until_running};
+use k8s_openapi::api::apps::v1::Deployment;
+use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_e2e::{
+    Controllers, Harness, TestResult, apply_deployment, apply_nodepool, apply_pdb, running_pods,
+    until_running,
+};
 use kube::{
     Api,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams},
 };
 use serde_json::json;
 
@@ -17,34 +20,12 @@ use serde_json::json;
 async fn a_scale_down_is_consolidated_within_the_pdb_and_costs_less() -> TestResult {
     let h = Harness::start_with(Controllers { disruption: true })?;
     let client = h.client();
-    let pool: NodePool = serde_json::from_value(json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-        "spec": {
-            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "30s",
-                "budgets": [{"nodes": "100%"}]},
-            "template": {"spec": {
-                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
-    }))?;
-    Api::<NodePool>::all(client.clone())
-        .create(&PostParams::default(), &pool)
-        .await?;
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"replicas": 12, "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "c", "image": "sim",
-                    "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}
-    }))?;
+    let disruption = json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "30s",
+        "budgets": [{"nodes": "100%"}]});
+    apply_nodepool(&client, "default", &["on-demand"], disruption).await?;
+    apply_deployment(&client, "web", 12, "500m").await?;
+    apply_pdb(&client, "web", 1).await?;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    deployments.create(&PostParams::default(), &deployment).await?;
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
-    }))?;
-    Api::<PodDisruptionBudget>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &pdb)
-        .await?;
     until_running(&client, "app=web", 12, 600).await?;
     let peak_cost = h.sim.cloud().cost_per_hour_now();
 

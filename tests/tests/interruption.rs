@@ -3,39 +3,18 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
-use karpenter_e2e::{Harness, TestResult, until_running};
+use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_e2e::{Harness, TestResult, apply_deployment, apply_nodepool, until_running};
 use karpenter_sim::cloud::InterruptionKind;
-use kube::{
-    Api, ResourceExt,
-    api::{ListParams, PostParams},
-};
-use serde_json::json;
+use kube::{Api, ResourceExt, api::ListParams};
+use serde_json::Value;
 
 #[tokio::test(start_paused = true)]
 async fn a_spot_interruption_deletes_the_nodeclaim_at_once_and_the_pods_move() -> TestResult {
     let h = Harness::start()?;
     let client = h.client();
-    let pool: NodePool = serde_json::from_value(json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "spot"},
-        "spec": {"template": {"spec": {
-            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}],
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
-    }))?;
-    Api::<NodePool>::all(client.clone())
-        .create(&PostParams::default(), &pool)
-        .await?;
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "worker", "namespace": "default"},
-        "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "worker"}},
-            "template": {"metadata": {"labels": {"app": "worker"}},
-                "spec": {"containers": [{"name": "c", "image": "sim",
-                    "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}
-    }))?;
-    Api::<Deployment>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &deployment)
-        .await?;
+    apply_nodepool(&client, "spot", &["spot"], Value::Null).await?;
+    apply_deployment(&client, "worker", 4, "500m").await?;
     until_running(&client, "app=worker", 4, 300).await?;
 
     let claims: Api<NodeClaim> = Api::all(client.clone());

@@ -9,43 +9,20 @@ use karpenter_api::{
     common::{ConditionStatus, find_condition},
     labels,
     nodeclaim::{NodeClaim, conditions},
-    nodepool::NodePool,
 };
-use karpenter_e2e::{Harness, TestResult, until_running};
+use karpenter_e2e::{Harness, TestResult, apply_deployment, apply_nodepool, until_running};
 use kube::{
     Api,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams},
 };
-use serde_json::json;
-
-async fn apply_pool_and_deployment(client: &kube::Client, replicas: i32) -> TestResult {
-    let pool: NodePool = serde_json::from_value(json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-        "spec": {"template": {"spec": {
-            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}],
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
-    }))?;
-    Api::<NodePool>::all(client.clone())
-        .create(&PostParams::default(), &pool)
-        .await?;
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "c", "image": "sim",
-                    "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}
-    }))?;
-    Api::<Deployment>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &deployment)
-        .await?;
-    Ok(())
-}
+use serde_json::{Value, json};
 
 #[tokio::test(start_paused = true)]
 async fn a_deployment_scaled_from_zero_gets_nodes_and_runs() -> TestResult {
     let h = Harness::start()?;
     let client = h.sim.client();
-    apply_pool_and_deployment(&client, 6).await?;
+    apply_nodepool(&client, "default", &["spot", "on-demand"], Value::Null).await?;
+    apply_deployment(&client, "web", 6, "500m").await?;
     until_running(&client, "app=web", 6, 300).await?;
 
     let claims = Api::<NodeClaim>::all(client.clone())

@@ -4,50 +4,24 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node, policy::v1::PodDisruptionBudget};
-use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
-use karpenter_e2e::{Harness, TestResult, running_pods, until_running};
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::{labels, nodeclaim::NodeClaim};
+use karpenter_e2e::{
+    Harness, TestResult, apply_deployment, apply_nodepool, apply_pdb, running_pods, until_running,
+};
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{DeleteParams, ListParams},
 };
-use serde_json::json;
-
-async fn apply(client: &kube::Client) -> TestResult {
-    let pool: NodePool = serde_json::from_value(json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-        "spec": {"template": {"spec": {
-            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
-    }))?;
-    Api::<NodePool>::all(client.clone())
-        .create(&PostParams::default(), &pool)
-        .await?;
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "c", "image": "sim",
-                    "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}
-    }))?;
-    Api::<Deployment>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &deployment)
-        .await?;
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
-    }))?;
-    Api::<PodDisruptionBudget>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &pdb)
-        .await?;
-    Ok(())
-}
+use serde_json::Value;
 
 #[tokio::test(start_paused = true)]
 async fn deleting_a_nodeclaim_drains_within_the_pdb_and_removes_instance_node_and_claim() -> TestResult {
     let h = Harness::start()?;
     let client = h.client();
-    apply(&client).await?;
+    apply_nodepool(&client, "default", &["on-demand"], Value::Null).await?;
+    apply_deployment(&client, "web", 4, "500m").await?;
+    apply_pdb(&client, "web", 1).await?;
     until_running(&client, "app=web", 4, 300).await?;
 
     let claims: Api<NodeClaim> = Api::all(client.clone());
