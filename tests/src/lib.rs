@@ -12,6 +12,7 @@ use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
 use karpenter_disruption::{DisruptionController, DisruptionSettings};
 use karpenter_interruption::InterruptionController;
 use karpenter_provisioner::{
+    gc::GarbageCollector,
     lifecycle::Lifecycle,
     provisioner::{Provisioner, ProvisionerSettings},
 };
@@ -29,8 +30,8 @@ pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 /// The 3-type test catalog (small, medium, large; spot and on-demand in test-zone-1..3).
 pub const CATALOG: &str = include_str!("../../crates/karpenter-sim/tests/fixtures/catalog.json");
 
-/// A simulated cluster with the state cache, the provisioner, the NodeClaim lifecycle, the terminator and the
-/// interruption controller running (and disruption when asked). Dropping it stops them.
+/// A simulated cluster with the state cache, the provisioner, the NodeClaim lifecycle, the terminator, the
+/// interruption controller and garbage collection running (and disruption when asked). Dropping it stops them.
 pub struct Harness {
     pub sim: SimCluster,
     pub state: ClusterState,
@@ -84,6 +85,7 @@ impl Harness {
                 ..DisruptionSettings::default()
             },
         );
+        let gc = GarbageCollector::new(client.clone(), state.clone(), sim.cloud_provider());
         let interruption =
             InterruptionController::new(client.clone(), state.clone(), sim.cloud().interruption_source());
         let mut tasks = vec![
@@ -95,6 +97,7 @@ impl Harness {
             tokio::spawn(async move { lifecycle.run().await }),
             tokio::spawn(async move { terminator.run().await }),
             tokio::spawn(async move { interruption.run().await }),
+            tokio::spawn(async move { gc.run().await }),
         ];
         if controllers.disruption {
             tasks.push(tokio::spawn(async move { disruption.run().await }));

@@ -6,11 +6,13 @@
 //! - [`lifecycle`]: takes each NodeClaim through launch (the cloud provider's `create`), registration (its Node
 //!   appears: labels and taints synced, `karpenter.sh/unregistered` removed) and initialization (the Node is
 //!   Ready and its startup taints are gone), recording upstream's conditions on the NodeClaim;
-//! - [`pending`]: which pods the provisioner acts on.
+//! - [`pending`]: which pods the provisioner acts on;
+//! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted.
 
 pub mod batcher;
 pub mod catalog;
 mod error;
+pub mod gc;
 pub mod lifecycle;
 pub mod pending;
 pub mod provisioner;

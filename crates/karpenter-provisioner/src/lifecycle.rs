@@ -14,7 +14,9 @@
 //! - **Initialization**: once that Node is Ready and none of the claim's startup taints remain, it is labelled
 //!   `karpenter.sh/initialized=true` and the claim gets `Initialized=True` and `Ready=True`.
 //!
-//! Not here yet (issue 6): liveness (launch and registration timeouts), garbage collection, termination.
+//! - **Liveness**: a claim not launched 5 minutes after its creation, or whose Node has not registered 15
+//!   minutes after the launch, is deleted (the terminator removes any instance) and its pods are provisioned
+//!   again.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -56,7 +58,14 @@ pub struct LifecyclePass {
     pub initialized: Vec<String>,
     /// Claims deleted because no offering had capacity.
     pub insufficient_capacity: Vec<String>,
+    /// Claims deleted because their launch or registration took too long.
+    pub timed_out: Vec<String>,
 }
+
+/// Upstream's liveness limits: a claim must launch within 5 minutes of its creation and its Node register
+/// within 15 minutes of the launch.
+pub const LAUNCH_TTL: Duration = Duration::from_secs(5 * 60);
+pub const REGISTRATION_TTL: Duration = Duration::from_secs(15 * 60);
 
 impl Lifecycle {
     pub fn new(
@@ -102,13 +111,27 @@ impl Lifecycle {
     async fn step(&self, claim: &NodeClaim, done: &mut LifecyclePass) -> Result<(), ProvisionerError> {
         let name = claim.name_any();
         let status = claim.status.clone().unwrap_or_default();
+        let now = self.clock.now();
         let Some(provider_id) = status.provider_id.clone() else {
+            let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            if created.is_some_and(|c| now.duration_since(c).as_secs() >= LAUNCH_TTL.as_secs() as i64) {
+                return self.give_up(&name, "launch", done).await;
+            }
             return self.launch(claim, done).await;
         };
         let is_true = |t: &str| {
             find_condition(&status.conditions, t).is_some_and(|c| c.status == ConditionStatus::True)
         };
         let Some(node) = self.node_for(&provider_id) else {
+            let launched = find_condition(&status.conditions, conditions::LAUNCHED)
+                .filter(|c| c.status == ConditionStatus::True)
+                .map(|c| c.last_transition_time.0);
+            if !is_true(conditions::REGISTERED)
+                && launched
+                    .is_some_and(|l| now.duration_since(l).as_secs() >= REGISTRATION_TTL.as_secs() as i64)
+            {
+                return self.give_up(&name, "registration", done).await;
+            }
             return Ok(());
         };
         if !is_true(conditions::REGISTERED) {
@@ -137,6 +160,25 @@ impl Lifecycle {
                 .await?;
             done.initialized.push(name);
         }
+        Ok(())
+    }
+
+    /// Liveness: a claim that cannot launch, or whose Node never registers, is deleted (the terminator removes
+    /// any instance), so the provisioner tries again for its pods.
+    async fn give_up(
+        &self,
+        name: &str,
+        what: &str,
+        done: &mut LifecyclePass,
+    ) -> Result<(), ProvisionerError> {
+        tracing::warn!(nodeclaim = %name, "{what} did not complete in time; deleting the NodeClaim");
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        done.timed_out.push(name.to_string());
         Ok(())
     }
 

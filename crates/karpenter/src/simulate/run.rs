@@ -1,6 +1,6 @@
 //! Running a scenario: karpenter-sim's cluster and cloud with the real controllers (state cache, provisioner,
-//! NodeClaim lifecycle, terminator, disruption, interruption) on one virtual clock, sampled every 5 simulated
-//! seconds.
+//! NodeClaim lifecycle, garbage collection, terminator, disruption, interruption) on one virtual clock, sampled
+//! every 5 simulated seconds.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -18,6 +18,7 @@ use karpenter_core::{
 use karpenter_disruption::{DisruptionController, DisruptionSettings, Tick};
 use karpenter_interruption::{Handled, InterruptionController};
 use karpenter_provisioner::{
+    gc::GarbageCollector,
     lifecycle::Lifecycle,
     provisioner::{Provisioner, ProvisionerSettings},
 };
@@ -164,6 +165,7 @@ pub async fn run(
     let interruption =
         InterruptionController::new(client.clone(), state.clone(), sim.cloud().interruption_source());
     let source = sim.cloud().interruption_source();
+    let gc = GarbageCollector::new(client.clone(), state.clone(), sim.cloud_provider());
     let tasks = [
         tokio::spawn({
             let (state, client) = (state.clone(), client.clone());
@@ -172,6 +174,7 @@ pub async fn run(
         tokio::spawn(async move { provisioner.run().await }),
         tokio::spawn(async move { lifecycle.run().await }),
         tokio::spawn(async move { terminator.run().await }),
+        tokio::spawn(async move { gc.run().await }),
         tokio::spawn({
             let counters = Arc::clone(&counters);
             async move {

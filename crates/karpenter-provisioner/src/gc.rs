@@ -1,0 +1,97 @@
+//! Garbage collection, both ways, every 2 minutes as upstream:
+//! - an instance of this cluster with no NodeClaim of its name is terminated (a launch whose claim was lost, a
+//!   controller killed between CreateFleet and the status write);
+//! - a launched NodeClaim whose instance the provider no longer lists is deleted (the instance was terminated
+//!   behind Karpenter's back), so its Node is drained and its pods find room elsewhere.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_core::cloudprovider::CloudProvider;
+use karpenter_state::ClusterState;
+use kube::{Api, Client, ResourceExt, api::DeleteParams};
+
+use crate::ProvisionerError;
+
+/// What one collection did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// Provider IDs of instances terminated for want of a NodeClaim.
+    pub instances: Vec<String>,
+    /// NodeClaims deleted for want of an instance.
+    pub node_claims: Vec<String>,
+}
+
+/// The garbage collector's context.
+pub struct GarbageCollector {
+    client: Client,
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    pub interval: Duration,
+}
+
+impl GarbageCollector {
+    pub fn new(client: Client, state: ClusterState, cloud: Arc<dyn CloudProvider>) -> Self {
+        Self {
+            client,
+            state,
+            cloud,
+            interval: Duration::from_secs(120),
+        }
+    }
+
+    pub async fn run(&self) {
+        loop {
+            tokio::time::sleep(self.interval).await;
+            if !self.state.synced() {
+                continue;
+            }
+            match self.collect().await {
+                Ok(c) if c != Collected::default() => tracing::info!(?c, "garbage collected"),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(category = error.category(), %error, "garbage collection failed")
+                }
+            }
+        }
+    }
+
+    pub async fn collect(&self) -> Result<Collected, ProvisionerError> {
+        let mut collected = Collected::default();
+        let claims = self.state.node_claims.all();
+        let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+        let instances = self.cloud.list().await?;
+        let running: HashSet<String> = instances
+            .iter()
+            .filter_map(|i| i.status.as_ref()?.provider_id.clone())
+            .collect();
+        for instance in &instances {
+            if names.contains(&instance.name_any()) {
+                continue;
+            }
+            match self.cloud.delete(instance).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+            if let Some(id) = instance.status.as_ref().and_then(|s| s.provider_id.clone()) {
+                collected.instances.push(id);
+            }
+        }
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        for claim in &claims {
+            let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+                continue;
+            };
+            if running.contains(id) || claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            match api.delete(&claim.name_any(), &DeleteParams::default()).await {
+                Ok(_) => collected.node_claims.push(claim.name_any()),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(collected)
+    }
+}
