@@ -9,16 +9,9 @@ use k8s_openapi::api::{apps::v1::Deployment, policy::v1::PodDisruptionBudget};
 use karpenter_api::label_policy::LabelPolicy;
 use karpenter_api::nodepool::NodePool;
 use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
-use karpenter_disruption::{DisruptionController, DisruptionSettings};
-use karpenter_interruption::InterruptionController;
-use karpenter_provisioner::{
-    gc::GarbageCollector,
-    lifecycle::Lifecycle,
-    provisioner::{Provisioner, ProvisionerSettings},
-};
+use karpenter_operator::{ControllerParts, Settings, controller_tasks};
 use karpenter_sim::{SimCluster, SimOptions, VirtualClock};
 use karpenter_state::{ClusterState, Watched};
-use karpenter_termination::Terminator;
 use kube::{
     Api,
     api::{ListParams, PostParams},
@@ -63,45 +56,30 @@ impl Harness {
         let sim = SimCluster::start(SimOptions::new(catalog, clock));
         let client = sim.client();
         let state = ClusterState::new(Watched::default());
-        let build = BuildOptions {
-            label_policy: LabelPolicy::Core,
-            extra_well_known_labels: well_known,
-            ..BuildOptions::default()
-        };
-        let settings = ProvisionerSettings {
-            build: build.clone(),
-            ..ProvisionerSettings::default()
-        };
-        let provisioner = Provisioner::new(client.clone(), state.clone(), sim.cloud_provider(), settings);
-        let lifecycle = Lifecycle::new(client.clone(), state.clone(), sim.cloud_provider(), sim.clock());
-        let terminator = Terminator::new(client.clone(), state.clone(), sim.cloud_provider(), sim.clock());
-        let disruption = DisruptionController::new(
-            client.clone(),
-            state.clone(),
-            sim.cloud_provider(),
-            sim.clock(),
-            DisruptionSettings {
-                build,
-                ..DisruptionSettings::default()
+        let parts = ControllerParts {
+            client: client.clone(),
+            state: state.clone(),
+            cloud: sim.cloud_provider(),
+            clock: sim.clock(),
+            interruption: Some(sim.cloud().interruption_source()),
+            build: BuildOptions {
+                label_policy: LabelPolicy::Core,
+                extra_well_known_labels: well_known,
+                ..BuildOptions::default()
             },
+            settings: Settings::default(),
+            observer: None,
+        };
+        let mut tasks = vec![tokio::spawn({
+            let state = state.clone();
+            async move { state.watch(client).await }
+        })];
+        tasks.extend(
+            controller_tasks(&parts)
+                .into_iter()
+                .filter(|(name, _)| controllers.disruption || *name != "disruption")
+                .map(|(_, task)| tokio::spawn(task)),
         );
-        let gc = GarbageCollector::new(client.clone(), state.clone(), sim.cloud_provider());
-        let interruption =
-            InterruptionController::new(client.clone(), state.clone(), sim.cloud().interruption_source());
-        let mut tasks = vec![
-            tokio::spawn({
-                let state = state.clone();
-                async move { state.watch(client).await }
-            }),
-            tokio::spawn(async move { provisioner.run().await }),
-            tokio::spawn(async move { lifecycle.run().await }),
-            tokio::spawn(async move { terminator.run().await }),
-            tokio::spawn(async move { interruption.run().await }),
-            tokio::spawn(async move { gc.run().await }),
-        ];
-        if controllers.disruption {
-            tasks.push(tokio::spawn(async move { disruption.run().await }));
-        }
         Ok(Self { sim, state, tasks })
     }
 

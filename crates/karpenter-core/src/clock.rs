@@ -1,7 +1,6 @@
 //! The time source controllers read. Decisions in core take the time as an argument and never read a clock;
 //! controllers read it from a [`Clock`] so the simulator can run them on a virtual clock (a simulated day in
-//! seconds, the same result every run). Implementations: `karpenter_sim::SystemClock` and
-//! `karpenter_sim::VirtualClock`.
+//! seconds, the same result every run). Implementations: [`SystemClock`] and `karpenter_sim::VirtualClock`.
 
 use jiff::Timestamp;
 
@@ -15,5 +14,15 @@ pub trait Clock: Send + Sync + 'static {
 impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
     fn now(&self) -> Timestamp {
         (**self).now()
+    }
+}
+
+/// The machine's clock, what the controller binary runs on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
     }
 }

@@ -6,8 +6,9 @@
 //! - a rebalance recommendation is logged only;
 //! - a message for an instance no NodeClaim owns is ignored (it is not this cluster's).
 //!
-//! Not here yet (issue 6): marking the interrupted spot offering unavailable (the provider's cache), events
-//! and metrics per message kind.
+//! Each message counts in `karpenter_interruption_received_messages_total{message_type}`, and each NodeClaim
+//! deleted in `karpenter_nodeclaims_disrupted_total{reason="interrupted"}`. Marking an interrupted spot offering
+//! unavailable is the source's part (it knows the provider's offering cache).
 
 use std::sync::Arc;
 
@@ -25,6 +26,23 @@ pub enum Handled {
     Noted,
     /// No NodeClaim owns the instance.
     NotOurs,
+}
+
+/// Upstream's `message_type` label values.
+fn message_type(kind: InterruptionKind) -> &'static str {
+    match kind {
+        InterruptionKind::SpotInterruption => "spot_interrupted",
+        InterruptionKind::Rebalance => "rebalance_recommendation",
+        InterruptionKind::ScheduledChange => "scheduled_change",
+        InterruptionKind::StateChange => "instance_state_change",
+    }
+}
+
+/// Whether a NodeClaim's providerID names the instance a message is about. Messages may carry the full
+/// provider ID (the simulated cloud) or only the instance ID (EC2's EventBridge events: `i-0abc...`, while the
+/// providerID is `aws:///us-east-1a/i-0abc...`).
+fn same_instance(provider_id: &str, event_id: &str) -> bool {
+    provider_id == event_id || (!event_id.contains('/') && provider_id.rsplit('/').next() == Some(event_id))
 }
 
 /// The controller's context.
@@ -60,11 +78,18 @@ impl InterruptionController {
     }
 
     pub async fn handle(&self, event: &InterruptionEvent) -> Result<Handled, kube::Error> {
+        let metrics = karpenter_metrics::metrics();
+        metrics
+            .interruption_received_messages
+            .get_or_create(&karpenter_metrics::MessageTypeLabels {
+                message_type: message_type(event.kind).to_string(),
+            })
+            .inc();
         let claim = self.state.node_claims.all().into_iter().find(|c| {
             c.status
                 .as_ref()
                 .and_then(|s| s.provider_id.as_deref())
-                .is_some_and(|p| p == event.provider_id)
+                .is_some_and(|p| same_instance(p, &event.provider_id))
         });
         let Some(claim) = claim else {
             return Ok(Handled::NotOurs);
@@ -77,9 +102,35 @@ impl InterruptionController {
             .delete(&name, &DeleteParams::default())
             .await
         {
-            Ok(_) => Ok(Handled::Deleted(name)),
+            Ok(_) => {
+                let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
+                metrics
+                    .nodeclaims_disrupted
+                    .get_or_create(&karpenter_metrics::NodeClaimDisruptedLabels {
+                        reason: "interrupted".into(),
+                        nodepool: label("karpenter.sh/nodepool"),
+                        capacity_type: label("karpenter.sh/capacity-type"),
+                    })
+                    .inc();
+                Ok(Handled::Deleted(name))
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Handled::Noted),
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_instance;
+
+    #[test]
+    fn messages_match_by_full_provider_id_or_bare_instance_id() {
+        let id = "aws:///us-east-1a/i-0123456789abcdef0";
+        assert!(same_instance(id, id));
+        assert!(same_instance(id, "i-0123456789abcdef0"));
+        assert!(!same_instance(id, "i-0123456789abcdef1"));
+        assert!(!same_instance(id, "aws:///us-east-1b/i-0123456789abcdef0"));
+        assert!(!same_instance("sim://a/i-1", "sim://b/i-1"));
     }
 }

@@ -8,18 +8,8 @@ use std::fmt;
 
 use jiff::{SignedDuration, Timestamp};
 
-/// The controllers' time source, declared in core; implemented here for wall-clock and virtual time.
-pub use karpenter_core::clock::Clock;
-
-/// Wall-clock time, for running the simulator against real time.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Timestamp {
-        Timestamp::now()
-    }
-}
+/// The controllers' time source and the wall clock, declared in core; [`VirtualClock`] is the simulator's.
+pub use karpenter_core::clock::{Clock, SystemClock};
 
 /// A clock that starts at a chosen instant and advances with tokio's clock.
 ///

@@ -15,16 +15,9 @@ use karpenter_core::{
     catalog::{CatalogFile, aws_catalog},
     snapshot::BuildOptions,
 };
-use karpenter_disruption::{DisruptionController, DisruptionSettings, Tick};
-use karpenter_interruption::{Handled, InterruptionController};
-use karpenter_provisioner::{
-    gc::GarbageCollector,
-    lifecycle::Lifecycle,
-    provisioner::{Provisioner, ProvisionerSettings},
-};
+use karpenter_operator::{ControllerParts, Observer, Settings, controller_tasks};
 use karpenter_sim::{InterruptionKind, SimCluster, SimOptions, VirtualClock, cloud::LaunchOutcome};
 use karpenter_state::{ClusterState, Watched};
-use karpenter_termination::Terminator;
 use kube::{
     Api, Client,
     api::{ListParams, Patch, PatchParams, PostParams},
@@ -70,10 +63,28 @@ pub struct Summary {
     pub samples: Vec<Sample>,
 }
 
-/// Counters the controller loops update.
+/// Disruptions by reason, as the controllers report them.
 #[derive(Debug, Default)]
 struct Counters {
-    disruptions: BTreeMap<String, usize>,
+    disruptions: Mutex<BTreeMap<String, usize>>,
+}
+
+impl Counters {
+    fn add(&self, reason: &str, n: usize) {
+        if let Ok(mut d) = self.disruptions.lock() {
+            *d.entry(reason.to_string()).or_default() += n;
+        }
+    }
+}
+
+impl Observer for Counters {
+    fn disrupted(&self, method: &str, candidates: usize) {
+        self.add(reason_of(method), candidates);
+    }
+
+    fn interrupted(&self, _node_claim: &str) {
+        self.add("Interrupted", 1);
+    }
 }
 
 fn reason_of(method: &str) -> &'static str {
@@ -139,72 +150,26 @@ pub async fn run(
     let sim = SimCluster::start(SimOptions::new(catalog, clock));
     let client = sim.client();
     let state = ClusterState::new(Watched::default());
-    let counters = Arc::new(Mutex::new(Counters::default()));
-
-    let provisioner = Provisioner::new(
-        client.clone(),
-        state.clone(),
-        sim.cloud_provider(),
-        ProvisionerSettings {
-            build: build.clone(),
-            ..ProvisionerSettings::default()
-        },
+    let counters = Arc::new(Counters::default());
+    let parts = ControllerParts {
+        client: client.clone(),
+        state: state.clone(),
+        cloud: sim.cloud_provider(),
+        clock: sim.clock(),
+        interruption: Some(sim.cloud().interruption_source()),
+        build,
+        settings: Settings::default(),
+        observer: Some(Arc::clone(&counters) as Arc<dyn Observer>),
+    };
+    let mut tasks = vec![tokio::spawn({
+        let (state, client) = (state.clone(), client.clone());
+        async move { state.watch(client).await }
+    })];
+    tasks.extend(
+        controller_tasks(&parts)
+            .into_iter()
+            .map(|(_, task)| tokio::spawn(task)),
     );
-    let lifecycle = Lifecycle::new(client.clone(), state.clone(), sim.cloud_provider(), sim.clock());
-    let terminator = Terminator::new(client.clone(), state.clone(), sim.cloud_provider(), sim.clock());
-    let disruption = DisruptionController::new(
-        client.clone(),
-        state.clone(),
-        sim.cloud_provider(),
-        sim.clock(),
-        DisruptionSettings {
-            build,
-            ..DisruptionSettings::default()
-        },
-    );
-    let interruption =
-        InterruptionController::new(client.clone(), state.clone(), sim.cloud().interruption_source());
-    let source = sim.cloud().interruption_source();
-    let gc = GarbageCollector::new(client.clone(), state.clone(), sim.cloud_provider());
-    let tasks = [
-        tokio::spawn({
-            let (state, client) = (state.clone(), client.clone());
-            async move { state.watch(client).await }
-        }),
-        tokio::spawn(async move { provisioner.run().await }),
-        tokio::spawn(async move { lifecycle.run().await }),
-        tokio::spawn(async move { terminator.run().await }),
-        tokio::spawn(async move { gc.run().await }),
-        tokio::spawn({
-            let counters = Arc::clone(&counters);
-            async move {
-                loop {
-                    if let Ok(Tick::Completed(command)) = disruption.tick().await
-                        && let Ok(mut c) = counters.lock()
-                    {
-                        *c.disruptions
-                            .entry(reason_of(&command.method).to_string())
-                            .or_default() += command.candidates.len();
-                    }
-                    tokio::time::sleep(Duration::from_secs(10)).await;
-                }
-            }
-        }),
-        tokio::spawn({
-            let counters = Arc::clone(&counters);
-            async move {
-                while let Some(events) = source.receive().await {
-                    for event in events {
-                        if let Ok(Handled::Deleted(_)) = interruption.handle(&event).await
-                            && let Ok(mut c) = counters.lock()
-                        {
-                            *c.disruptions.entry("Interrupted".to_string()).or_default() += 1;
-                        }
-                    }
-                }
-            }
-        }),
-    ];
 
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), "default");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
@@ -309,7 +274,7 @@ pub async fn run(
         .iter()
         .filter(|r| r.resource == "pods" && r.verb == "delete" && r.subresource.is_none() && granted(r.code))
         .count();
-    let disruptions = counters.lock().map(|c| c.disruptions.clone()).unwrap_or_default();
+    let disruptions = counters.disruptions.lock().map(|d| d.clone()).unwrap_or_default();
     let summary = Summary {
         scenario: scenario.name.to_string(),
         nodes_launched: by_type.values().sum(),

@@ -1,0 +1,107 @@
+//! What each metric is (name, type, help, label names), kept at registration so the metrics reference in docs/
+//! is generated from the code that registers them.
+
+use std::{fmt::Debug, hash::Hash};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, EncodeMetric},
+    metrics::{
+        MetricType, TypedMetric,
+        counter::Counter,
+        family::{Family, MetricConstructor},
+    },
+    registry::{Metric, Registry},
+};
+
+/// One exported metric.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    /// The exported name (counters with `_total`).
+    pub name: String,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    pub help: &'static str,
+    pub labels: Vec<String>,
+}
+
+/// A metric the builder can register: its type and label names are known without a sample.
+pub trait Describe: Metric + Clone {
+    fn kind() -> MetricType;
+    fn label_names() -> Vec<String>;
+}
+
+impl<L, M, C> Describe for Family<L, M, C>
+where
+    L: EncodeLabelSet + Default + Clone + Hash + Eq + Debug + Send + Sync + 'static,
+    M: EncodeMetric + TypedMetric + Debug + Send + Sync + 'static,
+    C: MetricConstructor<M> + Clone + Debug + Send + Sync + 'static,
+{
+    fn kind() -> MetricType {
+        M::TYPE
+    }
+
+    fn label_names() -> Vec<String> {
+        // Encode one sample with the default (empty) label values and read the names back.
+        let family = Family::<L, Counter>::default();
+        family.get_or_create(&L::default()).inc();
+        let mut registry = Registry::default();
+        registry.register("probe", "", family);
+        let mut text = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+        text.lines()
+            .find_map(|line| line.strip_prefix("probe_total{"))
+            .and_then(|rest| rest.split_once('}'))
+            .map(|(labels, _)| {
+                labels
+                    .split(',')
+                    .filter_map(|pair| pair.split_once('=').map(|(name, _)| name.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+macro_rules! unlabelled {
+    ($($ty:ty),*) => {$(
+        impl Describe for $ty {
+            fn kind() -> MetricType {
+                <$ty as TypedMetric>::TYPE
+            }
+            fn label_names() -> Vec<String> {
+                Vec::new()
+            }
+        }
+    )*};
+}
+unlabelled!(Counter, prometheus_client::metrics::gauge::Gauge);
+
+/// Registers metrics and remembers their descriptors.
+#[derive(Default)]
+pub(crate) struct Builder {
+    pub(crate) registry: Registry,
+    pub(crate) descriptors: Vec<Descriptor>,
+}
+
+impl Builder {
+    /// Registers `metric` as `name` (a counter's name without `_total`: the encoder adds it).
+    pub(crate) fn add<M: Describe>(&mut self, name: &'static str, help: &'static str, metric: &M) {
+        let kind = M::kind();
+        let exported = if matches!(kind, MetricType::Counter) {
+            format!("{name}_total")
+        } else {
+            name.to_string()
+        };
+        self.descriptors.push(Descriptor {
+            name: exported,
+            kind: match kind {
+                MetricType::Counter => "counter",
+                MetricType::Gauge => "gauge",
+                MetricType::Histogram => "histogram",
+                _ => "unknown",
+            },
+            help,
+            labels: M::label_names(),
+        });
+        self.registry.register(name, help, metric.clone());
+    }
+}

@@ -1,0 +1,151 @@
+//! Label sets, one struct per distinct set of label names (field names are the label names).
+
+use prometheus_client::encoding::EncodeLabelSet;
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildInfoLabels {
+    pub version: String,
+    pub goversion: String,
+    pub goarch: String,
+    pub commit: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeClaimCreatedLabels {
+    /// `provisioning` or `disruption` (a replacement).
+    pub reason: String,
+    pub nodepool: String,
+    pub min_values_relaxed: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeClaimTerminatedLabels {
+    pub nodepool: String,
+    pub capacity_type: String,
+    pub zone: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeClaimDisruptedLabels {
+    /// `empty`, `underutilized`, `drifted`, `expired`, `interrupted`, `unhealthy`.
+    pub reason: String,
+    pub nodepool: String,
+    pub capacity_type: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub nodepool: String,
+    pub zone: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodePoolLabels {
+    pub nodepool: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    /// The HTTP status code of the eviction request (`200`, `429`, ...).
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloudProviderLabels {
+    pub controller: String,
+    pub method: String,
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloudProviderErrorLabels {
+    pub controller: String,
+    pub method: String,
+    pub provider: String,
+    /// `InsufficientCapacityError`, `NodeClaimNotFoundError`, `NodeClassNotReadyError` or empty.
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `delete` or `replace`.
+    pub decision: String,
+    pub reason: String,
+    /// `single`, `multi` or empty for non-consolidation methods.
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvaluationLabels {
+    pub reason: String,
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub controller: String,
+    /// `success`, `error`, `requeue`.
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MessageTypeLabels {
+    pub message_type: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnhealthyLabels {
+    pub condition: String,
+    pub nodepool: String,
+    pub capacity_type: String,
+    pub image_id: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodePoolResourceLabels {
+    pub nodepool: String,
+    pub resource_type: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceTypeLabels {
+    pub resource_type: String,
+}
+
+/// Per-node gauges: the well-known labels upstream exports, the node's name and the resource.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeResourceLabels {
+    pub node_name: String,
+    pub nodepool: String,
+    pub zone: String,
+    pub instance_type: String,
+    pub capacity_type: String,
+    pub arch: String,
+    pub os: String,
+    /// `Ready`, `NotReady`, `Unknown`.
+    pub phase: String,
+    /// `true` when Karpenter manages the node.
+    pub managed: String,
+    pub resource_type: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaderLabels {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodePoolReasonLabels {
+    pub nodepool: String,
+    pub reason: String,
+}

@@ -1,0 +1,18 @@
+//! Karpenter's Prometheus metrics with upstream's names and labels, so existing dashboards and alerts work.
+//!
+//! One process-wide [`Metrics`] ([`metrics()`]) that every controller records into and the operator serves on
+//! `:8080/metrics`. Counters are registered without their `_total` suffix: the OpenMetrics encoder adds it
+//! (`nodeclaims_created` is exported as `karpenter_nodeclaims_created_total`). Gauges that describe the cluster
+//! (nodes, NodePool usage, cluster-state sync) are refreshed by the operator from its state cache before each
+//! scrape; the rest are recorded where the thing happens.
+
+mod describe;
+mod labels;
+mod registry;
+
+pub use describe::Descriptor;
+pub use labels::*;
+pub use registry::{Metrics, ReconcileTimer, metrics};
+
+/// The `Content-Type` of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -1,0 +1,399 @@
+//! The registry and the typed handles controllers record into.
+
+use std::{
+    sync::{OnceLock, atomic::AtomicU64},
+    time::Instant,
+};
+
+use prometheus_client::{
+    encoding::text::encode,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+use crate::{
+    describe::{Builder, Descriptor},
+    labels::*,
+};
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Controller-runtime style duration buckets, 5 ms to 10 minutes.
+const DURATION_BUCKETS: [f64; 20] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 120.0,
+    180.0, 300.0, 600.0,
+];
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+/// Termination durations: 1 s to about half an hour, doubling.
+fn termination_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        1.0, 2.0, 12,
+    ))
+}
+
+/// Every metric Karpenter exports. Handles are atomic: record through `&self` from any task.
+pub struct Metrics {
+    registry: Registry,
+    descriptors: Vec<Descriptor>,
+    pub build_info: Family<BuildInfoLabels, Gauge>,
+    pub nodeclaims_created: Family<NodeClaimCreatedLabels, Counter>,
+    pub nodeclaims_terminated: Family<NodeClaimTerminatedLabels, Counter>,
+    pub nodeclaims_disrupted: Family<NodeClaimDisruptedLabels, Counter>,
+    pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
+    pub nodeclaims_termination_duration_seconds: HistogramFamily<NodePoolLabels>,
+    pub nodes_created: Family<NodeLabels, Counter>,
+    pub nodes_terminated: Family<NodeLabels, Counter>,
+    pub nodes_drained: Family<NodePoolLabels, Counter>,
+    pub pods_eviction_requests: Family<CodeLabels, Counter>,
+    pub pods_drained: Family<ReasonLabels, Counter>,
+    pub cloudprovider_duration_seconds: HistogramFamily<CloudProviderLabels>,
+    pub cloudprovider_errors: Family<CloudProviderErrorLabels, Counter>,
+    pub voluntary_disruption_decisions: Family<DecisionLabels, Counter>,
+    pub voluntary_disruption_decision_evaluation_duration_seconds: HistogramFamily<EvaluationLabels>,
+    pub voluntary_disruption_eligible_nodes: Family<ReasonLabels, Gauge>,
+    pub voluntary_disruption_failed_validations: Family<EvaluationLabels, Counter>,
+    pub voluntary_disruption_queue_failures: Family<DecisionLabels, Counter>,
+    pub nodepools_allowed_disruptions: Family<NodePoolReasonLabels, Gauge>,
+    pub scheduler_scheduling_duration_seconds: HistogramFamily<ControllerLabels>,
+    pub scheduler_unschedulable_pods_count: Family<ControllerLabels, Gauge>,
+    pub interruption_received_messages: Family<MessageTypeLabels, Counter>,
+    pub interruption_deleted_messages: Counter,
+    pub cluster_state_node_count: Gauge,
+    pub cluster_state_synced: Gauge,
+    pub nodepools_usage: Family<NodePoolResourceLabels, FloatGauge>,
+    pub nodepools_limit: Family<NodePoolResourceLabels, FloatGauge>,
+    pub nodes_allocatable: Family<NodeResourceLabels, FloatGauge>,
+    pub nodes_total_pod_requests: Family<NodeResourceLabels, FloatGauge>,
+    pub cluster_utilization_percent: Family<ResourceTypeLabels, FloatGauge>,
+    pub reconcile_total: Family<ReconcileLabels, Counter>,
+    pub reconcile_errors: Family<ControllerLabels, Counter>,
+    pub reconcile_time_seconds: HistogramFamily<ControllerLabels>,
+    pub leader_election_master_status: Family<LeaderLabels, Gauge>,
+}
+
+fn histograms<L>() -> HistogramFamily<L>
+where
+    L: Clone + std::hash::Hash + Eq,
+{
+    Family::new_with_constructor(duration_histogram as fn() -> Histogram)
+}
+
+impl Metrics {
+    #[allow(clippy::too_many_lines)] // one registration per metric, in the order of the reference
+    fn new() -> Self {
+        let mut b = Builder::default();
+        let m = Self {
+            registry: Registry::default(),
+            descriptors: Vec::new(),
+            build_info: Family::default(),
+            nodeclaims_created: Family::default(),
+            nodeclaims_terminated: Family::default(),
+            nodeclaims_disrupted: Family::default(),
+            nodeclaims_unhealthy_disrupted: Family::default(),
+            nodeclaims_termination_duration_seconds: Family::new_with_constructor(
+                termination_histogram as fn() -> Histogram,
+            ),
+            nodes_created: Family::default(),
+            nodes_terminated: Family::default(),
+            nodes_drained: Family::default(),
+            pods_eviction_requests: Family::default(),
+            pods_drained: Family::default(),
+            cloudprovider_duration_seconds: histograms(),
+            cloudprovider_errors: Family::default(),
+            voluntary_disruption_decisions: Family::default(),
+            voluntary_disruption_decision_evaluation_duration_seconds: histograms(),
+            voluntary_disruption_eligible_nodes: Family::default(),
+            voluntary_disruption_failed_validations: Family::default(),
+            voluntary_disruption_queue_failures: Family::default(),
+            nodepools_allowed_disruptions: Family::default(),
+            scheduler_scheduling_duration_seconds: histograms(),
+            scheduler_unschedulable_pods_count: Family::default(),
+            interruption_received_messages: Family::default(),
+            interruption_deleted_messages: Counter::default(),
+            cluster_state_node_count: Gauge::default(),
+            cluster_state_synced: Gauge::default(),
+            nodepools_usage: Family::default(),
+            nodepools_limit: Family::default(),
+            nodes_allocatable: Family::default(),
+            nodes_total_pod_requests: Family::default(),
+            cluster_utilization_percent: Family::default(),
+            reconcile_total: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_time_seconds: histograms(),
+            leader_election_master_status: Family::default(),
+        };
+        b.add("karpenter_build_info", "A metric with a constant '1' value labeled by version and commit of the binary it was built from.", &m.build_info);
+        b.add(
+            "karpenter_nodeclaims_created",
+            "Number of nodeclaims created in total by Karpenter, by reason and nodepool.",
+            &m.nodeclaims_created,
+        );
+        b.add(
+            "karpenter_nodeclaims_terminated",
+            "Number of nodeclaims terminated in total by Karpenter, by nodepool, capacity type and zone.",
+            &m.nodeclaims_terminated,
+        );
+        b.add(
+            "karpenter_nodeclaims_disrupted",
+            "Number of nodeclaims disrupted in total by Karpenter, by reason, nodepool and capacity type.",
+            &m.nodeclaims_disrupted,
+        );
+        b.add("karpenter_nodeclaims_unhealthy_disrupted", "Number of unhealthy nodeclaims disrupted by node repair, by condition, nodepool, capacity type and image.", &m.nodeclaims_unhealthy_disrupted);
+        b.add(
+            "karpenter_nodeclaims_termination_duration_seconds",
+            "Duration of nodeclaim termination in seconds, from deletion to finalizer removal, by nodepool.",
+            &m.nodeclaims_termination_duration_seconds,
+        );
+        b.add(
+            "karpenter_nodes_created",
+            "Number of nodes created in total by Karpenter, by nodepool and zone.",
+            &m.nodes_created,
+        );
+        b.add(
+            "karpenter_nodes_terminated",
+            "Number of nodes terminated in total by Karpenter, by nodepool and zone.",
+            &m.nodes_terminated,
+        );
+        b.add(
+            "karpenter_nodes_drained",
+            "Number of nodes drained in total by Karpenter, by nodepool.",
+            &m.nodes_drained,
+        );
+        b.add(
+            "karpenter_pods_eviction_requests",
+            "Number of eviction requests sent to the Eviction API, by response code.",
+            &m.pods_eviction_requests,
+        );
+        b.add(
+            "karpenter_pods_drained",
+            "Number of pods drained from nodes, by reason.",
+            &m.pods_drained,
+        );
+        b.add(
+            "karpenter_cloudprovider_duration_seconds",
+            "Duration of cloud provider method calls, by controller, method and provider.",
+            &m.cloudprovider_duration_seconds,
+        );
+        b.add("karpenter_cloudprovider_errors", "Number of errors returned by cloud provider method calls, by controller, method, provider and error.", &m.cloudprovider_errors);
+        b.add(
+            "karpenter_voluntary_disruption_decisions",
+            "Number of disruption decisions performed, by decision, reason and consolidation type.",
+            &m.voluntary_disruption_decisions,
+        );
+        b.add(
+            "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
+            "Duration of the disruption decision evaluation, by reason and consolidation type.",
+            &m.voluntary_disruption_decision_evaluation_duration_seconds,
+        );
+        b.add(
+            "karpenter_voluntary_disruption_eligible_nodes",
+            "Number of nodes eligible for disruption, by reason.",
+            &m.voluntary_disruption_eligible_nodes,
+        );
+        b.add("karpenter_voluntary_disruption_failed_validations", "Number of disruption commands that failed validation before being executed, by reason and consolidation type.", &m.voluntary_disruption_failed_validations);
+        b.add("karpenter_voluntary_disruption_queue_failures", "Number of disruption commands that failed while being executed (rolled back), by decision, reason and consolidation type.", &m.voluntary_disruption_queue_failures);
+        b.add("karpenter_nodepools_allowed_disruptions", "Number of nodes the nodepool's disruption budgets allow to be disrupted now, by nodepool and reason.", &m.nodepools_allowed_disruptions);
+        b.add(
+            "karpenter_scheduler_scheduling_duration_seconds",
+            "Duration of one scheduling simulation, by controller.",
+            &m.scheduler_scheduling_duration_seconds,
+        );
+        b.add(
+            "karpenter_scheduler_unschedulable_pods_count",
+            "Number of pods the last scheduling simulation could not place, by controller.",
+            &m.scheduler_unschedulable_pods_count,
+        );
+        b.add(
+            "karpenter_interruption_received_messages",
+            "Number of interruption messages received, by message type.",
+            &m.interruption_received_messages,
+        );
+        b.add(
+            "karpenter_interruption_deleted_messages",
+            "Number of interruption messages deleted from the queue.",
+            &m.interruption_deleted_messages,
+        );
+        b.add(
+            "karpenter_cluster_state_node_count",
+            "Number of nodes in Karpenter's cluster state.",
+            &m.cluster_state_node_count,
+        );
+        b.add(
+            "karpenter_cluster_state_synced",
+            "1 when Karpenter's cluster state has listed every kind it watches, else 0.",
+            &m.cluster_state_synced,
+        );
+        b.add(
+            "karpenter_nodepools_usage",
+            "Resources used by the nodes of a nodepool (their capacity), by nodepool and resource type.",
+            &m.nodepools_usage,
+        );
+        b.add(
+            "karpenter_nodepools_limit",
+            "The nodepool's limits, by nodepool and resource type.",
+            &m.nodepools_limit,
+        );
+        b.add(
+            "karpenter_nodes_allocatable",
+            "Node allocatable, by node and resource type.",
+            &m.nodes_allocatable,
+        );
+        b.add(
+            "karpenter_nodes_total_pod_requests",
+            "Sum of the requests of the pods bound to a node, by node and resource type.",
+            &m.nodes_total_pod_requests,
+        );
+        b.add("karpenter_cluster_utilization_percent", "Requests of bound pods as a percentage of the allocatable of Karpenter's nodes, by resource type.", &m.cluster_utilization_percent);
+        b.add(
+            "controller_runtime_reconcile",
+            "Number of reconciliations per controller, by result.",
+            &m.reconcile_total,
+        );
+        b.add(
+            "controller_runtime_reconcile_errors",
+            "Number of reconciliation errors per controller.",
+            &m.reconcile_errors,
+        );
+        b.add(
+            "controller_runtime_reconcile_time_seconds",
+            "Duration of reconciliations per controller.",
+            &m.reconcile_time_seconds,
+        );
+        b.add(
+            "leader_election_master_status",
+            "1 while this replica holds the leader lease, else 0.",
+            &m.leader_election_master_status,
+        );
+        Self {
+            registry: b.registry,
+            descriptors: b.descriptors,
+            ..m
+        }
+    }
+
+    /// What is exported, in registration order (the metrics reference is generated from this).
+    pub fn descriptors(&self) -> &[Descriptor] {
+        &self.descriptors
+    }
+
+    /// The OpenMetrics text of every metric ([`crate::CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Starts timing one reconciliation of `controller`; the guard records its count and duration when dropped,
+    /// as an error if [`ReconcileTimer::failed`] was called.
+    pub fn reconcile(&'static self, controller: &'static str) -> ReconcileTimer {
+        ReconcileTimer {
+            metrics: self,
+            controller,
+            started: Instant::now(),
+            failed: false,
+        }
+    }
+}
+
+/// See [`Metrics::reconcile`].
+pub struct ReconcileTimer {
+    metrics: &'static Metrics,
+    controller: &'static str,
+    started: Instant,
+    failed: bool,
+}
+
+impl ReconcileTimer {
+    pub fn failed(&mut self) {
+        self.failed = true;
+    }
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        let controller = ControllerLabels {
+            controller: self.controller.to_string(),
+        };
+        let result = if self.failed { "error" } else { "success" };
+        self.metrics
+            .reconcile_total
+            .get_or_create(&ReconcileLabels {
+                controller: self.controller.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+        if self.failed {
+            self.metrics.reconcile_errors.get_or_create(&controller).inc();
+        }
+        self.metrics
+            .reconcile_time_seconds
+            .get_or_create(&controller)
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_exported_with_upstream_names_and_total_suffix() {
+        let m = metrics();
+        m.nodeclaims_created
+            .get_or_create(&NodeClaimCreatedLabels {
+                reason: "provisioning".into(),
+                nodepool: "default".into(),
+                min_values_relaxed: "false".into(),
+            })
+            .inc();
+        drop(m.reconcile("provisioner"));
+        m.leader_election_master_status
+            .get_or_create(&LeaderLabels {
+                name: "karpenter-leader-election".into(),
+            })
+            .set(1);
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"karpenter_nodeclaims_created_total{reason="provisioning",nodepool="default",min_values_relaxed="false"}"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"controller_runtime_reconcile_total{controller="provisioner",result="success"}"#)
+        );
+        assert!(text.contains("# HELP leader_election_master_status"));
+        assert!(text.ends_with("# EOF\n"));
+        let created = m
+            .descriptors()
+            .iter()
+            .find(|d| d.name == "karpenter_nodeclaims_created_total")
+            .map(|d| (d.kind, d.labels.clone()));
+        assert_eq!(
+            created,
+            Some((
+                "counter",
+                vec!["reason".into(), "nodepool".into(), "min_values_relaxed".into()]
+            ))
+        );
+        assert!(
+            m.descriptors()
+                .iter()
+                .any(|d| d.name == "karpenter_cloudprovider_duration_seconds"
+                    && d.kind == "histogram"
+                    && d.labels == ["controller", "method", "provider"])
+        );
+    }
+}

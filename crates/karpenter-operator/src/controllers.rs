@@ -1,0 +1,254 @@
+//! The controllers assembled on one state cache: what the leader runs. `karpenter controller`, `karpenter
+//! simulate` and the end-to-end tests all start them through [`controller_tasks`], so what is tested is what
+//! runs.
+
+use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc};
+
+use karpenter_core::{
+    clock::Clock,
+    cloudprovider::{CloudProvider, InterruptionSource},
+    snapshot::BuildOptions,
+};
+use karpenter_disruption::{DisruptionController, DisruptionSettings, InFlight, Tick};
+use karpenter_interruption::{Handled, InterruptionController};
+use karpenter_metrics::{DecisionLabels, NodeClaimDisruptedLabels, metrics};
+use karpenter_provisioner::{
+    batcher::BatchWindow,
+    gc::GarbageCollector,
+    lifecycle::Lifecycle,
+    provisioner::{Provisioner, ProvisionerSettings},
+};
+use karpenter_state::ClusterState;
+use karpenter_termination::Terminator;
+use kube::{Client, ResourceExt};
+
+use crate::{metered_cloud::MeteredCloudProvider, settings::Settings};
+
+/// A controller's loop, named for logs and metrics.
+pub type ControllerTask = (&'static str, Pin<Box<dyn Future<Output = ()> + Send>>);
+
+/// Told what the controllers did, for `karpenter simulate`'s summary (metrics carry the same for users).
+pub trait Observer: Send + Sync {
+    /// A disruption command started: `method` (`emptiness`, `drift`, `single-node-consolidation`, ...) over
+    /// `candidates` nodes.
+    fn disrupted(&self, _method: &str, _candidates: usize) {}
+    /// An interruption message deleted a NodeClaim.
+    fn interrupted(&self, _node_claim: &str) {}
+}
+
+/// Everything the controllers share.
+#[derive(Clone)]
+pub struct ControllerParts {
+    pub client: Client,
+    pub state: ClusterState,
+    pub cloud: Arc<dyn CloudProvider>,
+    pub clock: Arc<dyn Clock>,
+    /// Where interruption messages come from; `None` turns the interruption controller off.
+    pub interruption: Option<Arc<dyn InterruptionSource>>,
+    /// Label policy and the provider's well-known labels; the scheduling settings and gates come from
+    /// `settings`.
+    pub build: BuildOptions,
+    pub settings: Settings,
+    pub observer: Option<Arc<dyn Observer>>,
+}
+
+impl ControllerParts {
+    fn build_options(&self) -> BuildOptions {
+        BuildOptions {
+            settings: self.settings.scheduling(),
+            node_overlays: self.settings.feature_gates.node_overlay,
+            capacity_buffers: self.settings.feature_gates.capacity_buffer,
+            ..self.build.clone()
+        }
+    }
+
+    fn cloud_for(&self, controller: &'static str) -> Arc<dyn CloudProvider> {
+        MeteredCloudProvider::wrap(Arc::clone(&self.cloud), controller)
+    }
+}
+
+/// The upstream disruption reason a method reports in metrics.
+pub fn disruption_reason(method: &str) -> &'static str {
+    match method {
+        "emptiness" => "empty",
+        "drift" | "static-drift" => "drifted",
+        _ => "underutilized",
+    }
+}
+
+fn consolidation_type(method: &str) -> &'static str {
+    match method {
+        "single-node-consolidation" => "single",
+        "multi-node-consolidation" => "multi",
+        _ => "",
+    }
+}
+
+/// Counts a started command in the disruption metrics.
+fn record_disruption(state: &ClusterState, command: &InFlight) {
+    let m = metrics();
+    let reason = disruption_reason(&command.method);
+    m.voluntary_disruption_decisions
+        .get_or_create(&DecisionLabels {
+            decision: if command.replacements.is_empty() {
+                "delete"
+            } else {
+                "replace"
+            }
+            .into(),
+            reason: reason.into(),
+            consolidation_type: consolidation_type(&command.method).into(),
+        })
+        .inc();
+    let claims: BTreeMap<String, _> = state
+        .node_claims
+        .all()
+        .into_iter()
+        .map(|c| (c.name_any(), c))
+        .collect();
+    for (claim, _) in &command.candidates {
+        let label = |key: &str| {
+            claims
+                .get(claim)
+                .and_then(|c| c.labels().get(key).cloned())
+                .unwrap_or_default()
+        };
+        m.nodeclaims_disrupted
+            .get_or_create(&NodeClaimDisruptedLabels {
+                reason: reason.into(),
+                nodepool: label("karpenter.sh/nodepool"),
+                capacity_type: label("karpenter.sh/capacity-type"),
+            })
+            .inc();
+    }
+}
+
+/// Every controller loop the leader runs (not the state cache's watches: the caller runs those on every
+/// replica). Each future runs until dropped.
+pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
+    let build = parts.build_options();
+    let settings = &parts.settings;
+    let provisioner = Provisioner::new(
+        parts.client.clone(),
+        parts.state.clone(),
+        parts.cloud_for("provisioner"),
+        ProvisionerSettings {
+            batch: BatchWindow {
+                idle: settings.batch_idle_duration,
+                max: settings.batch_max_duration,
+            },
+            build: build.clone(),
+            ..ProvisionerSettings::default()
+        },
+    );
+    let lifecycle = Lifecycle::new(
+        parts.client.clone(),
+        parts.state.clone(),
+        parts.cloud_for("nodeclaim.lifecycle"),
+        Arc::clone(&parts.clock),
+    );
+    let terminator = Terminator::new(
+        parts.client.clone(),
+        parts.state.clone(),
+        parts.cloud_for("nodeclaim.termination"),
+        Arc::clone(&parts.clock),
+    );
+    let gc = GarbageCollector::new(
+        parts.client.clone(),
+        parts.state.clone(),
+        parts.cloud_for("nodeclaim.garbagecollection"),
+    );
+    let disruption_settings = DisruptionSettings {
+        build,
+        spot_to_spot: settings.feature_gates.spot_to_spot_consolidation,
+        ..DisruptionSettings::default()
+    };
+    let interval = disruption_settings.interval;
+    let disruption = DisruptionController::new(
+        parts.client.clone(),
+        parts.state.clone(),
+        parts.cloud_for("disruption"),
+        Arc::clone(&parts.clock),
+        disruption_settings,
+    );
+    let mut tasks: Vec<ControllerTask> = vec![
+        ("provisioner", Box::pin(async move { provisioner.run().await })),
+        (
+            "nodeclaim.lifecycle",
+            Box::pin(async move { lifecycle.run().await }),
+        ),
+        (
+            "nodeclaim.termination",
+            Box::pin(async move { terminator.run().await }),
+        ),
+        (
+            "nodeclaim.garbagecollection",
+            Box::pin(async move { gc.run().await }),
+        ),
+    ];
+    let (state, observer) = (parts.state.clone(), parts.observer.clone());
+    tasks.push((
+        "disruption",
+        Box::pin(async move {
+            loop {
+                let mut timer = metrics().reconcile("disruption");
+                match disruption.tick().await {
+                    Ok(Tick::Started(command)) => {
+                        tracing::info!(controller = "disruption", method = %command.method, candidates = ?command.candidates, replacements = ?command.replacements, "disrupting");
+                        record_disruption(&state, &command);
+                        if let Some(observer) = &observer {
+                            observer.disrupted(&command.method, command.candidates.len());
+                        }
+                    }
+                    Ok(Tick::RolledBack { command, why }) => {
+                        tracing::warn!(controller = "disruption", method = %command.method, %why, "disruption rolled back");
+                        metrics()
+                            .voluntary_disruption_queue_failures
+                            .get_or_create(&DecisionLabels {
+                                decision: if command.replacements.is_empty() { "delete" } else { "replace" }
+                                    .into(),
+                                reason: disruption_reason(&command.method).into(),
+                                consolidation_type: consolidation_type(&command.method).into(),
+                            })
+                            .inc();
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        timer.failed();
+                        tracing::warn!(controller = "disruption", category = error.category(), %error, "disruption tick failed");
+                    }
+                }
+                drop(timer);
+                tokio::time::sleep(interval).await;
+            }
+        }),
+    ));
+    if let Some(source) = parts.interruption.clone() {
+        let interruption =
+            InterruptionController::new(parts.client.clone(), parts.state.clone(), Arc::clone(&source));
+        let observer = parts.observer.clone();
+        tasks.push((
+            "interruption",
+            Box::pin(async move {
+                while let Some(events) = source.receive().await {
+                    for event in events {
+                        let mut timer = metrics().reconcile("interruption");
+                        match interruption.handle(&event).await {
+                            Ok(handled) => {
+                                tracing::info!(controller = "interruption", provider_id = %event.provider_id, kind = ?event.kind, ?handled, "interruption");
+                                if let (Handled::Deleted(claim), Some(observer)) = (&handled, &observer) {
+                                    observer.interrupted(claim);
+                                }
+                            }
+                            Err(error) => {
+                                timer.failed();
+                                tracing::warn!(controller = "interruption", provider_id = %event.provider_id, %error, "interruption not handled");
+                            }
+                        }
+                    }
+                }
+            }),
+        ));
+    }
+    tasks
+}

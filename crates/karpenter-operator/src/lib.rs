@@ -1,0 +1,171 @@
+//! The controller process (`karpenter controller`): settings ([`settings`]), JSON logs ([`logging`]),
+//! `/metrics` and the probes on every replica ([`health`], [`state_metrics`]), leader election on a Lease
+//! ([`leader`]), and the controllers the leader runs, assembled once in [`controllers`] for the binary,
+//! `karpenter simulate` and the end-to-end tests alike.
+//!
+//! Start-up order, as upstream: settings validated (a bad one stops the process naming it), servers bound,
+//! the state cache watching (on every replica, so a standby is ready to take over), the Lease acquired, the
+//! cache synced, then the controllers. Losing the Lease, or any controller loop ending, ends [`Operator::run`]
+//! with an error and the binary exits non-zero: a restarted process starts clean rather than half-led.
+
+pub mod controllers;
+mod error;
+pub mod health;
+pub mod leader;
+pub mod logging;
+pub mod metered_cloud;
+pub mod settings;
+pub mod state_metrics;
+
+use std::{future::Future, time::Duration};
+
+use karpenter_metrics::{BuildInfoLabels, LeaderLabels, metrics};
+use tokio::task::JoinSet;
+
+pub use controllers::{ControllerParts, ControllerTask, Observer, controller_tasks};
+pub use error::OperatorError;
+pub use leader::{LeaderElection, LeaseTimings};
+pub use settings::Settings;
+
+/// One controller process.
+pub struct Operator {
+    pub parts: ControllerParts,
+    /// Loops the cloud provider adds (the EC2NodeClass controller, price refreshes, ...), run by the leader
+    /// beside the core controllers.
+    pub provider_tasks: Vec<ControllerTask>,
+    /// Bind METRICS_PORT and HEALTH_PROBE_PORT (off in in-process tests that run several replicas).
+    pub serve_http: bool,
+    pub lease_timings: LeaseTimings,
+}
+
+/// This replica's name in the Lease: POD_NAME (the chart sets it), else HOSTNAME, else one made from the pid.
+pub fn default_identity(settings: &Settings) -> String {
+    if !settings.identity.is_empty() {
+        return settings.identity.clone();
+    }
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| format!("karpenter-{}", std::process::id()))
+}
+
+impl Operator {
+    pub fn new(parts: ControllerParts) -> Self {
+        Self {
+            parts,
+            provider_tasks: Vec::new(),
+            serve_http: true,
+            lease_timings: LeaseTimings::default(),
+        }
+    }
+
+    /// Runs until `shutdown` completes (then `Ok`, the Lease released) or something makes this replica unfit
+    /// to lead (then the error). Dropping the future stops everything at once, as a crash would.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), OperatorError> {
+        let Self {
+            parts,
+            provider_tasks,
+            serve_http,
+            lease_timings,
+        } = self;
+        let settings = parts.settings.clone();
+        settings.validate()?;
+        metrics()
+            .build_info
+            .get_or_create(&BuildInfoLabels {
+                version: env!("CARGO_PKG_VERSION").into(),
+                goversion: String::new(),
+                goarch: std::env::consts::ARCH.into(),
+                commit: option_env!("KARPENTER_COMMIT").unwrap_or_default().into(),
+            })
+            .set(1);
+
+        // Every task of this replica; dropping the set aborts them.
+        let mut background = JoinSet::new();
+        if serve_http {
+            let observe = !settings.disable_cluster_state_observability;
+            let (metrics_listener, metrics_addr) = health::bind("metrics", settings.metrics_port).await?;
+            let (probes_listener, probes_addr) =
+                health::bind("health probes", settings.health_probe_port).await?;
+            tracing::info!(%metrics_addr, %probes_addr, "serving /metrics, /healthz and /readyz");
+            background.spawn(health::serve(
+                metrics_listener,
+                health::metrics_router(observe.then(|| parts.state.clone())),
+            ));
+            background.spawn(health::serve(
+                probes_listener,
+                health::probes_router(parts.state.clone()),
+            ));
+        }
+        background.spawn({
+            let (state, client) = (parts.state.clone(), parts.client.clone());
+            async move { state.watch(client).await }
+        });
+
+        let identity = default_identity(&settings);
+        let lease_name = settings.leader_election_name.clone();
+        let mut election = (!settings.disable_leader_election).then(|| {
+            LeaderElection::new(
+                parts.client.clone(),
+                settings.lease_namespace(),
+                &lease_name,
+                &identity,
+                std::sync::Arc::clone(&parts.clock),
+                lease_timings,
+            )
+        });
+        let leader_gauge = metrics()
+            .leader_election_master_status
+            .get_or_create(&LeaderLabels {
+                name: lease_name.clone(),
+            });
+        leader_gauge.set(0);
+
+        tokio::pin!(shutdown);
+        let became_leader = async {
+            if let Some(election) = election.as_mut() {
+                tracing::info!(lease = %lease_name, %identity, "waiting for the leader lease");
+                election.acquire().await;
+            }
+            while !parts.state.synced() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            () = became_leader => {}
+        }
+        leader_gauge.set(1);
+        tracing::info!(%identity, "leading: starting the controllers");
+
+        let mut controllers = JoinSet::new();
+        for (name, task) in controller_tasks(&parts).into_iter().chain(provider_tasks) {
+            controllers.spawn(async move {
+                task.await;
+                name
+            });
+        }
+        let hold = async {
+            match election.as_mut() {
+                Some(election) => election.hold().await,
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
+            () = &mut shutdown => Ok(()),
+            () = hold => Err(OperatorError::LeaseLost(lease_name.clone())),
+            Some(stopped) = controllers.join_next() => Err(OperatorError::ControllerStopped(
+                stopped.unwrap_or("a controller that panicked"),
+            )),
+        };
+        controllers.abort_all();
+        leader_gauge.set(0);
+        if outcome.is_ok()
+            && let Some(election) = election.as_mut()
+            && let Err(error) = election.release().await
+        {
+            tracing::warn!(%error, "releasing the leader lease");
+        }
+        outcome
+    }
+}
