@@ -1,5 +1,5 @@
-//! JSON logs on stdout, one object per line with upstream's field names (`level`, `time`, `logger`, `message`)
-//! and every structured field (`controller`, `NodeClaim`, `error`, ...) beside them.
+//! JSON logs on stdout, one object per line: `timestamp`, `level`, `message`, `target` (the module, where
+//! upstream has `logger`) and every structured field (`controller`, `lease`, `error`, ...) beside them.
 
 use tracing_subscriber::{EnvFilter, fmt};
 

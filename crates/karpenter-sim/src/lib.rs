@@ -16,6 +16,7 @@ pub mod cloud;
 pub mod cluster;
 mod error;
 pub mod kubelet;
+pub mod kwok;
 mod objects;
 pub mod scheduler;
 pub mod workloads;
@@ -26,4 +27,5 @@ pub use cloud::{InterruptionEvent, InterruptionKind, OfferingKey, SimCloudOption
 pub use cluster::{SimCluster, SimOptions};
 pub use error::{ApiStatus, Error};
 pub use kubelet::KubeletOptions;
+pub use kwok::KwokCloudProvider;
 pub use workloads::WorkloadOptions;

@@ -1,11 +1,13 @@
-//! The Karpenter binary: `karpenter schedule` (the scheduling simulation over a cluster snapshot read from
-//! files), `karpenter disrupt` (the next disruption pass over one) and `karpenter simulate` (the controllers on a
-//! simulated cluster). The controller (`karpenter controller`) comes later.
+//! The Karpenter binary: `karpenter controller` (the controller itself, also run by `karpenter` with no
+//! subcommand), `karpenter schedule` (the scheduling simulation over a cluster snapshot read from files),
+//! `karpenter disrupt` (the next disruption pass over one) and `karpenter simulate` (the controllers on a
+//! simulated cluster).
 
 use std::{io::Write as _, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 
+mod controller;
 mod disrupt;
 mod input;
 mod json_stream;
@@ -18,13 +20,19 @@ mod simulate;
     version,
     about = "Karpenter: just-in-time nodes for Kubernetes"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// With no subcommand, the controller runs with these settings.
+    #[command(flatten)]
+    controller: controller::ControllerArgs,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller against a Kubernetes cluster (the default command).
+    Controller(controller::ControllerArgs),
     /// Show what Karpenter would launch for the pending pods of a snapshot, and why any pod stays pending.
     Schedule(schedule::ScheduleArgs),
     /// Show what the next disruption pass would do on a snapshot, and why every other node is left alone.
@@ -36,9 +44,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Schedule(args) => schedule::run(args),
-        Command::Disrupt(args) => disrupt::run(args),
-        Command::Simulate(args) => simulate::run(args),
+        None => controller::run(&cli.controller),
+        Some(Command::Controller(args)) => controller::run(args),
+        Some(Command::Schedule(args)) => schedule::run(args),
+        Some(Command::Disrupt(args)) => disrupt::run(args),
+        Some(Command::Simulate(args)) => simulate::run(args),
     };
     match result {
         Ok(text) => {

@@ -6,6 +6,7 @@
 mod chart;
 mod run;
 mod scenario;
+mod serve;
 
 use std::{fmt::Write as _, io::Write as _};
 
@@ -26,9 +27,17 @@ The built-in scenario (worker-heavy): a queue consumer on a spot NodePool scaled
 small on-demand NodePool for add-ons, a PDB of maxUnavailable 25%, three spot interruptions during the peak, then
 a scale back to zero; one simulated hour on the embedded AWS us-east-1 catalog.
 
+Scenario files (--scenario) set NodePools, workloads and events over time; the format is in docs/simulate.md
+and config/scenarios/worker-heavy.yaml is the built-in scenario written as one.
+
+--serve keeps a simulated cluster running on 127.0.0.1 in real time, with the controllers, and writes a
+kubeconfig for kubectl.
+
 Examples:
   karpenter simulate
-  karpenter simulate -o json --chart nodes.svg")]
+  karpenter simulate -o json --chart nodes.svg
+  karpenter simulate --scenario config/scenarios/worker-heavy.yaml --minutes 20
+  karpenter simulate --serve --kubeconfig /tmp/sim.kubeconfig")]
 pub struct SimulateArgs {
     /// How to print the summary; json is one object (nodesLaunched, costTotal, costPerHourPeak,
     /// podPendingSecondsP50, podPendingSecondsP99, disruptionsByReason, evictions, pdbViolations,
@@ -44,16 +53,43 @@ pub struct SimulateArgs {
     /// Stop after this many simulated minutes (default: the scenario's whole hour).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub minutes: Option<u64>,
+    /// Run this scenario file instead of the built-in one.
+    #[arg(long, value_name = "FILE")]
+    pub scenario: Option<std::path::PathBuf>,
+    /// Keep a simulated cluster (API server, kubelets, scheduler, cloud) and the controllers running on
+    /// 127.0.0.1 in real time until Ctrl-C, for kubectl.
+    #[arg(long, requires = "kubeconfig")]
+    pub serve: bool,
+    /// With --serve: where to write the kubeconfig of the simulated cluster.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// With --serve: the API server's port (default: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// With --serve: run only the simulated cluster, without Karpenter's controllers (to run
+    /// `karpenter controller --cloud-provider kwok --kubeconfig PATH` against it).
+    #[arg(long, requires = "serve")]
+    pub without_controllers: bool,
 }
 
 /// Runs the scenario on a paused-time runtime and renders the summary.
 pub fn run(args: &SimulateArgs) -> Result<String> {
+    if args.serve {
+        return serve::run(args);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
         .context("cannot start the simulation runtime")?;
-    let scenario = scenario::worker_heavy();
+    let scenario = match &args.scenario {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            scenario::parse(&text).with_context(|| format!("scenario {}", path.display()))?
+        }
+        None => scenario::worker_heavy(),
+    };
     let quiet = args.quiet;
     let duration = args
         .minutes

@@ -2,26 +2,32 @@
 //! replicas beside a small on-demand NodePool for add-ons, under a PDB of maxUnavailable 25%; three spot
 //! instances are interrupted during the peak; then the consumer scales back to zero and the cluster is left
 //! to consolidate. One simulated hour on the embedded AWS us-east-1 catalog.
+//!
+//! Other scenarios come from YAML files (`karpenter simulate --scenario FILE`, format in docs/simulate.md,
+//! the built-in one written out in config/scenarios/worker-heavy.yaml).
 
 use std::time::Duration;
 
+use anyhow::{Result, anyhow, bail};
+use karpenter_api::duration::parse_go_duration;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// Something that happens at a moment of the scenario.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// Create objects (NodePools, Deployments, PDBs) through the API.
     Apply(Vec<Value>),
     /// Set a Deployment's replicas.
-    Scale { deployment: &'static str, replicas: i32 },
+    Scale { deployment: String, replicas: i32 },
     /// Interrupt this many running spot instances (the oldest first).
     InterruptSpot(usize),
 }
 
 /// A scenario: actions at offsets from its start, and how long it runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
-    pub name: &'static str,
+    pub name: String,
     pub duration: Duration,
     pub timeline: Vec<(Duration, Action)>,
 }
@@ -65,7 +71,7 @@ fn deployment(name: &str, replicas: i32, pool: &str, cpu: &str, memory: &str) ->
 pub fn worker_heavy() -> Scenario {
     let minutes = |m: u64| Duration::from_secs(m * 60);
     Scenario {
-        name: "worker-heavy",
+        name: "worker-heavy".into(),
         duration: minutes(60),
         timeline: vec![
             (
@@ -83,7 +89,7 @@ pub fn worker_heavy() -> Scenario {
             (
                 minutes(2),
                 Action::Scale {
-                    deployment: "queue-consumer",
+                    deployment: "queue-consumer".into(),
                     replicas: 400,
                 },
             ),
@@ -91,10 +97,118 @@ pub fn worker_heavy() -> Scenario {
             (
                 minutes(30),
                 Action::Scale {
-                    deployment: "queue-consumer",
+                    deployment: "queue-consumer".into(),
                     replicas: 0,
                 },
             ),
         ],
+    }
+}
+
+/// A scenario file, as written.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ScenarioFile {
+    name: String,
+    /// How long the scenario runs (`60m`).
+    duration: String,
+    timeline: Vec<Step>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Step {
+    /// When, from the start (`0s`, `2m`, `1h30m`).
+    at: String,
+    /// Objects to create: NodePools, Deployments (namespace default), PodDisruptionBudgets.
+    #[serde(default)]
+    apply: Vec<Value>,
+    scale: Option<ScaleStep>,
+    /// Interrupt this many running spot instances, oldest first.
+    interrupt_spot: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScaleStep {
+    deployment: String,
+    replicas: i32,
+}
+
+/// Reads a scenario file; errors name the step and field.
+pub fn parse(text: &str) -> Result<Scenario> {
+    let file: ScenarioFile = serde_saphyr::from_str(text).map_err(|e| anyhow!("{e}"))?;
+    let duration = parse_go_duration(&file.duration).map_err(|e| anyhow!("duration: {e}"))?;
+    let mut timeline = Vec::with_capacity(file.timeline.len());
+    for (i, step) in file.timeline.into_iter().enumerate() {
+        let at = parse_go_duration(&step.at).map_err(|e| anyhow!("timeline[{i}].at: {e}"))?;
+        if at > duration {
+            bail!(
+                "timeline[{i}].at: {} is after the end of the scenario ({})",
+                step.at,
+                file.duration
+            );
+        }
+        let mut actions = Vec::new();
+        if !step.apply.is_empty() {
+            for (j, object) in step.apply.iter().enumerate() {
+                let kind = object["kind"].as_str().unwrap_or_default();
+                if !matches!(kind, "NodePool" | "Deployment" | "PodDisruptionBudget") {
+                    bail!(
+                        "timeline[{i}].apply[{j}].kind: {kind:?} is not NodePool, Deployment or PodDisruptionBudget"
+                    );
+                }
+            }
+            actions.push(Action::Apply(step.apply));
+        }
+        if let Some(scale) = step.scale {
+            actions.push(Action::Scale {
+                deployment: scale.deployment,
+                replicas: scale.replicas,
+            });
+        }
+        if let Some(n) = step.interrupt_spot {
+            actions.push(Action::InterruptSpot(n));
+        }
+        match actions.len() {
+            1 => timeline.extend(actions.into_iter().map(|a| (at, a))),
+            0 => bail!("timeline[{i}]: no action (apply, scale or interruptSpot)"),
+            _ => bail!("timeline[{i}]: one action per step (apply, scale or interruptSpot)"),
+        }
+    }
+    timeline.sort_by_key(|(at, _)| *at);
+    Ok(Scenario {
+        name: file.name,
+        duration,
+        timeline,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_worker_heavy_file_is_the_built_in_scenario() -> Result<()> {
+        let file = parse(include_str!("../../../../config/scenarios/worker-heavy.yaml"))?;
+        assert_eq!(file, worker_heavy());
+        Ok(())
+    }
+
+    #[test]
+    fn bad_steps_are_named() {
+        let err = |text: &str| parse(text).err().map(|e| e.to_string()).unwrap_or_default();
+        let e = err(
+            "name: x\nduration: 10m\ntimeline:\n- at: 1m\n  scale: {deployment: a, replicas: 1}\n- at: soon\n  interruptSpot: 1\n",
+        );
+        assert!(e.contains("timeline[1].at"), "{e}");
+        let e = err("name: x\nduration: 10m\ntimeline:\n- at: 20m\n  interruptSpot: 1\n");
+        assert!(e.contains("after the end"), "{e}");
+        let e = err("name: x\nduration: 10m\ntimeline:\n- at: 1m\n");
+        assert!(e.contains("no action"), "{e}");
+        let e = err("name: x\nduration: 10m\ntimeline:\n- at: 1m\n  apply:\n  - kind: Secret\n");
+        assert!(e.contains("timeline[0].apply[0].kind"), "{e}");
+        let e = err("name: x\nduration: 10m\ntimeline:\n- at: 1m\n  scael: {deployment: a, replicas: 1}\n");
+        assert!(e.contains("scael"), "{e}");
     }
 }

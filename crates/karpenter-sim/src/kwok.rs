@@ -1,0 +1,275 @@
+//! A cloud whose instances are Node objects: `create` picks an offering as the simulated cloud does and creates
+//! the Node through the API server at once (Ready, with the `karpenter.sh/unregistered` taint a real node
+//! registers with); `list`, `get` and `delete` read and delete those Nodes. Like upstream's KWOK provider it
+//! lets `karpenter controller --cloud-provider kwok` run against any API server (a kind cluster with KWOK, or
+//! `karpenter simulate --serve`) without a cloud, for trying things out and for the controller's memory and
+//! latency benchmarks. Nothing runs on these nodes unless something like KWOK plays their kubelets.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use karpenter_api::{
+    labels,
+    nodeclaim::{NodeClaim, NodeClaimStatus},
+    nodepool::NodePool,
+};
+use karpenter_core::{
+    catalog::{CatalogFile, CatalogInstanceType},
+    clock::Clock,
+    cloudprovider::{CloudProvider, CloudProviderError, NodeClassKind, RepairPolicy},
+    disruption::drift::DriftProvider,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, ObjectMeta, PostParams},
+};
+
+use crate::cloud::{SimCloudOptions, SimCloudProvider};
+
+/// The annotation upstream KWOK uses to take a Node over.
+pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// Labels every Node this provider creates (how `list` finds them).
+pub const KWOK_LABEL: &str = "karpenter.sh/kwok";
+
+/// See the module documentation.
+pub struct KwokCloudProvider {
+    offerings: SimCloudProvider,
+    nodes: Api<Node>,
+}
+
+fn transient(e: kube::Error) -> CloudProviderError {
+    CloudProviderError::Transient(e.to_string())
+}
+
+/// The Node name of a provider ID (`sim:///zone/i-0abc` names Node `i-0abc`).
+fn node_name(provider_id: &str) -> &str {
+    provider_id.rsplit('/').next().unwrap_or(provider_id)
+}
+
+/// A Node as the NodeClaim the cloud reports for it.
+fn as_claim(node: &Node) -> Result<NodeClaim, CloudProviderError> {
+    let name = node
+        .labels()
+        .get("karpenter.sh/nodeclaim")
+        .cloned()
+        .unwrap_or_default();
+    let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": name},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "", "kind": "", "name": ""}},
+    }))
+    .map_err(|e| CloudProviderError::Transient(e.to_string()))?;
+    claim.metadata.labels = Some(node.labels().clone());
+    claim.metadata.creation_timestamp = node.metadata.creation_timestamp.clone();
+    let status = node.status.as_ref();
+    claim.status = Some(NodeClaimStatus {
+        provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        node_name: Some(node.name_any()),
+        capacity: status.and_then(|s| s.capacity.clone()),
+        allocatable: status.and_then(|s| s.allocatable.clone()),
+        ..NodeClaimStatus::default()
+    });
+    Ok(claim)
+}
+
+impl KwokCloudProvider {
+    pub fn new(client: Client, catalog: CatalogFile, clock: Arc<dyn Clock>) -> Self {
+        let options = SimCloudOptions {
+            launch_latency: Duration::ZERO,
+            ..SimCloudOptions::default()
+        };
+        Self {
+            offerings: SimCloudProvider::new(catalog, clock, options),
+            nodes: Api::all(client),
+        }
+    }
+
+    pub fn as_dyn(self) -> Arc<dyn CloudProvider> {
+        Arc::new(self)
+    }
+}
+
+impl DriftProvider for KwokCloudProvider {
+    fn is_drifted(&self, _claim: &NodeClaim) -> Option<String> {
+        None
+    }
+}
+
+#[async_trait]
+impl CloudProvider for KwokCloudProvider {
+    fn name(&self) -> &'static str {
+        "kwok"
+    }
+
+    async fn create(&self, claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+        let hydrated = self.offerings.create(claim).await?;
+        let status = hydrated.status.clone().unwrap_or_default();
+        let provider_id = status.provider_id.clone().unwrap_or_default();
+        let name = node_name(&provider_id).to_string();
+        let mut node_labels = hydrated.labels().clone();
+        node_labels.insert(labels::HOSTNAME_LABEL.into(), name.clone());
+        node_labels.insert(KWOK_LABEL.into(), "true".into());
+        node_labels.insert("karpenter.sh/nodeclaim".into(), hydrated.name_any());
+        let mut taints = vec![Taint {
+            key: "karpenter.sh/unregistered".into(),
+            effect: "NoExecute".into(),
+            ..Taint::default()
+        }];
+        let api_taints = hydrated.spec.taints.iter().chain(&hydrated.spec.startup_taints);
+        taints.extend(api_taints.filter_map(|t| {
+            serde_json::to_value(t)
+                .ok()
+                .and_then(|v| serde_json::from_value(v).ok())
+        }));
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name),
+                labels: Some(node_labels),
+                annotations: Some(BTreeMap::from([(
+                    KWOK_ANNOTATION.to_string(),
+                    "fake".to_string(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some(provider_id),
+                taints: Some(taints),
+                ..NodeSpec::default()
+            }),
+            status: Some(NodeStatus {
+                capacity: status.capacity.clone(),
+                allocatable: status.allocatable.clone(),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    reason: Some("KubeletReady".into()),
+                    ..NodeCondition::default()
+                }]),
+                ..NodeStatus::default()
+            }),
+        };
+        self.nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .map_err(transient)?;
+        Ok(hydrated)
+    }
+
+    async fn delete(&self, claim: &NodeClaim) -> Result<(), CloudProviderError> {
+        let provider_id = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .ok_or_else(|| CloudProviderError::NodeClaimNotFound(claim.name_any()))?;
+        let _ = self.offerings.terminate_instance(&provider_id);
+        match self
+            .nodes
+            .delete(node_name(&provider_id), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                Err(CloudProviderError::NodeClaimNotFound(provider_id))
+            }
+            Err(e) => Err(transient(e)),
+        }
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {
+        match self
+            .nodes
+            .get_opt(node_name(provider_id))
+            .await
+            .map_err(transient)?
+        {
+            Some(node) if node.metadata.deletion_timestamp.is_none() => as_claim(&node),
+            _ => Err(CloudProviderError::NodeClaimNotFound(provider_id.to_string())),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
+        let nodes = self
+            .nodes
+            .list(&ListParams::default().labels(&format!("{KWOK_LABEL}=true")))
+            .await
+            .map_err(transient)?;
+        nodes
+            .items
+            .iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+            .map(as_claim)
+            .collect()
+    }
+
+    async fn instance_types(
+        &self,
+        node_pool: &NodePool,
+    ) -> Result<Vec<CatalogInstanceType>, CloudProviderError> {
+        self.offerings.instance_types(node_pool).await
+    }
+
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        self.offerings.repair_policies()
+    }
+
+    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
+        self.offerings.supported_node_classes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ApiServer, VirtualClock};
+
+    type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+    #[tokio::test(start_paused = true)]
+    async fn instances_are_nodes_created_listed_and_deleted_through_the_api() -> TestResult {
+        let catalog = CatalogFile::from_json_str(include_str!("../tests/fixtures/catalog.json"))?;
+        let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
+        let api = ApiServer::new(Arc::clone(&clock));
+        let kwok = KwokCloudProvider::new(api.client(), catalog, clock);
+        let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": "default-abcde", "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+        }))?;
+
+        let launched = kwok.create(&claim).await?;
+        let provider_id = launched
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        let node = Api::<Node>::all(api.client())
+            .get(node_name(&provider_id))
+            .await?;
+        assert_eq!(
+            node.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+            Some(provider_id.as_str())
+        );
+        let taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        assert!(taints.iter().any(|t| t.key == "karpenter.sh/unregistered"));
+        assert_eq!(
+            node.labels().get("karpenter.sh/nodepool").map(String::as_str),
+            Some("default")
+        );
+
+        let listed = kwok.list().await?;
+        assert_eq!(listed.len(), 1);
+        assert_eq!(kwok.get(&provider_id).await?.name_any(), "default-abcde");
+
+        kwok.delete(&launched).await?;
+        assert!(kwok.get(&provider_id).await.is_err_and(|e| e.is_not_found()));
+        assert!(kwok.delete(&launched).await.is_err_and(|e| e.is_not_found()));
+        Ok(())
+    }
+}

@@ -1,0 +1,129 @@
+//! `karpenter controller` (also what `karpenter` with no subcommand runs): the controllers against a real API
+//! server, leader-elected, with /metrics and the probes. Settings come from flags or their environment
+//! variables (see `karpenter controller --help` and docs/reference/settings.md).
+
+use std::{path::PathBuf, sync::Arc};
+
+use anyhow::{Context, Result, anyhow};
+use clap::{Args, ValueEnum};
+use karpenter_api::label_policy::LabelPolicy;
+use karpenter_core::{
+    catalog::{CatalogFile, aws_catalog},
+    clock::{Clock, SystemClock},
+    snapshot::BuildOptions,
+};
+use karpenter_operator::{ControllerParts, Operator, Settings, logging};
+use karpenter_sim::KwokCloudProvider;
+use karpenter_state::{ClusterState, Watched};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// `--cloud-provider`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CloudProviderKind {
+    /// EC2 (needs a binary built with the `aws` feature, as the container image is).
+    Aws,
+    /// No cloud: each launch creates a Node object directly (for KWOK clusters, `karpenter simulate --serve`
+    /// and benchmarks); instance types from --instance-types-file-path or the embedded AWS catalog.
+    Kwok,
+}
+
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    pub settings: Settings,
+    /// Which cloud to launch nodes in.
+    #[arg(long, env = "CLOUD_PROVIDER", value_enum, default_value = "aws")]
+    pub cloud_provider: CloudProviderKind,
+    /// A kubeconfig file; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// kwok: a catalog JSON file of instance types (the format `cargo xtask catalog` writes).
+    #[arg(long, env = "INSTANCE_TYPES_FILE_PATH")]
+    pub instance_types_file_path: Option<PathBuf>,
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no in-cluster configuration and no kubeconfig")?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+fn catalog(path: Option<&PathBuf>) -> Result<CatalogFile> {
+    match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("INSTANCE_TYPES_FILE_PATH {}", path.display()))?;
+            CatalogFile::from_json_str(&text)
+                .map_err(|e| anyhow!("INSTANCE_TYPES_FILE_PATH {}: {e}", path.display()))
+        }
+        None => aws_catalog("us-east-1", &Default::default()).map_err(|e| anyhow!("embedded catalog: {e}")),
+    }
+}
+
+pub fn run(args: &ControllerArgs) -> Result<String> {
+    args.settings.validate()?;
+    logging::init(args.settings.log_level)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(args))?;
+    Ok(String::new())
+}
+
+async fn serve(args: &ControllerArgs) -> Result<()> {
+    let client = client(args.kubeconfig.as_ref()).await?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let settings = args.settings.clone();
+    let (cloud, build, watched) = match args.cloud_provider {
+        CloudProviderKind::Kwok => {
+            let catalog = catalog(args.instance_types_file_path.as_ref())?;
+            let build = BuildOptions {
+                label_policy: LabelPolicy::Aws,
+                extra_well_known_labels: catalog.well_known_labels.clone(),
+                ..BuildOptions::default()
+            };
+            let cloud = KwokCloudProvider::new(client.clone(), catalog, Arc::clone(&clock)).as_dyn();
+            (cloud, build, Watched::default())
+        }
+        CloudProviderKind::Aws => {
+            return Err(anyhow!(
+                "--cloud-provider aws: this karpenter binary was built without the `aws` feature \
+                 (cargo build --features aws; the container image has it)"
+            ));
+        }
+    };
+    let watched = Watched {
+        node_overlays: settings.feature_gates.node_overlay,
+        capacity_buffers: settings.feature_gates.capacity_buffer,
+        ..watched
+    };
+    let parts = ControllerParts {
+        client,
+        state: ClusterState::new(watched),
+        cloud,
+        clock,
+        interruption: None,
+        build,
+        settings,
+        observer: None,
+    };
+    tracing::info!(cloud_provider = ?args.cloud_provider, settings = ?args.settings.describe(), "starting");
+    Operator::new(parts)
+        .run(async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("interrupted: stopping");
+        })
+        .await?;
+    Ok(())
+}
