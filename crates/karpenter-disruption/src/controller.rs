@@ -3,6 +3,7 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{
     common::{ConditionStatus, find_condition},
     label_policy::LabelPolicy,
@@ -11,20 +12,27 @@ use karpenter_api::{
 use karpenter_core::{
     clock::Clock,
     cloudprovider::CloudProvider,
-    disruption::pass::{PassSettings, disruption_pass},
+    disruption::pass::{PassResult, PassSettings, disruption_pass},
     provisioning::{ClaimContext, node_claim_object},
-    snapshot::{BuildOptions, build_disruption_inputs},
+    snapshot::{BuildOptions, DisruptionInputs, Snapshot, build_disruption_inputs},
 };
 use karpenter_provisioner::catalog::catalog_for;
 use karpenter_state::ClusterState;
 use karpenter_termination::taint::{add_disrupted_taint, remove_disrupted_taint};
 use kube::{
-    Api, Client, ResourceExt,
-    api::{DeleteParams, PostParams},
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
 };
+use serde_json::json;
 use tokio::sync::Mutex;
 
-use crate::DisruptionError;
+use crate::{
+    DisruptionError,
+    blocked_events::{DISRUPTION_BLOCKED, event_reason},
+    claim_conditions::disruption_conditions,
+    events::DedupedRecorder,
+    validation::{command_shapes, needs_validation, validate},
+};
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -36,6 +44,9 @@ pub struct DisruptionSettings {
     pub build: BuildOptions,
     /// The SpotToSpotConsolidation feature gate.
     pub spot_to_spot: bool,
+    /// How long a consolidation (or emptiness) decision waits before it is taken again and, if unchanged,
+    /// carried out (upstream: 15 s).
+    pub validation_delay: Duration,
 }
 
 impl Default for DisruptionSettings {
@@ -48,6 +59,7 @@ impl Default for DisruptionSettings {
                 ..BuildOptions::default()
             },
             spot_to_spot: false,
+            validation_delay: Duration::from_secs(15),
         }
     }
 }
@@ -79,6 +91,12 @@ pub enum Tick {
         command: InFlight,
         why: String,
     },
+    /// A consolidation decision was not confirmed when taken again after the validation delay; nothing was
+    /// done.
+    Abandoned {
+        method: String,
+        why: String,
+    },
 }
 
 /// The controller's context.
@@ -89,6 +107,7 @@ pub struct DisruptionController {
     clock: Arc<dyn Clock>,
     settings: DisruptionSettings,
     in_flight: Mutex<Option<InFlight>>,
+    events: DedupedRecorder,
 }
 
 fn is_initialized(claim: &NodeClaim) -> bool {
@@ -107,6 +126,7 @@ impl DisruptionController {
         settings: DisruptionSettings,
     ) -> Self {
         Self {
+            events: DedupedRecorder::new(client.clone(), Arc::clone(&clock)),
             client,
             state,
             cloud,
@@ -126,6 +146,9 @@ impl DisruptionController {
                 Ok(Tick::RolledBack { command, why }) => {
                     tracing::warn!(method = %command.method, %why, "disruption rolled back");
                 }
+                Ok(Tick::Abandoned { method, why }) => {
+                    tracing::info!(%method, %why, "disruption abandoned after validation");
+                }
                 Ok(_) => {}
                 Err(error) => tracing::warn!(category = error.category(), %error, "disruption tick failed"),
             }
@@ -138,12 +161,15 @@ impl DisruptionController {
         self.in_flight.lock().await.clone()
     }
 
-    /// Moves the command in flight on, or runs a pass and starts its command.
+    /// Refreshes the NodeClaims' disruption conditions, then moves the command in flight on, or runs a pass
+    /// and starts its command.
     pub async fn tick(&self) -> Result<Tick, DisruptionError> {
         if !self.state.synced() {
             return Ok(Tick::NotSynced);
         }
         let mut in_flight = self.in_flight.lock().await;
+        let (snapshot, mut inputs) = self.inputs().await?;
+        self.sync_conditions(&inputs).await;
         if let Some(command) = in_flight.clone() {
             let tick = self.advance(command).await?;
             if !matches!(tick, Tick::Waiting) {
@@ -151,31 +177,44 @@ impl DisruptionController {
             }
             return Ok(tick);
         }
-        let tick = self.start().await?;
+        let tick = self.start(&snapshot, &mut inputs).await?;
         if let Tick::Started(command) = &tick {
             *in_flight = Some(command.clone());
         }
         Ok(tick)
     }
 
-    async fn start(&self) -> Result<Tick, DisruptionError> {
-        let now = self.clock.now();
+    /// The cache as it is now, and the pass's inputs over it.
+    async fn inputs(&self) -> Result<(Snapshot, DisruptionInputs), DisruptionError> {
         let snapshot = self.state.snapshot();
         let catalog = catalog_for(self.cloud.as_ref(), &snapshot.node_pools).await?;
-        let mut inputs = build_disruption_inputs(
+        let inputs = build_disruption_inputs(
             &snapshot,
             &catalog,
             &self.settings.build,
             self.cloud.as_ref(),
-            now,
+            self.clock.now(),
         );
-        let result = disruption_pass(
-            &mut inputs,
+        Ok((snapshot, inputs))
+    }
+
+    fn pass(&self, inputs: &mut DisruptionInputs) -> PassResult {
+        disruption_pass(
+            inputs,
             &PassSettings {
-                now,
+                now: self.clock.now(),
                 spot_to_spot: self.settings.spot_to_spot,
             },
-        );
+        )
+    }
+
+    async fn start(
+        &self,
+        snapshot: &Snapshot,
+        inputs: &mut DisruptionInputs,
+    ) -> Result<Tick, DisruptionError> {
+        let now = self.clock.now();
+        let result = self.pass(inputs);
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
         // Expiration is forceful: the claims go now, whatever else the pass decided.
         for e in &result.expirations {
@@ -184,16 +223,51 @@ impl DisruptionController {
                 delete_claim(&claims, name).await?;
             }
         }
-        if result.commands.is_empty() {
+        self.report_blocked(inputs, &result).await;
+        let Some(first) = result.commands.first() else {
             return Ok(Tick::Idle);
+        };
+        if !needs_validation(first.method) {
+            return self.execute(snapshot, inputs, &result, now).await;
         }
+        // Taken again after the delay, on the cache as it is then; carried out only if unchanged, with the
+        // replacements computed then.
+        let decided = command_shapes(&result.commands, |n| inputs.view.nodes[n].node_claim.as_deref());
+        tokio::time::sleep(self.settings.validation_delay).await;
+        let (snapshot, mut again_inputs) = self.inputs().await?;
+        let again = self.pass(&mut again_inputs);
+        let confirmed = command_shapes(&again.commands, |n| {
+            again_inputs.view.nodes[n].node_claim.as_deref()
+        });
+        if let Err(why) = validate(&decided, &confirmed) {
+            return Ok(Tick::Abandoned {
+                method: first.method.as_str().to_string(),
+                why,
+            });
+        }
+        self.execute(&snapshot, &again_inputs, &again, self.clock.now())
+            .await
+    }
+
+    /// Taints the candidates and creates the replacements of the pass's commands.
+    async fn execute(
+        &self,
+        snapshot: &Snapshot,
+        inputs: &DisruptionInputs,
+        result: &PassResult,
+        now: Timestamp,
+    ) -> Result<Tick, DisruptionError> {
+        let Some(first) = result.commands.first() else {
+            return Ok(Tick::Idle);
+        };
+        let claims: Api<NodeClaim> = Api::all(self.client.clone());
         let pools: HashMap<&str, _> = snapshot
             .node_pools
             .iter()
             .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
             .collect();
         let mut command = InFlight {
-            method: result.commands[0].method.as_str().to_string(),
+            method: first.method.as_str().to_string(),
             candidates: Vec::new(),
             replacements: Vec::new(),
             started: now,
@@ -234,6 +308,71 @@ impl DisruptionController {
             }
         }
         Ok(Tick::Started(command))
+    }
+
+    /// Writes each managed NodeClaim's Drifted and Consolidatable conditions where they changed. A failed
+    /// write (a conflict with the lifecycle's own status writes, most often) is retried on the next tick.
+    async fn sync_conditions(&self, inputs: &DisruptionInputs) {
+        let now = self.clock.now();
+        let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
+        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        for info in inputs.claims.iter().flatten() {
+            let Some(claim) = self.state.node_claims.get(&info.node_claim) else {
+                continue;
+            };
+            if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let current = claim
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default();
+            let Some(conditions) =
+                disruption_conditions(current, info.drift.as_ref(), info.consolidatable, now)
+            else {
+                continue;
+            };
+            // The resourceVersion makes the write conditional on the conditions read, so a condition the
+            // lifecycle wrote meanwhile is not overwritten.
+            let patch = json!({
+                "metadata": {"resourceVersion": claim.resource_version()},
+                "status": {"conditions": conditions},
+            });
+            if let Err(error) = claims
+                .patch_status(&info.node_claim, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                tracing::debug!(nodeclaim = %info.node_claim, %error, "writing disruption conditions failed; retrying next tick");
+            }
+        }
+    }
+
+    /// DisruptionBlocked and Unconsolidatable events on the Nodes and NodeClaims the pass left alone for a
+    /// reason worth telling (see [`crate::blocked_events`]), deduplicated.
+    async fn report_blocked(&self, inputs: &DisruptionInputs, result: &PassResult) {
+        for (n, why) in &result.blocked {
+            let Some(reason) = event_reason(why) else { continue };
+            let view = &inputs.view.nodes[*n];
+            let message = match reason {
+                DISRUPTION_BLOCKED => format!("Cannot disrupt: {why}"),
+                _ => format!("Cannot consolidate: {why}"),
+            };
+            if let Some(node) = self.state.nodes.get(&view.name) {
+                self.events
+                    .warn(&Node::object_ref(&node, &()), reason, &message)
+                    .await;
+            }
+            if let Some(claim) = view
+                .node_claim
+                .as_deref()
+                .and_then(|c| self.state.node_claims.get(c))
+            {
+                self.events
+                    .warn(&NodeClaim::object_ref(&claim, &()), reason, &message)
+                    .await;
+            }
+        }
     }
 
     async fn advance(&self, command: InFlight) -> Result<Tick, DisruptionError> {

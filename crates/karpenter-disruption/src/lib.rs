@@ -10,12 +10,19 @@
 //!
 //! Expired NodeClaims the pass reports are deleted at once (expiration is forceful and not budgeted).
 //!
-//! Not here yet (issue 6): validation of a consolidation 15 s after it was decided, the Consolidatable and
-//! Drifted conditions and DisruptionBlocked events, recovery of a command interrupted by a restart, the
-//! TerminateFirstDrift gate.
+//! Before an emptiness or consolidation command is carried out, the decision is taken again 15 s later and the
+//! command is abandoned unless it is unchanged ([`validation`]). Every tick also keeps the NodeClaims'
+//! `Drifted` and `Consolidatable` conditions ([`claim_conditions`]), and nodes the pass leaves alone for a
+//! reason worth telling get deduplicated `DisruptionBlocked` or `Unconsolidatable` events ([`blocked_events`]).
+//!
+//! Not here yet (issue 6): recovery of a command interrupted by a restart, the TerminateFirstDrift gate.
 
+pub mod blocked_events;
+pub mod claim_conditions;
 mod controller;
 mod error;
+pub mod events;
+pub mod validation;
 
 pub use controller::{DisruptionController, DisruptionSettings, InFlight, Tick};
 pub use error::DisruptionError;

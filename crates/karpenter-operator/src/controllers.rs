@@ -11,13 +11,15 @@ use karpenter_core::{
 };
 use karpenter_disruption::{DisruptionController, DisruptionSettings, InFlight, Tick};
 use karpenter_interruption::{Handled, InterruptionController};
-use karpenter_metrics::{DecisionLabels, NodeClaimDisruptedLabels, metrics};
+use karpenter_metrics::{DecisionLabels, EvaluationLabels, NodeClaimDisruptedLabels, metrics};
 use karpenter_provisioner::{
     batcher::BatchWindow,
     gc::GarbageCollector,
     lifecycle::Lifecycle,
+    nodepool_status::NodePoolStatusController,
     provisioner::{Provisioner, ProvisionerSettings},
 };
+use karpenter_repair::NodeRepairController;
 use karpenter_state::ClusterState;
 use karpenter_termination::Terminator;
 use kube::{Client, ResourceExt};
@@ -171,8 +173,19 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         Arc::clone(&parts.clock),
         disruption_settings,
     );
+    let nodepool_status = NodePoolStatusController::new(
+        parts.client.clone(),
+        parts.state.clone(),
+        parts.cloud_for("nodepool.status"),
+        Arc::clone(&parts.clock),
+        parts.build.label_policy,
+    );
     let mut tasks: Vec<ControllerTask> = vec![
         ("provisioner", Box::pin(async move { provisioner.run().await })),
+        (
+            "nodepool.status",
+            Box::pin(async move { nodepool_status.run().await }),
+        ),
         (
             "nodeclaim.lifecycle",
             Box::pin(async move { lifecycle.run().await }),
@@ -186,6 +199,15 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             Box::pin(async move { gc.run().await }),
         ),
     ];
+    if settings.feature_gates.node_repair {
+        let repair = NodeRepairController::new(
+            parts.client.clone(),
+            parts.state.clone(),
+            parts.cloud_for("node.health"),
+            Arc::clone(&parts.clock),
+        );
+        tasks.push(("node.health", Box::pin(async move { repair.run().await })));
+    }
     let (state, observer) = (parts.state.clone(), parts.observer.clone());
     tasks.push((
         "disruption",
@@ -209,6 +231,16 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
                                     .into(),
                                 reason: disruption_reason(&command.method).into(),
                                 consolidation_type: consolidation_type(&command.method).into(),
+                            })
+                            .inc();
+                    }
+                    Ok(Tick::Abandoned { method, why }) => {
+                        tracing::info!(controller = "disruption", %method, %why, "disruption abandoned after validation");
+                        metrics()
+                            .voluntary_disruption_failed_validations
+                            .get_or_create(&EvaluationLabels {
+                                reason: disruption_reason(&method).into(),
+                                consolidation_type: consolidation_type(&method).into(),
                             })
                             .inc();
                     }

@@ -14,6 +14,9 @@ pub mod catalog;
 mod error;
 pub mod gc;
 pub mod lifecycle;
+pub mod nodepool_conditions;
+pub mod nodepool_resources;
+pub mod nodepool_status;
 pub mod pending;
 pub mod provisioner;
 

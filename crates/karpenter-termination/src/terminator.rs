@@ -5,7 +5,9 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::{labels, nodeclaim::NodeClaim};
 use karpenter_core::{
-    clock::Clock, cloudprovider::CloudProvider, disruption::expiration::termination_deadline,
+    clock::Clock,
+    cloudprovider::CloudProvider,
+    disruption::expiration::{clamped_pod_grace_seconds, pod_delete_at, termination_deadline},
     snapshot::CompactPod,
 };
 use karpenter_state::ClusterState;
@@ -36,6 +38,27 @@ pub struct Terminator {
     clock: Arc<dyn Clock>,
     /// How often deleted NodeClaims are looked at (tokio time).
     pub interval: Duration,
+}
+
+/// Kubernetes' default `terminationGracePeriodSeconds`.
+const DEFAULT_POD_GRACE_SECONDS: i64 = 30;
+
+/// When the node must be empty: the earlier of deletion + the claim's terminationGracePeriod and the
+/// `karpenter.sh/nodeclaim-termination-timestamp` annotation (node repair sets it to "now" to drain at once).
+fn drain_deadline(claim: &NodeClaim) -> Option<jiff::Timestamp> {
+    let from_grace = claim
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .and_then(|t| termination_deadline(claim, t.0));
+    let annotated = claim
+        .annotations()
+        .get(labels::NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION)
+        .and_then(|v| v.parse::<jiff::Timestamp>().ok());
+    match (from_grace, annotated) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn key(pod: &CompactPod) -> String {
@@ -104,14 +127,20 @@ impl Terminator {
                 .collect();
             let plan = drain_plan(&pods);
             if plan.remaining > 0 {
-                let past_deadline = claim
-                    .metadata
-                    .deletion_timestamp
-                    .as_ref()
-                    .and_then(|t| termination_deadline(claim, t.0))
-                    .is_some_and(|deadline| self.clock.now() >= deadline);
+                let deadline = drain_deadline(claim);
+                let now = self.clock.now();
                 for pod in &plan.evict {
-                    self.evict(pod, past_deadline, done).await?;
+                    // A pod whose own grace period would overrun the node's deadline is deleted directly, with
+                    // its grace clamped to the time left, so it is gone by the deadline whatever its PDB says.
+                    let own_grace = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.termination_grace_period_seconds)
+                        .unwrap_or(DEFAULT_POD_GRACE_SECONDS);
+                    let delete_with = deadline
+                        .filter(|d| now >= pod_delete_at(*d, own_grace))
+                        .map(|d| clamped_pod_grace_seconds(d, now, own_grace));
+                    self.evict(pod, delete_with, done).await?;
                 }
                 return Ok(());
             }
@@ -152,14 +181,17 @@ impl Terminator {
     async fn evict(
         &self,
         pod: &CompactPod,
-        force: bool,
+        delete_with_grace: Option<i64>,
         done: &mut TerminationPass,
     ) -> Result<(), TerminationError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let result = if force {
-            pods.delete(name, &DeleteParams::default()).await.map(|_| ())
+        let result = if let Some(grace) = delete_with_grace {
+            let grace = u32::try_from(grace.max(0)).unwrap_or(u32::MAX);
+            pods.delete(name, &DeleteParams::default().grace_period(grace))
+                .await
+                .map(|_| ())
         } else {
             pods.evict(name, &EvictParams::default()).await.map(|_| ())
         };

@@ -62,6 +62,8 @@ pub struct CompactPodSpec {
     pub priority: Option<i32>,
     /// Host-network pods use their container ports on the node.
     pub host_network: Option<bool>,
+    /// How long the pod's containers get to stop (the drain clamps it to the node's deadline).
+    pub termination_grace_period_seconds: Option<i64>,
     pub containers: Vec<CompactContainer>,
     pub init_containers: Option<Vec<CompactContainer>>,
     /// Pod-level resources (the PodLevelResources feature).
@@ -185,6 +187,7 @@ impl From<PodSpec> for CompactPodSpec {
             topology_spread_constraints: spec.topology_spread_constraints,
             priority: spec.priority,
             host_network: spec.host_network,
+            termination_grace_period_seconds: spec.termination_grace_period_seconds,
             containers: spec.containers.into_iter().map(Into::into).collect(),
             init_containers: spec
                 .init_containers
@@ -209,6 +212,7 @@ impl From<&PodSpec> for CompactPodSpec {
             topology_spread_constraints: spec.topology_spread_constraints.clone(),
             priority: spec.priority,
             host_network: spec.host_network,
+            termination_grace_period_seconds: spec.termination_grace_period_seconds,
             containers: spec.containers.iter().map(CompactContainer::from).collect(),
             init_containers: spec
                 .init_containers

@@ -1,0 +1,156 @@
+//! The repair loop: every pass plans over the state cache and carries the plan out.
+
+use std::{sync::Arc, time::Duration};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
+use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
+use karpenter_state::ClusterState;
+use kube::{
+    Api, Client, Resource,
+    api::{DeleteParams, Patch, PatchParams},
+};
+use serde_json::json;
+
+use crate::{
+    RepairError,
+    events::DedupedRecorder,
+    plan::{BlockedGroup, Repair, plan_repairs},
+};
+
+/// The event reason upstream uses when the circuit breaker holds repairs back.
+pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepairPass {
+    /// NodeClaims deleted to replace their unhealthy nodes.
+    pub repaired: Vec<String>,
+    /// Repairs the circuit breaker held back.
+    pub blocked: Vec<BlockedGroup>,
+}
+
+/// The node repair controller's context.
+pub struct NodeRepairController {
+    client: Client,
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    clock: Arc<dyn Clock>,
+    events: DedupedRecorder,
+    /// Between passes (tokio time). Tolerations are minutes long, so a pass every 10 seconds is on time.
+    pub interval: Duration,
+}
+
+impl NodeRepairController {
+    pub fn new(
+        client: Client,
+        state: ClusterState,
+        cloud: Arc<dyn CloudProvider>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            events: DedupedRecorder::new(client.clone(), Arc::clone(&clock)),
+            client,
+            state,
+            cloud,
+            clock,
+            interval: Duration::from_secs(10),
+        }
+    }
+
+    /// Runs passes until the future is dropped; a failed pass is logged and the next one retries. Returns at
+    /// once when the provider has no repair policies (upstream does not start the controller then).
+    pub async fn run(&self) {
+        if self.cloud.repair_policies().is_empty() {
+            tracing::info!(
+                provider = self.cloud.name(),
+                "no repair policies: node repair is off"
+            );
+            return;
+        }
+        loop {
+            match self.pass().await {
+                Ok(pass) if !pass.repaired.is_empty() => {
+                    tracing::info!(repaired = ?pass.repaired, "repairing unhealthy nodes")
+                }
+                Ok(_) | Err(RepairError::NotSynced) => {}
+                Err(error) => tracing::warn!(category = error.category(), %error, "node repair pass failed"),
+            }
+            tokio::time::sleep(self.interval).await;
+        }
+    }
+
+    /// One pass over the cache as it is now.
+    pub async fn pass(&self) -> Result<RepairPass, RepairError> {
+        if !self.state.synced() {
+            return Err(RepairError::NotSynced);
+        }
+        let now = self.clock.now();
+        let nodes = self.state.nodes.all();
+        let claims = self.state.node_claims.all();
+        let plan = plan_repairs(
+            nodes.iter().map(|n| &**n),
+            claims.iter().map(|c| &**c),
+            &self.cloud.repair_policies(),
+            now,
+        );
+        let mut pass = RepairPass::default();
+        for group in &plan.blocked {
+            self.report_blocked(group).await;
+        }
+        for repair in &plan.repairs {
+            if self.repair(repair, now).await? {
+                pass.repaired.push(repair.node_claim.clone());
+            }
+        }
+        pass.blocked = plan.blocked;
+        Ok(pass)
+    }
+
+    /// Force-terminates the node's NodeClaim: the termination timestamp is set to now, so the drain does not
+    /// wait on PodDisruptionBudgets or do-not-disrupt pods for a node that is broken anyway, then the claim is
+    /// deleted. Returns false when the claim was already gone.
+    async fn repair(&self, repair: &Repair, now: Timestamp) -> Result<bool, RepairError> {
+        tracing::info!(node = %repair.node, nodeclaim = %repair.node_claim, condition = %repair.why.condition,
+            since = %repair.why.since, "node unhealthy past its toleration; replacing it");
+        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let deadline = Timestamp::from_second(now.as_second()).unwrap_or(now);
+        let patch = json!({"metadata": {"annotations": {
+            labels::NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION: deadline.to_string()
+        }}});
+        match claims
+            .patch(&repair.node_claim, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+        match claims.delete(&repair.node_claim, &DeleteParams::default()).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// NodeRepairBlocked on the NodePool (when there is one) and on each held-back node.
+    async fn report_blocked(&self, group: &BlockedGroup) {
+        let message = group.message();
+        tracing::warn!(nodepool = ?group.node_pool, unhealthy = group.unhealthy, total = group.total, "{message}");
+        if let Some(pool) = group
+            .node_pool
+            .as_deref()
+            .and_then(|p| self.state.node_pools.get(p))
+        {
+            let reference = NodePool::object_ref(&pool, &());
+            self.events.warn(&reference, NODE_REPAIR_BLOCKED, &message).await;
+        }
+        for held in &group.held {
+            if let Some(node) = self.state.nodes.get(&held.node) {
+                let reference = Node::object_ref(&node, &());
+                self.events.warn(&reference, NODE_REPAIR_BLOCKED, &message).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Which nodes to repair now, and which NodePools the circuit breaker holds back. Pure: the controller carries
+//! the plan out.
+//!
+//! The circuit breaker: when many nodes go unhealthy together the cause is rarely the nodes (a bad AMI, a
+//! network or control-plane outage), and replacing them all would only add churn, or take down every node at
+//! once. So, as upstream, repair stops in a NodePool where more than 20% of the nodes (rounded up, so a pool of
+//! one to five nodes may repair one) are unhealthy; nodes without a NodePool are counted against every node of
+//! the cluster. Unhealthy here means a condition matches a policy, whether or not its toleration has run out:
+//! a node that has only just gone NotReady is still a sign of trouble.
+//!
+//! Repair is forceful, like expiration: it does not wait for disruption budgets (the API has no `Unhealthy`
+//! budget reason) and does not honour `karpenter.sh/do-not-disrupt`, which guards only voluntary disruption.
+
+use std::collections::{BTreeMap, HashMap};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::{labels, nodeclaim::NodeClaim};
+use karpenter_core::cloudprovider::RepairPolicy;
+use kube::ResourceExt;
+
+use crate::health::{Unhealthy, unhealthy};
+
+/// The largest share of a NodePool's nodes that may be unhealthy while repair goes on, in percent.
+pub const UNHEALTHY_PERCENT_LIMIT: usize = 20;
+
+/// A node to replace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repair {
+    pub node: String,
+    pub node_claim: String,
+    /// `None` for a node without the `karpenter.sh/nodepool` label.
+    pub node_pool: Option<String>,
+    pub why: Unhealthy,
+}
+
+/// A NodePool (or, for `node_pool: None`, the cluster) whose repairs the circuit breaker holds back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockedGroup {
+    pub node_pool: Option<String>,
+    pub unhealthy: usize,
+    pub total: usize,
+    /// Repairs that are due but held back.
+    pub held: Vec<Repair>,
+}
+
+impl BlockedGroup {
+    /// The NodeRepairBlocked event's message.
+    pub fn message(&self) -> String {
+        let scope = match &self.node_pool {
+            Some(pool) => format!("NodePool {pool}"),
+            None => "the cluster".to_string(),
+        };
+        format!(
+            "{} of {} nodes in {scope} are unhealthy, more than {UNHEALTHY_PERCENT_LIMIT}%: node repair is paused",
+            self.unhealthy, self.total
+        )
+    }
+}
+
+/// What a repair pass does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepairPlan {
+    pub repairs: Vec<Repair>,
+    pub blocked: Vec<BlockedGroup>,
+    /// The earliest moment an unhealthy node's toleration runs out after now, so a caller can wake then.
+    pub next_due: Option<Timestamp>,
+}
+
+/// How many of `total` nodes may be unhealthy while repair goes on: 20%, rounded up.
+pub fn unhealthy_allowed(total: usize) -> usize {
+    (total * UNHEALTHY_PERCENT_LIMIT).div_ceil(100)
+}
+
+#[derive(Default)]
+struct Group {
+    total: usize,
+    unhealthy: usize,
+    due: Vec<Repair>,
+}
+
+/// Decides the repairs at `now`. Only nodes with a NodeClaim (found by `status.nodeName` or provider ID) are
+/// repaired; a NodeClaim already being deleted is left to its termination.
+pub fn plan_repairs<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    claims: impl IntoIterator<Item = &'a NodeClaim>,
+    policies: &[RepairPolicy],
+    now: Timestamp,
+) -> RepairPlan {
+    let mut claim_by_node: HashMap<&str, &NodeClaim> = HashMap::new();
+    let mut claim_by_provider_id: HashMap<&str, &NodeClaim> = HashMap::new();
+    for claim in claims {
+        let Some(status) = claim.status.as_ref() else {
+            continue;
+        };
+        if let Some(node) = status.node_name.as_deref() {
+            claim_by_node.insert(node, claim);
+        }
+        if let Some(id) = status.provider_id.as_deref() {
+            claim_by_provider_id.insert(id, claim);
+        }
+    }
+    let mut plan = RepairPlan::default();
+    // By NodePool; `None` collects the nodes without one, counted against the whole cluster below.
+    let mut groups: BTreeMap<Option<String>, Group> = BTreeMap::new();
+    let mut cluster_total = 0;
+    for node in nodes {
+        cluster_total += 1;
+        let pool = node.labels().get(labels::NODEPOOL_LABEL).cloned();
+        let group = groups.entry(pool.clone()).or_default();
+        group.total += 1;
+        let Some(why) = unhealthy(node, policies, now) else {
+            continue;
+        };
+        group.unhealthy += 1;
+        if now < why.repair_at {
+            plan.next_due = Some(plan.next_due.map_or(why.repair_at, |d| d.min(why.repair_at)));
+            continue;
+        }
+        let claim = claim_by_node.get(node.name_any().as_str()).copied().or_else(|| {
+            let id = node.spec.as_ref()?.provider_id.as_deref()?;
+            claim_by_provider_id.get(id).copied()
+        });
+        let Some(claim) = claim else { continue };
+        if claim.metadata.deletion_timestamp.is_some() || node.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        group.due.push(Repair {
+            node: node.name_any(),
+            node_claim: claim.name_any(),
+            node_pool: pool,
+            why,
+        });
+    }
+    let cluster_unhealthy: usize = groups.values().map(|g| g.unhealthy).sum();
+    for (pool, group) in groups {
+        let (unhealthy, total) = match pool {
+            Some(_) => (group.unhealthy, group.total),
+            None => (cluster_unhealthy, cluster_total),
+        };
+        if group.due.is_empty() {
+            continue;
+        }
+        if unhealthy > unhealthy_allowed(total) {
+            plan.blocked.push(BlockedGroup {
+                node_pool: pool,
+                unhealthy,
+                total,
+                held: group.due,
+            });
+        } else {
+            plan.repairs.extend(group.due);
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+
+    const T0: &str = "2026-01-01T00:00:00Z";
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn policies() -> Vec<RepairPolicy> {
+        vec![RepairPolicy {
+            condition_type: "Ready".into(),
+            condition_status: "False".into(),
+            toleration: Duration::from_secs(30 * 60),
+        }]
+    }
+
+    fn node(name: &str, pool: Option<&str>, ready: &str) -> Node {
+        let mut labels = json!({});
+        if let Some(pool) = pool {
+            labels[labels::NODEPOOL_LABEL] = json!(pool);
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"providerID": format!("sim:///{name}")},
+            "status": {"conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": T0}]}
+        }))
+        .unwrap()
+    }
+
+    fn claim(name: &str, node: &str) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                     "requirements": []},
+            "status": {"providerID": format!("sim:///{node}")}
+        }))
+        .unwrap()
+    }
+
+    /// `n` nodes in pool `p`, the first `bad` of them NotReady since T0, each with a claim.
+    fn pool(p: &str, n: usize, bad: usize) -> (Vec<Node>, Vec<NodeClaim>) {
+        (0..n)
+            .map(|i| {
+                let name = format!("{p}-{i}");
+                let ready = if i < bad { "False" } else { "True" };
+                (
+                    node(&name, Some(p), ready),
+                    claim(&format!("{name}-claim"), &name),
+                )
+            })
+            .unzip()
+    }
+
+    #[test]
+    fn twenty_percent_rounds_up() {
+        assert_eq!(unhealthy_allowed(0), 0);
+        assert_eq!(unhealthy_allowed(1), 1);
+        assert_eq!(unhealthy_allowed(5), 1);
+        assert_eq!(unhealthy_allowed(6), 2);
+        assert_eq!(unhealthy_allowed(10), 2);
+    }
+
+    #[test]
+    fn a_node_unhealthy_past_its_toleration_is_repaired_through_its_claim() {
+        let (nodes, claims) = pool("a", 5, 1);
+        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T00:30:00Z"));
+        let repaired: Vec<(&str, &str)> = plan
+            .repairs
+            .iter()
+            .map(|r| (r.node.as_str(), r.node_claim.as_str()))
+            .collect();
+        assert_eq!(repaired, vec![("a-0", "a-0-claim")]);
+        assert!(plan.blocked.is_empty());
+    }
+
+    #[test]
+    fn within_its_toleration_a_node_waits_and_the_plan_says_until_when() {
+        let (nodes, claims) = pool("a", 5, 1);
+        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T00:29:59Z"));
+        assert!(plan.repairs.is_empty());
+        assert_eq!(plan.next_due, Some(at("2026-01-01T00:30:00Z")));
+    }
+
+    #[test]
+    fn more_than_twenty_percent_unhealthy_blocks_the_pool_but_not_another() {
+        let (mut nodes, mut claims) = pool("a", 5, 2);
+        let (b_nodes, b_claims) = pool("b", 5, 1);
+        nodes.extend(b_nodes);
+        claims.extend(b_claims);
+        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T01:00:00Z"));
+        assert_eq!(plan.blocked.len(), 1);
+        let blocked = &plan.blocked[0];
+        assert_eq!(
+            (blocked.node_pool.as_deref(), blocked.unhealthy, blocked.total),
+            (Some("a"), 2, 5)
+        );
+        assert_eq!(blocked.held.len(), 2);
+        assert_eq!(
+            blocked.message(),
+            "2 of 5 nodes in NodePool a are unhealthy, more than 20%: node repair is paused"
+        );
+        let repaired: Vec<&str> = plan.repairs.iter().map(|r| r.node.as_str()).collect();
+        assert_eq!(repaired, vec!["b-0"]);
+    }
+
+    #[test]
+    fn nodes_without_a_pool_count_against_the_whole_cluster() {
+        let (mut nodes, mut claims) = pool("a", 9, 0);
+        nodes.push(node("loose-0", None, "False"));
+        claims.push(claim("loose-0-claim", "loose-0"));
+        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T01:00:00Z"));
+        assert_eq!(
+            plan.repairs.len(),
+            1,
+            "1 of 10 nodes in the cluster is within 20%"
+        );
+
+        let nodes = vec![
+            node("loose-0", None, "False"),
+            node("loose-1", None, "False"),
+            node("x", Some("a"), "True"),
+        ];
+        let claims = vec![claim("c0", "loose-0"), claim("c1", "loose-1")];
+        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T01:00:00Z"));
+        assert!(plan.repairs.is_empty());
+        assert_eq!(
+            plan.blocked[0].message(),
+            "2 of 3 nodes in the cluster are unhealthy, more than 20%: node repair is paused"
+        );
+    }
+
+    #[test]
+    fn nodes_without_a_claim_and_claims_being_deleted_are_left_alone() {
+        let (nodes, mut claims) = pool("a", 5, 1);
+        claims[0].metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(T0)));
+        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T01:00:00Z"));
+        assert!(plan.repairs.is_empty() && plan.blocked.is_empty());
+        let plan = plan_repairs(&nodes, &[], &policies(), at("2026-01-01T01:00:00Z"));
+        assert!(plan.repairs.is_empty() && plan.blocked.is_empty());
+    }
+}
