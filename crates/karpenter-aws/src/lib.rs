@@ -20,26 +20,36 @@
 //! the tests skip, saying so, when either is missing).
 
 pub mod ami;
+pub mod capacity;
 pub mod client;
+pub mod cloud_provider;
+pub mod drift;
 pub mod error;
 pub mod instance;
 pub mod instance_types;
 pub mod interruption;
 pub mod interruption_queue;
 pub mod launch;
+pub mod launch_plan;
 pub mod node_claim;
+pub mod node_classes;
+pub mod nodeclass;
 pub mod pricing;
 pub mod security_groups;
 pub mod selectors;
+pub mod settings;
 pub mod subnets;
 pub mod tags;
 pub mod unavailable_offerings;
 
 pub use client::{AwsClients, ClientOptions};
+pub use cloud_provider::AwsCloudProvider;
 pub use error::AwsError;
 pub use instance::Ec2Instance;
 pub use instance_types::InstanceTypeProvider;
 pub use interruption::{InstanceState, InterruptionKind, InterruptionMessage, parse_interruption_message};
 pub use interruption_queue::{InterruptionQueue, ReceivedMessage};
+pub use node_classes::{KubeNodeClasses, NodeClassCache, NodeClassSource};
 pub use pricing::{PriceSource, PricingProvider, PricingStatus};
+pub use settings::AwsSettings;
 pub use unavailable_offerings::UnavailableOfferings;
