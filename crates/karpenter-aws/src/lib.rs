@@ -29,6 +29,7 @@ pub mod instance;
 pub mod instance_types;
 pub mod interruption;
 pub mod interruption_queue;
+pub mod interruption_source;
 pub mod launch;
 pub mod launch_plan;
 pub mod node_claim;

@@ -11,6 +11,9 @@ mod fixtures;
 #[path = "moto/cloud_provider.rs"]
 mod cloud_provider;
 
+#[path = "moto/interruption_source.rs"]
+mod interruption_source;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 
