@@ -14,6 +14,9 @@ mod cloud_provider;
 #[path = "moto/interruption_source.rs"]
 mod interruption_source;
 
+#[path = "moto/nodeclass.rs"]
+mod nodeclass;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 

@@ -46,6 +46,14 @@ impl Resolution {
         .flatten()
         .find(|e| !matches!(e, AwsError::Config(_)))
     }
+
+    /// [`Resolution::error`], owned.
+    pub fn into_error(self) -> Option<AwsError> {
+        [self.amis.err(), self.subnets.err(), self.security_groups.err()]
+            .into_iter()
+            .flatten()
+            .find(|e| !matches!(e, AwsError::Config(_)))
+    }
 }
 
 fn terms_json<T: Serialize>(terms: &[T]) -> String {
