@@ -13,7 +13,7 @@
 //!   recently out-of-capacity offerings and zones without a subnet of the class unavailable.
 //! - Drift ([`crate::drift`]) from the caches of classes and instances the calls above keep.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -25,8 +25,9 @@ use karpenter_api::ec2nodeclass::{
     EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus, conditions, fnv1a64,
 };
 use karpenter_api::labels::{
-    AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_GROUP, AWS_TAG_NODECLAIM,
-    AWS_ZONE_ID_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL, ZONE_LABEL,
+    AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL,
+    AWS_GROUP, AWS_TAG_NODECLAIM, AWS_ZONE_ID_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL,
+    NODEPOOL_LABEL, ZONE_LABEL,
 };
 use karpenter_api::nodeclaim::{NodeClaim, NodeClaimStatus};
 use karpenter_api::nodepool::NodePool;
@@ -385,9 +386,8 @@ impl AwsCloudProvider {
         hydrated
     }
 
-    /// The catalog entry of an instance's type, under its class's settings when the class is known.
-    fn entry_for(&self, instance: &Ec2Instance) -> Option<CatalogInstanceType> {
-        let class_name = instance.tags.get(karpenter_api::labels::AWS_EC2NODECLASS_LABEL);
+    /// The catalog under the settings of class `class_name` when it is known, else the defaults.
+    fn catalog_of_class(&self, class_name: Option<&String>) -> Vec<CatalogInstanceType> {
         let class = class_name.and_then(|n| self.node_class_cache.get(n));
         let settings = class.map_or_else(
             || crate::capacity::default_capacity_settings(&self.settings),
@@ -395,9 +395,24 @@ impl AwsCloudProvider {
         );
         self.instance_types
             .list(&settings, &self.pricing, &self.unavailable, Instant::now())
-            .ok()?
-            .into_iter()
-            .find(|t| t.name == instance.instance_type)
+            .unwrap_or_default()
+    }
+
+    /// Instances as NodeClaims; each class's catalog is computed once, not once per instance.
+    fn to_node_claims(&self, instances: &[Ec2Instance]) -> Vec<NodeClaim> {
+        let mut catalogs: HashMap<Option<&String>, Vec<CatalogInstanceType>> = HashMap::new();
+        let now = Timestamp::now();
+        instances
+            .iter()
+            .map(|instance| {
+                let class_name = instance.tags.get(AWS_EC2NODECLASS_LABEL);
+                let catalog = catalogs
+                    .entry(class_name)
+                    .or_insert_with(|| self.catalog_of_class(class_name));
+                let entry = catalog.iter().find(|t| t.name == instance.instance_type);
+                instance_to_node_claim(instance, entry, now)
+            })
+            .collect()
     }
 }
 
@@ -445,12 +460,9 @@ impl CloudProvider for AwsCloudProvider {
         match get_instance(&self.clients.ec2, id).await {
             Ok(instance) => {
                 self.instances.insert(instance.clone());
-                let entry = self.entry_for(&instance);
-                Ok(instance_to_node_claim(
-                    &instance,
-                    entry.as_ref(),
-                    Timestamp::now(),
-                ))
+                let catalog = self.catalog_of_class(instance.tags.get(AWS_EC2NODECLASS_LABEL));
+                let entry = catalog.iter().find(|t| t.name == instance.instance_type);
+                Ok(instance_to_node_claim(&instance, entry, Timestamp::now()))
             }
             Err(err) => {
                 if matches!(err, AwsError::NotFound { .. }) {
@@ -464,11 +476,7 @@ impl CloudProvider for AwsCloudProvider {
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
         let instances = list_instances(&self.clients.ec2, &self.settings.cluster_name).await?;
         self.instances.replace_all(&instances);
-        let now = Timestamp::now();
-        Ok(instances
-            .iter()
-            .map(|i| instance_to_node_claim(i, self.entry_for(i).as_ref(), now))
-            .collect())
+        Ok(self.to_node_claims(&instances))
     }
 
     async fn instance_types(
