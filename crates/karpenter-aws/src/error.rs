@@ -78,6 +78,9 @@ pub enum AwsError {
     /// Bad provider configuration (settings, embedded data).
     #[error("configuration: {0}")]
     Config(String),
+    /// The Kubernetes API server refused or failed a request (reading EC2NodeClasses, writing their status).
+    #[error("kubernetes: {0}")]
+    Kube(String),
 }
 
 impl AwsError {
@@ -92,6 +95,7 @@ impl AwsError {
             Self::InterruptionMessage(_) => "InvalidInterruptionMessage",
             Self::InvalidProviderId(_) => "InvalidProviderID",
             Self::Config(_) => "Configuration",
+            Self::Kube(_) => "KubernetesApi",
         }
     }
 
@@ -146,6 +150,12 @@ impl AwsError {
     }
 }
 
+impl From<kube::Error> for AwsError {
+    fn from(err: kube::Error) -> Self {
+        Self::Kube(err.to_string())
+    }
+}
+
 /// Whether an AWS error code means throttling.
 pub fn is_throttling_code(code: &str) -> bool {
     THROTTLING_CODES.contains(&code)
@@ -171,7 +181,9 @@ pub fn is_unfulfillable_capacity_code(code: &str) -> bool {
 impl From<AwsError> for CloudProviderError {
     fn from(err: AwsError) -> Self {
         match err {
-            AwsError::Throttled { .. } | AwsError::Unreachable { .. } => Self::Transient(err.to_string()),
+            AwsError::Throttled { .. } | AwsError::Unreachable { .. } | AwsError::Kube(_) => {
+                Self::Transient(err.to_string())
+            }
             AwsError::NotFound { .. } | AwsError::InvalidProviderId(_) => {
                 Self::NodeClaimNotFound(err.to_string())
             }

@@ -4,7 +4,8 @@
 //!
 //! Provider IDs have the form `aws:///<zone>/<instance-id>`, as the AWS cloud controller manager writes them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{PoisonError, RwLock};
 
 use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
 use jiff::Timestamp;
@@ -30,6 +31,9 @@ pub struct Ec2Instance {
     pub image_id: Option<String>,
     pub launch_time: Option<Timestamp>,
     pub private_dns_name: Option<String>,
+    /// The subnet and security groups the instance runs in, for subnet and security-group drift.
+    pub subnet_id: Option<String>,
+    pub security_group_ids: Vec<String>,
     pub tags: BTreeMap<String, String>,
 }
 
@@ -67,6 +71,12 @@ impl Ec2Instance {
                 .private_dns_name()
                 .filter(|name| !name.is_empty())
                 .map(str::to_string),
+            subnet_id: instance.subnet_id().map(str::to_string),
+            security_group_ids: instance
+                .security_groups()
+                .iter()
+                .filter_map(|g| g.group_id().map(str::to_string))
+                .collect(),
             tags: instance
                 .tags()
                 .iter()
@@ -164,6 +174,43 @@ pub async fn terminate_instance(ec2: &aws_sdk_ec2::Client, id: &str) -> Result<(
         .await
         .map_err(|e| AwsError::from_sdk("TerminateInstances", e))?;
     Ok(())
+}
+
+/// The last state seen of each instance of the cluster (launches, get, list), by instance ID: what drift and
+/// the interruption source read without asking EC2.
+#[derive(Debug, Default)]
+pub struct InstanceCache {
+    by_id: RwLock<HashMap<String, Ec2Instance>>,
+}
+
+impl InstanceCache {
+    pub fn get(&self, id: &str) -> Option<Ec2Instance> {
+        self.by_id
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()
+    }
+
+    pub fn insert(&self, instance: Ec2Instance) {
+        self.by_id
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(instance.id.clone(), instance);
+    }
+
+    pub fn remove(&self, id: &str) {
+        self.by_id
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+    }
+
+    /// Replaces everything with a full listing (instances not listed are gone).
+    pub fn replace_all(&self, instances: &[Ec2Instance]) {
+        *self.by_id.write().unwrap_or_else(PoisonError::into_inner) =
+            instances.iter().map(|i| (i.id.clone(), i.clone())).collect();
+    }
 }
 
 #[cfg(test)]

@@ -159,6 +159,9 @@ pub struct LaunchOverride {
     pub subnet_id: String,
     /// The offering's price; overrides are tried cheapest first.
     pub price: f64,
+    /// The AMI for this type when it differs from the launch template's (one fleet can then mix
+    /// architectures, as upstream's one-template-per-AMI fleets do).
+    pub image_id: Option<String>,
 }
 
 /// A request for one instance.
@@ -212,6 +215,7 @@ pub async fn create_fleet(
                         .instance_type(InstanceType::from(o.instance_type.as_str()))
                         .subnet_id(&o.subnet_id)
                         .availability_zone(&o.zone)
+                        .set_image_id(o.image_id.clone())
                         .build()
                 })
                 .collect(),

@@ -103,6 +103,8 @@ mod tests {
             image_id: Some("ami-0abc".into()),
             launch_time: Some("2026-12-02T12:00:00Z".parse().unwrap()),
             private_dns_name: None,
+            subnet_id: None,
+            security_group_ids: Vec::new(),
             tags: BTreeMap::from([
                 ("karpenter.sh/nodepool".into(), "default".into()),
                 ("karpenter.sh/nodeclaim".into(), "default-x7k2p".into()),

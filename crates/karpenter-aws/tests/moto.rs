@@ -5,6 +5,18 @@
 
 mod support;
 
+#[path = "moto/fixtures.rs"]
+mod fixtures;
+
+#[path = "moto/cloud_provider.rs"]
+mod cloud_provider;
+
+#[path = "moto/interruption_source.rs"]
+mod interruption_source;
+
+#[path = "moto/nodeclass.rs"]
+mod nodeclass;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -325,12 +337,14 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
                 zone: "us-west-2a".into(),
                 subnet_id: subnets["us-west-2a"].clone(),
                 price: 0.05,
+                image_id: None,
             },
             LaunchOverride {
                 instance_type: "c5.large".into(),
                 zone: "us-west-2b".into(),
                 subnet_id: subnets["us-west-2b"].clone(),
                 price: 0.04,
+                image_id: None,
             },
         ],
         tags: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),

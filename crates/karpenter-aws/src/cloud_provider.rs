@@ -1,0 +1,569 @@
+//! [`AwsCloudProvider`]: core's `CloudProvider` on EC2, assembled from this crate's parts.
+//!
+//! - `create`: reads the claim's EC2NodeClass (fresh, from the [`NodeClassSource`]); a missing, deleting or
+//!   not-Ready class is `NodeClassNotReady`. The class's status (AMIs, subnets, security groups, instance
+//!   profile) is used when the EC2NodeClass controller has written one, else the class is resolved here. Then
+//!   [`plan_launch`] picks the offerings, a launch template is ensured for the AMI, and an instant CreateFleet
+//!   launches one instance ([`crate::launch`]: capacity errors mark offerings unavailable and surface as
+//!   `InsufficientCapacity`). The claim comes back hydrated: provider ID `aws:///<zone>/<instance-id>`, the
+//!   instance type's single-valued labels plus zone, zone ID and capacity type, image, capacity and
+//!   allocatable, and the class's drift hash annotations.
+//! - `delete`, `get`, `list`: by provider ID and by the cluster's tags; NodeClaimNotFound once terminated.
+//! - `instance_types`: the discovered types under the NodePool's class's capacity settings, priced, with
+//!   recently out-of-capacity offerings and zones without a subnet of the class unavailable.
+//! - Drift ([`crate::drift`]) from the caches of classes and instances the calls above keep.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use karpenter_api::common::{ConditionStatus, ResourceList};
+use karpenter_api::ec2nodeclass::{
+    EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus, conditions, fnv1a64,
+};
+use karpenter_api::labels::{
+    AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL,
+    AWS_GROUP, AWS_TAG_NODECLAIM, AWS_ZONE_ID_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL,
+    NODEPOOL_LABEL, ZONE_LABEL,
+};
+use karpenter_api::nodeclaim::{NodeClaim, NodeClaimStatus};
+use karpenter_api::nodepool::NodePool;
+use karpenter_api::quantity::format_milli;
+use karpenter_core::catalog::{CatalogInstanceType, Quantities, RequirementOperator};
+use karpenter_core::cloudprovider::{CloudProvider, CloudProviderError, NodeClassKind, RepairPolicy};
+use karpenter_core::disruption::drift::DriftProvider;
+
+use crate::capacity::capacity_settings;
+use crate::client::AwsClients;
+use crate::drift::drift_reason;
+use crate::error::AwsError;
+use crate::instance::{
+    Ec2Instance, InstanceCache, get_instance, list_instances, parse_provider_id, terminate_instance,
+};
+use crate::instance_types::InstanceTypeProvider;
+use crate::launch::{LaunchRequest, LaunchTemplateSpec, create_fleet, ensure_launch_template};
+use crate::launch_plan::plan_launch;
+use crate::node_claim::instance_to_node_claim;
+use crate::node_classes::{NodeClassCache, NodeClassSource};
+use crate::nodeclass::{resolve, status::compute_status};
+use crate::pricing::PricingProvider;
+use crate::settings::AwsSettings;
+use crate::tags::launch_tags;
+use crate::unavailable_offerings::UnavailableOfferings;
+
+/// The Kubernetes version AMI aliases resolve for until the API server has been asked.
+pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
+
+/// The AWS CloudProvider. Share it as `Arc<AwsCloudProvider>`; it coerces to `Arc<dyn CloudProvider>`.
+pub struct AwsCloudProvider {
+    settings: AwsSettings,
+    clients: AwsClients,
+    node_classes: Arc<dyn NodeClassSource>,
+    node_class_cache: Arc<NodeClassCache>,
+    instance_types: Arc<InstanceTypeProvider>,
+    pricing: Arc<PricingProvider>,
+    unavailable: Arc<UnavailableOfferings>,
+    instances: Arc<InstanceCache>,
+    kubernetes_version: RwLock<String>,
+}
+
+impl std::fmt::Debug for AwsCloudProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsCloudProvider")
+            .field("cluster_name", &self.settings.cluster_name)
+            .field("region", &self.clients.region)
+            .finish_non_exhaustive()
+    }
+}
+
+fn not_ready(name: &str, reason: impl Into<String>) -> CloudProviderError {
+    CloudProviderError::NodeClassNotReady {
+        name: name.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn resource_list(quantities: &Quantities) -> ResourceList {
+    quantities
+        .iter()
+        .filter(|(_, milli)| **milli != 0)
+        .map(|(resource, milli)| (resource.clone(), Quantity(format_milli(resource, *milli))))
+        .collect()
+}
+
+/// The launch template's name: a hash of everything it holds, so a changed class or AMI gets a new template
+/// and an unchanged one reuses its template.
+fn launch_template_name(cluster_name: &str, spec: &LaunchTemplateSpec) -> String {
+    let key = format!(
+        "{cluster_name}\n{}\n{}\n{:?}\n{:?}\n{:?}\n{:?}\n{}/{}/{}",
+        spec.name,
+        spec.image_id,
+        spec.security_group_ids,
+        spec.instance_profile,
+        spec.user_data,
+        spec.tags,
+        spec.http_tokens,
+        spec.http_put_response_hop_limit,
+        spec.http_endpoint_enabled
+    );
+    format!("karpenter.k8s.aws/{:016x}", fnv1a64(key.as_bytes()))
+}
+
+impl AwsCloudProvider {
+    /// A provider for `settings` over `clients`, reading EC2NodeClasses from `node_classes`. Instance types are
+    /// empty until [`AwsCloudProvider::refresh_instance_types`] succeeds; prices start from the static table.
+    pub fn new(
+        settings: AwsSettings,
+        clients: AwsClients,
+        node_classes: Arc<dyn NodeClassSource>,
+    ) -> Result<Self, AwsError> {
+        let pricing = PricingProvider::new(clients.region.clone(), settings.isolated_vpc)?;
+        let version = settings
+            .kubernetes_version
+            .clone()
+            .unwrap_or_else(|| DEFAULT_KUBERNETES_VERSION.to_string());
+        Ok(Self {
+            instance_types: Arc::new(InstanceTypeProvider::new(clients.region.clone())),
+            pricing: Arc::new(pricing),
+            unavailable: Arc::new(UnavailableOfferings::default()),
+            instances: Arc::new(InstanceCache::default()),
+            node_class_cache: Arc::new(NodeClassCache::default()),
+            kubernetes_version: RwLock::new(version),
+            settings,
+            clients,
+            node_classes,
+        })
+    }
+
+    pub fn settings(&self) -> &AwsSettings {
+        &self.settings
+    }
+
+    pub fn clients(&self) -> &AwsClients {
+        &self.clients
+    }
+
+    pub fn unavailable_offerings(&self) -> &Arc<UnavailableOfferings> {
+        &self.unavailable
+    }
+
+    pub fn instance_cache(&self) -> &Arc<InstanceCache> {
+        &self.instances
+    }
+
+    pub fn node_class_cache(&self) -> &Arc<NodeClassCache> {
+        &self.node_class_cache
+    }
+
+    pub fn pricing(&self) -> &Arc<PricingProvider> {
+        &self.pricing
+    }
+
+    /// The Kubernetes minor version (`1.33`) AMI aliases resolve for.
+    pub fn kubernetes_version(&self) -> String {
+        self.kubernetes_version
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn set_kubernetes_version(&self, version: impl Into<String>) {
+        *self
+            .kubernetes_version
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = version.into();
+    }
+
+    /// Describes instance types, zones and offerings again. Returns how many launchable types were found.
+    pub async fn refresh_instance_types(&self) -> Result<usize, AwsError> {
+        self.instance_types.refresh(&self.clients.ec2).await
+    }
+
+    /// Updates spot prices, and on-demand prices unless in an isolated VPC. Both are attempted; the first error
+    /// is returned (the prices in use stay).
+    pub async fn refresh_prices(&self) -> Result<(), AwsError> {
+        let spot = self.pricing.update_spot(&self.clients.ec2).await;
+        let on_demand = self.pricing.update_on_demand(&self.clients.pricing).await;
+        spot.and(on_demand).map(|_| ())
+    }
+
+    /// The class's instance types (every discovered type, available or not).
+    pub fn catalog_for(&self, node_class: &EC2NodeClass) -> Result<Vec<CatalogInstanceType>, AwsError> {
+        let mut catalog = self.instance_types.list(
+            &capacity_settings(node_class, &self.settings),
+            &self.pricing,
+            &self.unavailable,
+            Instant::now(),
+        )?;
+        let zones = node_class.zones();
+        // Before the class has subnets every zone is possible; after, only theirs.
+        if !zones.is_empty() {
+            for offering in catalog.iter_mut().flat_map(|t| t.offerings.iter_mut()) {
+                offering.available &= zones.contains(&offering.zone);
+            }
+        }
+        Ok(catalog)
+    }
+
+    /// The class named `name`, fresh from the source; also refreshes the drift cache.
+    async fn node_class(&self, name: &str) -> Result<Option<Arc<EC2NodeClass>>, CloudProviderError> {
+        match self.node_classes.get(name).await {
+            Ok(Some(class)) => Ok(Some(self.node_class_cache.insert(class))),
+            Ok(None) => {
+                self.node_class_cache.remove(name);
+                Ok(None)
+            }
+            Err(err) => Err(CloudProviderError::Transient(err.to_string())),
+        }
+    }
+
+    /// The status a launch uses: the controller's when it resolved everything, else resolved now.
+    async fn launch_status(
+        &self,
+        node_class: &EC2NodeClass,
+    ) -> Result<EC2NodeClassStatus, CloudProviderError> {
+        let name = node_class.metadata.name.clone().unwrap_or_default();
+        if let Some(ready) = node_class.condition(conditions::READY)
+            && ready.status != ConditionStatus::True
+        {
+            return Err(not_ready(&name, format!("{}: {}", ready.reason, ready.message)));
+        }
+        if let Some(status) = &node_class.status
+            && !status.amis.is_empty()
+            && !status.subnets.is_empty()
+            && !status.security_groups.is_empty()
+        {
+            return Ok(status.clone());
+        }
+        let resolution = resolve(
+            &self.clients,
+            node_class,
+            &self.kubernetes_version(),
+            Timestamp::now(),
+        )
+        .await;
+        if let Some(err) = resolution.error() {
+            return Err(CloudProviderError::Transient(format!(
+                "resolving EC2NodeClass {name}: {err}"
+            )));
+        }
+        let status = compute_status(node_class, &resolution, Timestamp::now());
+        let unready: Vec<String> = status
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != conditions::READY && c.status != ConditionStatus::True)
+            .map(|c| format!("{}: {}", c.reason, c.message))
+            .collect();
+        if unready.is_empty() {
+            Ok(status)
+        } else {
+            Err(not_ready(&name, unready.join("; ")))
+        }
+    }
+
+    async fn launch(&self, claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+        let class_name = claim.spec.node_class_ref.name.clone();
+        let node_class = self
+            .node_class(&class_name)
+            .await?
+            .ok_or_else(|| not_ready(&class_name, "EC2NodeClass not found"))?;
+        if node_class.metadata.deletion_timestamp.is_some() {
+            return Err(not_ready(&class_name, "EC2NodeClass is being deleted"));
+        }
+        let status = self.launch_status(&node_class).await?;
+        let catalog = self
+            .catalog_for(&node_class)
+            .map_err(|e| not_ready(&class_name, e.to_string()))?;
+        let plan = plan_launch(claim, &catalog, &status.amis, &status.subnets)?;
+
+        let mut resolved_class = (*node_class).clone();
+        resolved_class.status = Some(status.clone());
+        let mut template =
+            LaunchTemplateSpec::from_node_class(String::new(), &resolved_class, &plan.image_id)?;
+        template.name = launch_template_name(&self.settings.cluster_name, &template);
+        let template_name = ensure_launch_template(&self.clients.ec2, &template)
+            .await
+            .map_err(|e| match e {
+                AwsError::Throttled { .. } | AwsError::Unreachable { .. } => {
+                    CloudProviderError::Transient(e.to_string())
+                }
+                other => CloudProviderError::Create {
+                    reason: "LaunchTemplateCreationFailed".into(),
+                    message: other.to_string(),
+                },
+            })?;
+
+        let claim_name = claim.metadata.name.clone().unwrap_or_default();
+        let node_pool = claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(NODEPOOL_LABEL))
+            .cloned()
+            .unwrap_or_default();
+        let mut tags = launch_tags(
+            &self.settings.cluster_name,
+            &node_pool,
+            &class_name,
+            node_class.spec.tags.as_ref(),
+        );
+        tags.insert(AWS_TAG_NODECLAIM.into(), claim_name);
+        let request = LaunchRequest {
+            launch_template_name: template_name,
+            capacity_type: plan.capacity_type.clone(),
+            overrides: plan.overrides.clone(),
+            tags: tags.clone(),
+        };
+        let launched = create_fleet(&self.clients.ec2, &request, &self.unavailable, Instant::now()).await?;
+
+        let image_id = plan
+            .overrides
+            .iter()
+            .find(|o| o.instance_type == launched.instance_type && o.zone == launched.zone)
+            .and_then(|o| o.image_id.clone())
+            .unwrap_or_else(|| plan.image_id.clone());
+        let instance = Ec2Instance {
+            id: launched.instance_id.clone(),
+            instance_type: launched.instance_type.clone(),
+            zone: launched.zone.clone(),
+            capacity_type: launched.capacity_type.clone(),
+            state: "pending".into(),
+            image_id: Some(image_id),
+            launch_time: Some(Timestamp::now()),
+            private_dns_name: None,
+            subnet_id: plan.subnets.get(&launched.zone).cloned(),
+            security_group_ids: status.security_groups.iter().map(|g| g.id.clone()).collect(),
+            tags,
+        };
+        self.instances.insert(instance.clone());
+        let entry = catalog.iter().find(|t| t.name == launched.instance_type);
+        Ok(self.hydrate(claim, &node_class, &status, &instance, entry))
+    }
+
+    /// `claim` as launched: see the module documentation.
+    fn hydrate(
+        &self,
+        claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        status: &EC2NodeClassStatus,
+        instance: &Ec2Instance,
+        entry: Option<&CatalogInstanceType>,
+    ) -> NodeClaim {
+        let mut hydrated = claim.clone();
+        let labels = hydrated.metadata.labels.get_or_insert_with(BTreeMap::new);
+        for requirement in entry.iter().flat_map(|t| t.requirements.iter()) {
+            if requirement.operator == RequirementOperator::In
+                && let [value] = requirement.values.as_slice()
+            {
+                labels.insert(requirement.key.clone(), value.clone());
+            }
+        }
+        labels.insert(INSTANCE_TYPE_LABEL.into(), instance.instance_type.clone());
+        labels.insert(ZONE_LABEL.into(), instance.zone.clone());
+        labels.insert(CAPACITY_TYPE_LABEL.into(), instance.capacity_type.clone());
+        if let Some(zone_id) = status
+            .subnets
+            .iter()
+            .find(|s| s.zone == instance.zone)
+            .and_then(|s| s.zone_id.clone())
+        {
+            labels.insert(AWS_ZONE_ID_LABEL.into(), zone_id);
+        }
+        let annotations = hydrated.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(AWS_EC2NODECLASS_HASH_ANNOTATION.into(), node_class.hash());
+        annotations.insert(
+            AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION.into(),
+            EC2NODECLASS_HASH_VERSION.into(),
+        );
+        let claim_status = hydrated.status.get_or_insert_with(NodeClaimStatus::default);
+        claim_status.provider_id = Some(instance.provider_id());
+        claim_status.image_id = instance.image_id.clone();
+        claim_status.capacity = entry.map(|t| resource_list(&t.capacity));
+        claim_status.allocatable = entry.map(|t| resource_list(&t.allocatable()));
+        hydrated
+    }
+
+    /// The catalog under the settings of class `class_name` when it is known, else the defaults.
+    fn catalog_of_class(&self, class_name: Option<&String>) -> Vec<CatalogInstanceType> {
+        let class = class_name.and_then(|n| self.node_class_cache.get(n));
+        let settings = class.map_or_else(
+            || crate::capacity::default_capacity_settings(&self.settings),
+            |c| capacity_settings(&c, &self.settings),
+        );
+        self.instance_types
+            .list(&settings, &self.pricing, &self.unavailable, Instant::now())
+            .unwrap_or_default()
+    }
+
+    /// Instances as NodeClaims; each class's catalog is computed once, not once per instance.
+    fn to_node_claims(&self, instances: &[Ec2Instance]) -> Vec<NodeClaim> {
+        let mut catalogs: HashMap<Option<&String>, Vec<CatalogInstanceType>> = HashMap::new();
+        let now = Timestamp::now();
+        instances
+            .iter()
+            .map(|instance| {
+                let class_name = instance.tags.get(AWS_EC2NODECLASS_LABEL);
+                let catalog = catalogs
+                    .entry(class_name)
+                    .or_insert_with(|| self.catalog_of_class(class_name));
+                let entry = catalog.iter().find(|t| t.name == instance.instance_type);
+                instance_to_node_claim(instance, entry, now)
+            })
+            .collect()
+    }
+}
+
+impl DriftProvider for AwsCloudProvider {
+    fn is_drifted(&self, claim: &NodeClaim) -> Option<String> {
+        let class = self.node_class_cache.get(&claim.spec.node_class_ref.name)?;
+        let instance = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|id| parse_provider_id(id).ok())
+            .and_then(|id| self.instances.get(id));
+        drift_reason(claim, &class, instance.as_ref()).map(str::to_string)
+    }
+}
+
+#[async_trait]
+impl CloudProvider for AwsCloudProvider {
+    fn name(&self) -> &'static str {
+        "aws"
+    }
+
+    async fn create(&self, claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+        self.launch(claim).await
+    }
+
+    async fn delete(&self, claim: &NodeClaim) -> Result<(), CloudProviderError> {
+        let provider_id = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .ok_or_else(|| {
+                CloudProviderError::NodeClaimNotFound(claim.metadata.name.clone().unwrap_or_default())
+            })?;
+        let id = parse_provider_id(provider_id)?;
+        let result = terminate_instance(&self.clients.ec2, id).await;
+        if matches!(result, Err(AwsError::NotFound { .. })) {
+            self.instances.remove(id);
+        }
+        Ok(result?)
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {
+        let id = parse_provider_id(provider_id)?;
+        match get_instance(&self.clients.ec2, id).await {
+            Ok(instance) => {
+                self.instances.insert(instance.clone());
+                let catalog = self.catalog_of_class(instance.tags.get(AWS_EC2NODECLASS_LABEL));
+                let entry = catalog.iter().find(|t| t.name == instance.instance_type);
+                Ok(instance_to_node_claim(&instance, entry, Timestamp::now()))
+            }
+            Err(err) => {
+                if matches!(err, AwsError::NotFound { .. }) {
+                    self.instances.remove(id);
+                }
+                Err(err.into())
+            }
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
+        let instances = list_instances(&self.clients.ec2, &self.settings.cluster_name).await?;
+        self.instances.replace_all(&instances);
+        Ok(self.to_node_claims(&instances))
+    }
+
+    async fn instance_types(
+        &self,
+        node_pool: &NodePool,
+    ) -> Result<Vec<CatalogInstanceType>, CloudProviderError> {
+        let reference = &node_pool.spec.template.spec.node_class_ref;
+        if reference.group != AWS_GROUP {
+            return Ok(Vec::new());
+        }
+        // A NodePool whose class does not exist yet can launch nothing.
+        let Some(class) = self.node_class(&reference.name).await? else {
+            return Ok(Vec::new());
+        };
+        self.catalog_for(&class)
+            .map_err(|e| not_ready(&reference.name, e.to_string()))
+    }
+
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        repair_policies()
+    }
+
+    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
+        vec![NodeClassKind {
+            group: AWS_GROUP,
+            kind: "EC2NodeClass",
+        }]
+    }
+}
+
+/// Upstream AWS's repair policies: the kubelet's Ready, and the node monitoring agent's conditions.
+pub fn repair_policies() -> Vec<RepairPolicy> {
+    let policy = |condition: &str, status: &str, minutes: u64| RepairPolicy {
+        condition_type: condition.into(),
+        condition_status: status.into(),
+        toleration: Duration::from_secs(minutes * 60),
+    };
+    vec![
+        policy("Ready", "False", 30),
+        policy("Ready", "Unknown", 30),
+        policy("AcceleratedHardwareReady", "False", 10),
+        policy("StorageReady", "False", 30),
+        policy("NetworkingReady", "False", 30),
+        policy("KernelReady", "False", 30),
+        policy("ContainerRuntimeReady", "False", 30),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repair_policies_are_upstreams() {
+        let policies = repair_policies();
+        assert_eq!(policies.len(), 7);
+        assert_eq!(policies[2].condition_type, "AcceleratedHardwareReady");
+        assert_eq!(policies[2].toleration, Duration::from_secs(600));
+        assert!(
+            policies
+                .iter()
+                .filter(|p| p.condition_type == "Ready")
+                .all(|p| p.toleration.as_secs() == 1800)
+        );
+    }
+
+    #[test]
+    fn launch_templates_are_named_by_content() {
+        let spec = LaunchTemplateSpec {
+            name: String::new(),
+            image_id: "ami-1".into(),
+            security_group_ids: vec!["sg-1".into()],
+            instance_profile: Some("nodes".into()),
+            user_data: None,
+            tags: BTreeMap::new(),
+            http_tokens: "required".into(),
+            http_put_response_hop_limit: 1,
+            http_endpoint_enabled: true,
+        };
+        let name = launch_template_name("prod", &spec);
+        assert!(name.starts_with("karpenter.k8s.aws/"), "{name}");
+        assert_eq!(name, launch_template_name("prod", &spec));
+        let other = LaunchTemplateSpec {
+            image_id: "ami-2".into(),
+            ..spec.clone()
+        };
+        assert_ne!(name, launch_template_name("prod", &other));
+        assert_ne!(name, launch_template_name("dev", &spec));
+    }
+}

@@ -1,0 +1,168 @@
+//! AWS drift: whether the instance behind a NodeClaim differs from what its EC2NodeClass launches today. Pure:
+//! the CloudProvider answers from its caches of EC2NodeClasses and instances. Checked in upstream's order, the
+//! first that fires giving the reason:
+//! 1. `NodeClassDrift`: the claim's `karpenter.k8s.aws/ec2nodeclass-hash` differs from the class's hash,
+//!    judged only when the claim was hashed by the current [`EC2NODECLASS_HASH_VERSION`] (an older version is
+//!    re-hashed, not drifted);
+//! 2. `AMIDrift`: the claim's image is not among the class's resolved AMIs;
+//! 3. `SubnetDrift`: the instance's subnet is not among the class's subnets;
+//! 4. `SecurityGroupDrift`: the instance's security groups are not exactly the class's.
+//!
+//! A check whose inputs are unknown (no status yet, an instance not seen yet) does not fire.
+
+use std::collections::BTreeSet;
+
+use karpenter_api::ec2nodeclass::{EC2NODECLASS_HASH_VERSION, EC2NodeClass};
+use karpenter_api::labels::{AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION};
+use karpenter_api::nodeclaim::NodeClaim;
+
+use crate::instance::Ec2Instance;
+
+pub const NODE_CLASS_DRIFT: &str = "NodeClassDrift";
+pub const AMI_DRIFT: &str = "AMIDrift";
+pub const SUBNET_DRIFT: &str = "SubnetDrift";
+pub const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
+
+/// The drift reason of `claim` against `node_class` and its `instance`, if any.
+pub fn drift_reason(
+    claim: &NodeClaim,
+    node_class: &EC2NodeClass,
+    instance: Option<&Ec2Instance>,
+) -> Option<&'static str> {
+    let annotations = claim.metadata.annotations.as_ref();
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
+    if annotation(AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION) == Some(EC2NODECLASS_HASH_VERSION)
+        && let Some(hash) = annotation(AWS_EC2NODECLASS_HASH_ANNOTATION)
+        && hash != node_class.hash()
+    {
+        return Some(NODE_CLASS_DRIFT);
+    }
+    let status = node_class.status.as_ref()?;
+    let image = claim.status.as_ref().and_then(|s| s.image_id.as_deref());
+    if let Some(image) = image
+        && !status.amis.is_empty()
+        && !status.amis.iter().any(|a| a.id == image)
+    {
+        return Some(AMI_DRIFT);
+    }
+    let instance = instance?;
+    if let Some(subnet) = &instance.subnet_id
+        && !status.subnets.is_empty()
+        && !status.subnets.iter().any(|s| &s.id == subnet)
+    {
+        return Some(SUBNET_DRIFT);
+    }
+    let running: BTreeSet<&str> = instance.security_group_ids.iter().map(String::as_str).collect();
+    let wanted: BTreeSet<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
+    if !running.is_empty() && !wanted.is_empty() && running != wanted {
+        return Some(SECURITY_GROUP_DRIFT);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use karpenter_api::ec2nodeclass::{Ami, EC2NodeClassSpec, EC2NodeClassStatus, SecurityGroup, Subnet};
+    use serde_json::json;
+
+    use super::*;
+
+    fn node_class() -> EC2NodeClass {
+        let mut class = EC2NodeClass::new(
+            "default",
+            EC2NodeClassSpec {
+                instance_profile: Some("nodes".into()),
+                ..Default::default()
+            },
+        );
+        class.status = Some(EC2NodeClassStatus {
+            amis: vec![Ami {
+                id: "ami-new".into(),
+                ..Default::default()
+            }],
+            subnets: vec![Subnet {
+                id: "subnet-a".into(),
+                zone: "us-west-2a".into(),
+                zone_id: None,
+            }],
+            security_groups: vec![SecurityGroup {
+                id: "sg-1".into(),
+                name: None,
+            }],
+            ..Default::default()
+        });
+        class
+    }
+
+    fn claim(image: &str, hash: Option<(&str, &str)>) -> NodeClaim {
+        let mut claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "c"},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+            "status": {"imageID": image, "providerID": "aws:///us-west-2a/i-1"}
+        }))
+        .unwrap();
+        if let Some((hash, version)) = hash {
+            claim.metadata.annotations = Some(BTreeMap::from([
+                (AWS_EC2NODECLASS_HASH_ANNOTATION.to_string(), hash.to_string()),
+                (
+                    AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION.to_string(),
+                    version.to_string(),
+                ),
+            ]));
+        }
+        claim
+    }
+
+    fn instance(subnet: &str, groups: &[&str]) -> Ec2Instance {
+        Ec2Instance {
+            id: "i-1".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-west-2a".into(),
+            capacity_type: "spot".into(),
+            state: "running".into(),
+            image_id: Some("ami-new".into()),
+            launch_time: None,
+            private_dns_name: None,
+            subnet_id: Some(subnet.into()),
+            security_group_ids: groups.iter().map(|g| g.to_string()).collect(),
+            tags: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn each_reason_in_order() {
+        let class = node_class();
+        let current = class.hash();
+        let same = claim("ami-new", Some((&current, EC2NODECLASS_HASH_VERSION)));
+        let ok = instance("subnet-a", &["sg-1"]);
+        assert_eq!(drift_reason(&same, &class, Some(&ok)), None);
+        assert_eq!(
+            drift_reason(&same, &class, None),
+            None,
+            "an unknown instance does not drift"
+        );
+        let rehashed = claim("ami-new", Some(("1", EC2NODECLASS_HASH_VERSION)));
+        assert_eq!(drift_reason(&rehashed, &class, Some(&ok)), Some(NODE_CLASS_DRIFT));
+        let old_version = claim("ami-new", Some(("1", "v5")));
+        assert_eq!(drift_reason(&old_version, &class, Some(&ok)), None);
+        let old_image = claim("ami-old", Some(("1", EC2NODECLASS_HASH_VERSION)));
+        assert_eq!(
+            drift_reason(&old_image, &class, Some(&ok)),
+            Some(NODE_CLASS_DRIFT),
+            "the static hash first"
+        );
+        assert_eq!(
+            drift_reason(&claim("ami-old", None), &class, Some(&ok)),
+            Some(AMI_DRIFT)
+        );
+        let moved = instance("subnet-b", &["sg-1"]);
+        assert_eq!(drift_reason(&same, &class, Some(&moved)), Some(SUBNET_DRIFT));
+        let extra = instance("subnet-a", &["sg-1", "sg-2"]);
+        assert_eq!(
+            drift_reason(&same, &class, Some(&extra)),
+            Some(SECURITY_GROUP_DRIFT)
+        );
+    }
+}

@@ -1,0 +1,241 @@
+//! Core's `InterruptionSource` over the SQS interruption queue: long polls (20 s, up to 10 messages), parses
+//! each message and hands the interruption controller one [`InterruptionEvent`] per affected instance, with
+//! the BARE instance ID (`i-0abc...`) as `provider_id` (the controller matches claims whose provider ID ends
+//! with `/<instance-id>`).
+//!
+//! - A spot interruption also marks the instance's spot offering unavailable (its type and zone from the
+//!   provider's instance cache, else DescribeInstances), as upstream does, so the replacement goes elsewhere.
+//! - A message that is not an interruption event is logged with its message ID, counted and deleted; an event
+//!   that does not concern Karpenter (an instance starting) is deleted silently.
+//! - Messages that were handed out are deleted at the next `receive` call, once the controller has acted on
+//!   them: a controller that dies first gets them again after the visibility timeout.
+//! - Receive errors back off (1 s doubling to 1 min) and retry; `receive` returns None only after
+//!   [`SqsInterruptionSource::shutdown`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind, InterruptionSource};
+use tokio::sync::{Mutex, watch};
+
+use crate::instance::{InstanceCache, get_instance};
+use crate::instance_types::CAPACITY_TYPE_SPOT;
+use crate::interruption::{InterruptionKind as MessageKind, InterruptionMessage};
+use crate::interruption_queue::{InterruptionQueue, LONG_POLL};
+use crate::unavailable_offerings::UnavailableOfferings;
+
+const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Counters for the controller's metrics.
+#[derive(Debug, Default)]
+pub struct InterruptionSourceStats {
+    pub received: AtomicU64,
+    pub malformed: AtomicU64,
+    pub ignored: AtomicU64,
+    pub receive_errors: AtomicU64,
+    pub delete_errors: AtomicU64,
+}
+
+/// The SQS-backed interruption source.
+pub struct SqsInterruptionSource {
+    queue: InterruptionQueue,
+    ec2: aws_sdk_ec2::Client,
+    instances: Arc<InstanceCache>,
+    unavailable: Arc<UnavailableOfferings>,
+    /// Receipt handles of messages handed out and not yet deleted.
+    handed_out: Mutex<Vec<String>>,
+    shutdown: watch::Sender<bool>,
+    stats: InterruptionSourceStats,
+}
+
+impl std::fmt::Debug for SqsInterruptionSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqsInterruptionSource")
+            .field("queue", &self.queue.url())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Core's kind for a parsed message's.
+pub fn event_kind(kind: &MessageKind) -> InterruptionKind {
+    match kind {
+        MessageKind::SpotInterruption { .. } => InterruptionKind::SpotInterruption,
+        MessageKind::RebalanceRecommendation => InterruptionKind::Rebalance,
+        MessageKind::ScheduledChange { .. } => InterruptionKind::ScheduledChange,
+        MessageKind::StateChange { .. } => InterruptionKind::StateChange,
+    }
+}
+
+/// One event per instance of `message`.
+pub fn events_of(message: &InterruptionMessage) -> Vec<InterruptionEvent> {
+    message
+        .instance_ids
+        .iter()
+        .map(|id| InterruptionEvent {
+            provider_id: id.clone(),
+            kind: event_kind(&message.kind),
+            at: message.time,
+        })
+        .collect()
+}
+
+impl SqsInterruptionSource {
+    pub fn new(
+        queue: InterruptionQueue,
+        ec2: aws_sdk_ec2::Client,
+        instances: Arc<InstanceCache>,
+        unavailable: Arc<UnavailableOfferings>,
+    ) -> Self {
+        Self {
+            queue,
+            ec2,
+            instances,
+            unavailable,
+            handed_out: Mutex::new(Vec::new()),
+            shutdown: watch::Sender::new(false),
+            stats: InterruptionSourceStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &InterruptionSourceStats {
+        &self.stats
+    }
+
+    /// Makes every pending and later `receive` return None.
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    fn is_shut_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    async fn delete(&self, receipt_handle: &str, message_id: &str) {
+        if let Err(err) = self.queue.delete(receipt_handle).await {
+            self.stats.delete_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(message_id, error = %err, "deleting an interruption message");
+        }
+    }
+
+    /// Deletes what the controller has had since the last call.
+    async fn delete_handed_out(&self) {
+        let handles = std::mem::take(&mut *self.handed_out.lock().await);
+        for handle in handles {
+            self.delete(&handle, "").await;
+        }
+    }
+
+    /// Marks the spot offering of a reclaimed instance unavailable.
+    async fn mark_spot_unavailable(&self, instance_id: &str) {
+        let known = match self.instances.get(instance_id) {
+            Some(instance) => Some(instance),
+            None => get_instance(&self.ec2, instance_id).await.ok(),
+        };
+        match known {
+            Some(instance) => self.unavailable.mark_unavailable(
+                &instance.instance_type,
+                &instance.zone,
+                CAPACITY_TYPE_SPOT,
+                Instant::now(),
+            ),
+            None => tracing::debug!(instance_id, "spot interruption for an instance not found"),
+        }
+    }
+
+    /// One long poll: the events of the messages received, the malformed and irrelevant ones deleted.
+    async fn poll(&self) -> Result<Vec<InterruptionEvent>, crate::AwsError> {
+        let received = self.queue.receive(LONG_POLL).await?;
+        let mut events = Vec::new();
+        for message in received {
+            self.stats.received.fetch_add(1, Ordering::Relaxed);
+            match message.parsed {
+                Err(err) => {
+                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(message_id = %message.message_id, error = %err, "deleting an unreadable interruption message");
+                    self.delete(&message.receipt_handle, &message.message_id).await;
+                }
+                Ok(None) => {
+                    self.stats.ignored.fetch_add(1, Ordering::Relaxed);
+                    self.delete(&message.receipt_handle, &message.message_id).await;
+                }
+                Ok(Some(parsed)) => {
+                    if matches!(parsed.kind, MessageKind::SpotInterruption { .. }) {
+                        for id in &parsed.instance_ids {
+                            self.mark_spot_unavailable(id).await;
+                        }
+                    }
+                    events.extend(events_of(&parsed));
+                    self.handed_out.lock().await.push(message.receipt_handle);
+                }
+            }
+        }
+        Ok(events)
+    }
+}
+
+#[async_trait]
+impl InterruptionSource for SqsInterruptionSource {
+    async fn receive(&self) -> Option<Vec<InterruptionEvent>> {
+        self.delete_handed_out().await;
+        let mut shutdown = self.shutdown.subscribe();
+        let mut backoff = INITIAL_BACKOFF;
+        loop {
+            if self.is_shut_down() {
+                return None;
+            }
+            let polled = tokio::select! {
+                polled = self.poll() => polled,
+                _ = shutdown.wait_for(|stop| *stop) => return None,
+            };
+            match polled {
+                Ok(events) if !events.is_empty() => return Some(events),
+                Ok(_) => backoff = INITIAL_BACKOFF,
+                Err(err) => {
+                    self.stats.receive_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %err, retry_in = ?backoff, "receiving interruption messages");
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.wait_for(|stop| *stop) => return None,
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interruption::InstanceState;
+
+    #[test]
+    fn one_event_per_instance_with_the_bare_instance_id() {
+        let message = InterruptionMessage {
+            kind: MessageKind::ScheduledChange {
+                event_type_code: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into(),
+            },
+            instance_ids: vec!["i-01".into(), "i-02".into()],
+            time: "2026-12-02T12:00:00Z".parse().unwrap(),
+            event_id: "e".into(),
+        };
+        let events = events_of(&message);
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1].provider_id, "i-02");
+        assert_eq!(events[0].kind, InterruptionKind::ScheduledChange);
+        assert_eq!(events[0].at, message.time);
+        assert_eq!(
+            event_kind(&MessageKind::StateChange {
+                state: InstanceState::Stopping
+            }),
+            InterruptionKind::StateChange
+        );
+        assert_eq!(
+            event_kind(&MessageKind::RebalanceRecommendation),
+            InterruptionKind::Rebalance
+        );
+    }
+}

@@ -1,0 +1,151 @@
+use karpenter_core::catalog::{AwsCapacitySettings, aws_catalog};
+use serde_json::json;
+
+use super::*;
+
+fn claim(requirements: serde_json::Value, requests: serde_json::Value) -> NodeClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "default-abcde"},
+        "spec": {"requirements": requirements, "resources": {"requests": requests},
+                 "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+    }))
+    .unwrap()
+}
+
+fn catalog() -> Vec<CatalogInstanceType> {
+    aws_catalog("us-west-2", &AwsCapacitySettings::default())
+        .unwrap()
+        .instance_types
+}
+
+fn ami(arch: &str) -> Ami {
+    Ami {
+        id: format!("ami-{arch}"),
+        deprecated: false,
+        name: None,
+        requirements: vec![k8s_openapi::api::core::v1::NodeSelectorRequirement {
+            key: "kubernetes.io/arch".into(),
+            operator: "In".into(),
+            values: Some(vec![arch.into()]),
+        }],
+    }
+}
+
+fn amd64_ami() -> Vec<Ami> {
+    vec![ami("amd64")]
+}
+
+fn subnets() -> Vec<Subnet> {
+    ["us-west-2a", "us-west-2b"]
+        .into_iter()
+        .enumerate()
+        .map(|(i, zone)| Subnet {
+            id: format!("subnet-{i}"),
+            zone: zone.into(),
+            zone_id: None,
+        })
+        .collect()
+}
+
+const TYPES: [&str; 3] = ["m5.large", "m5.xlarge", "c6g.large"];
+
+#[test]
+fn spot_when_allowed_in_the_subnets_zones_with_an_ami_that_runs_the_type() {
+    let claim = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES},
+               {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}]),
+        json!({"cpu": "1"}),
+    );
+    let plan = plan_launch(&claim, &catalog(), &amd64_ami(), &subnets()).unwrap();
+    assert_eq!(plan.capacity_type, "spot");
+    assert_eq!(plan.image_id, "ami-amd64");
+    assert!(
+        plan.overrides.iter().all(|o| o.instance_type.starts_with("m5.")),
+        "c6g is arm64"
+    );
+    let zones: std::collections::BTreeSet<&str> = plan.overrides.iter().map(|o| o.zone.as_str()).collect();
+    assert_eq!(zones, ["us-west-2a", "us-west-2b"].into());
+    assert!(
+        plan.overrides.windows(2).all(|w| w[0].price <= w[1].price),
+        "cheapest first"
+    );
+    assert_eq!(plan.overrides.len(), 4);
+    assert_eq!(plan.subnets["us-west-2b"], "subnet-1");
+    assert!(
+        plan.overrides
+            .iter()
+            .all(|o| plan.subnets[&o.zone] == o.subnet_id)
+    );
+}
+
+#[test]
+fn on_demand_when_the_claim_says_so_and_requests_must_fit() {
+    let on_demand = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES},
+               {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+               {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2b"]}]),
+        json!({"cpu": "3", "memory": "4Gi"}),
+    );
+    let plan = plan_launch(&on_demand, &catalog(), &amd64_ami(), &subnets()).unwrap();
+    assert_eq!(plan.capacity_type, "on-demand");
+    let chosen: Vec<(&str, &str)> = plan
+        .overrides
+        .iter()
+        .map(|o| (o.instance_type.as_str(), o.zone.as_str()))
+        .collect();
+    assert_eq!(chosen, [("m5.xlarge", "us-west-2b")], "m5.large has 2 vCPUs");
+
+    let too_big = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES}]),
+        json!({"cpu": "100"}),
+    );
+    let err = plan_launch(&too_big, &catalog(), &amd64_ami(), &subnets()).unwrap_err();
+    assert_eq!(err.category(), "InsufficientCapacity");
+    let no_subnets = plan_launch(&on_demand, &catalog(), &amd64_ami(), &[]).unwrap_err();
+    assert_eq!(no_subnets.category(), "InsufficientCapacity");
+}
+
+#[test]
+fn unavailable_offerings_are_skipped() {
+    let mut catalog = catalog();
+    for entry in catalog.iter_mut().filter(|t| t.name == "m5.large") {
+        for offering in &mut entry.offerings {
+            offering.available = offering.capacity_type != "spot";
+        }
+    }
+    let claim = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}]),
+        json!({}),
+    );
+    let plan = plan_launch(&claim, &catalog, &amd64_ami(), &subnets()).unwrap();
+    assert_eq!(plan.capacity_type, "on-demand");
+}
+
+#[test]
+fn each_override_carries_the_ami_that_runs_its_type() {
+    let claim = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES},
+               {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+               {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2a"]}]),
+        json!({}),
+    );
+    let plan = plan_launch(&claim, &catalog(), &[ami("amd64"), ami("arm64")], &subnets()).unwrap();
+    let images: Vec<(&str, Option<&str>)> = plan
+        .overrides
+        .iter()
+        .map(|o| (o.instance_type.as_str(), o.image_id.as_deref()))
+        .collect();
+    assert_eq!(
+        images,
+        [
+            ("c6g.large", Some("ami-arm64")),
+            ("m5.large", Some("ami-amd64")),
+            ("m5.xlarge", Some("ami-amd64"))
+        ]
+    );
+    assert_eq!(
+        plan.image_id, "ami-arm64",
+        "the template takes the cheapest override's"
+    );
+}

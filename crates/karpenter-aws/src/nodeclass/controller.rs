@@ -1,0 +1,193 @@
+//! The EC2NodeClass controller: a kube-runtime `Controller` over EC2NodeClasses, also woken by NodeClaims
+//! (so a deleting class notices its last NodeClaim going). [`reconcile`] for one class:
+//! - being deleted: waits while NodeClaims still reference it, then removes the
+//!   `karpenter.k8s.aws/termination` finalizer;
+//! - otherwise: adds the finalizer, resolves the selector terms ([`super::resolve`]), writes the status
+//!   ([`super::status::compute_status`]) through the status subresource when it changed, writes the
+//!   `karpenter.k8s.aws/ec2nodeclass-hash` and `-hash-version` annotations, hands the class to the
+//!   CloudProvider's cache (launches and drift read it), and requeues after the refresh interval (upstream
+//!   re-resolves subnets every minute and AMIs every few).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use karpenter_api::ec2nodeclass::{EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus};
+use karpenter_api::labels::{
+    AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_GROUP,
+    AWS_NODECLASS_FINALIZER,
+};
+use karpenter_api::nodeclaim::NodeClaim;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::cloud_provider::AwsCloudProvider;
+use crate::error::AwsError;
+
+/// How long a deleting class waits before looking at its NodeClaims again (they also wake it).
+pub const NODE_CLAIM_WAIT: Duration = Duration::from_secs(10);
+/// The requeue after a failed reconcile.
+pub const ERROR_REQUEUE: Duration = Duration::from_secs(30);
+/// The field manager of the controller's patches.
+pub const FIELD_MANAGER: &str = "karpenter-ec2nodeclass";
+
+/// What the controller works with.
+pub struct Context {
+    pub client: kube::Client,
+    pub provider: Arc<AwsCloudProvider>,
+}
+
+/// The NodeClaims that use the class `name`.
+async fn node_claims_of(client: &kube::Client, name: &str) -> Result<Vec<String>, AwsError> {
+    let claims = Api::<NodeClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(claims
+        .items
+        .into_iter()
+        .filter(|c| c.spec.node_class_ref.group == AWS_GROUP && c.spec.node_class_ref.name == name)
+        .map(|c| c.name_any())
+        .collect())
+}
+
+/// Sets the class's finalizers, failing on a concurrent change (the resourceVersion precondition).
+async fn set_finalizers(
+    api: &Api<EC2NodeClass>,
+    class: &EC2NodeClass,
+    finalizers: Vec<String>,
+) -> Result<(), AwsError> {
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": class.resource_version(),
+    }});
+    api.patch(&class.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// The status as a merge patch: every field present, so an emptied list or a dropped instance profile is
+/// written too.
+fn status_patch(status: &EC2NodeClassStatus) -> serde_json::Value {
+    json!({"status": {
+        "amis": status.amis,
+        "subnets": status.subnets,
+        "securityGroups": status.security_groups,
+        "capacityReservations": status.capacity_reservations,
+        "instanceProfile": status.instance_profile,
+        "conditions": status.conditions,
+    }})
+}
+
+/// Reconciles one EC2NodeClass; see the module documentation.
+pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action, AwsError> {
+    let api: Api<EC2NodeClass> = Api::all(ctx.client.clone());
+    let name = class.name_any();
+    let has_finalizer = class.finalizers().iter().any(|f| f == AWS_NODECLASS_FINALIZER);
+
+    if class.metadata.deletion_timestamp.is_some() {
+        let claims = node_claims_of(&ctx.client, &name).await?;
+        if !claims.is_empty() {
+            tracing::info!(
+                ec2nodeclass = %name, node_claims = claims.len(),
+                "WaitingOnNodeClaimTermination: the EC2NodeClass is deleted once its NodeClaims are"
+            );
+            return Ok(Action::requeue(NODE_CLAIM_WAIT));
+        }
+        if has_finalizer {
+            let rest = class
+                .finalizers()
+                .iter()
+                .filter(|f| *f != AWS_NODECLASS_FINALIZER)
+                .cloned()
+                .collect();
+            set_finalizers(&api, &class, rest).await?;
+        }
+        ctx.provider.node_class_cache().remove(&name);
+        return Ok(Action::await_change());
+    }
+
+    let mut class = (*class).clone();
+    if !has_finalizer {
+        let mut finalizers = class.finalizers().to_vec();
+        finalizers.push(AWS_NODECLASS_FINALIZER.to_string());
+        set_finalizers(&api, &class, finalizers).await?;
+        // The patch bumped the resourceVersion; later writes need no precondition.
+    }
+
+    let now = Timestamp::now();
+    let resolution = super::resolve(
+        ctx.provider.clients(),
+        &class,
+        &ctx.provider.kubernetes_version(),
+        now,
+    )
+    .await;
+    let status = super::status::compute_status(&class, &resolution, now);
+    if class.status.as_ref() != Some(&status) {
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Merge(&status_patch(&status)),
+        )
+        .await?;
+    }
+
+    let hash = class.hash();
+    let annotations = class.annotations();
+    if annotations.get(AWS_EC2NODECLASS_HASH_ANNOTATION) != Some(&hash)
+        || annotations
+            .get(AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION)
+            .map(String::as_str)
+            != Some(EC2NODECLASS_HASH_VERSION)
+    {
+        let patch = json!({"metadata": {"annotations": BTreeMap::from([
+            (AWS_EC2NODECLASS_HASH_ANNOTATION, hash.as_str()),
+            (AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, EC2NODECLASS_HASH_VERSION),
+        ])}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+
+    class.status = Some(status);
+    ctx.provider.node_class_cache().insert(class);
+    if let Some(err) = resolution.into_error() {
+        // The status says what failed; the error makes the controller retry sooner.
+        return Err(err);
+    }
+    let settings = ctx.provider.settings();
+    Ok(Action::requeue(
+        settings
+            .subnet_refresh_interval
+            .min(settings.ami_refresh_interval),
+    ))
+}
+
+/// Retries a failed reconcile after [`ERROR_REQUEUE`].
+pub fn error_policy(class: Arc<EC2NodeClass>, err: &AwsError, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(ec2nodeclass = %class.name_any(), category = err.category(), error = %err, "reconciling");
+    Action::requeue(ERROR_REQUEUE)
+}
+
+/// Runs the controller until the watch streams end (the runtime drops it on shutdown).
+pub async fn run(ctx: Arc<Context>) {
+    let classes: Api<EC2NodeClass> = Api::all(ctx.client.clone());
+    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
+    Controller::new(classes, watcher::Config::default())
+        .watches(claims, watcher::Config::default(), |claim: NodeClaim| {
+            let reference = &claim.spec.node_class_ref;
+            (reference.group == AWS_GROUP).then(|| ObjectRef::new(&reference.name))
+        })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "EC2NodeClass controller");
+            }
+        })
+        .await;
+}

@@ -1,0 +1,46 @@
+//! The EC2NodeClass controller and what it computes: each class's selector terms resolved into
+//! `status.amis`, `status.subnets`, `status.securityGroups` and `status.instanceProfile`, with its conditions
+//! ([`status`]), written through the status subresource; the `karpenter.k8s.aws/termination` finalizer, held
+//! while NodeClaims still use the class; the drift hash annotations ([`controller`]).
+//!
+//! [`resolve`] is shared with the CloudProvider, which resolves a class itself when a launch comes before the
+//! controller has written any status.
+
+pub mod amis;
+pub mod controller;
+pub mod status;
+
+use jiff::Timestamp;
+use karpenter_api::ec2nodeclass::EC2NodeClass;
+
+use crate::client::AwsClients;
+use crate::security_groups::discover_security_groups;
+use crate::subnets::discover_subnets;
+use status::Resolution;
+
+/// Looks up everything `node_class` selects, for Kubernetes `k8s_version` (AMI aliases).
+pub async fn resolve(
+    clients: &AwsClients,
+    node_class: &EC2NodeClass,
+    k8s_version: &str,
+    now: Timestamp,
+) -> Resolution {
+    let spec = &node_class.spec;
+    let amis = amis::resolve_amis(
+        &clients.ec2,
+        &clients.ssm,
+        &spec.ami_selector_terms,
+        k8s_version,
+        now,
+    )
+    .await;
+    let subnets = discover_subnets(&clients.ec2, &spec.subnet_selector_terms)
+        .await
+        .map(|found| found.iter().map(|s| s.to_status()).collect());
+    let security_groups = discover_security_groups(&clients.ec2, &spec.security_group_selector_terms).await;
+    Resolution {
+        amis,
+        subnets,
+        security_groups,
+    }
+}

@@ -1,0 +1,352 @@
+//! What an EC2NodeClass resolves to, and the status written from it: the resolved AMIs, subnets, security
+//! groups and instance profile, and one condition per dependent (AMIsReady, SubnetsReady, SecurityGroupsReady,
+//! InstanceProfileReady, ValidationSucceeded) plus Ready. A dependent that selected nothing is False with the
+//! upstream reason and a message naming the selector terms, so `kubectl describe` says what to fix.
+//!
+//! Instance profiles: this build has no IAM client (aws-sdk-iam is not a workspace dependency), so a class
+//! with `spec.role` cannot get the instance profile upstream would create for it; its InstanceProfileReady is
+//! False and says to set `spec.instanceProfile` instead.
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_api::common::{Condition, ConditionStatus};
+use karpenter_api::ec2nodeclass::{
+    Ami, EC2NodeClass, EC2NodeClassStatus, SecurityGroup, Subnet, conditions, reasons,
+};
+use serde::Serialize;
+
+use crate::error::AwsError;
+
+/// Reason of a role-based class's InstanceProfileReady: see the module documentation.
+pub const INSTANCE_PROFILE_NOT_MANAGED: &str = "InstanceProfileNotManaged";
+/// Reason of ValidationSucceeded when the spec breaks the CRD's rules (an object the API server would refuse).
+pub const SPEC_VALIDATION_FAILED: &str = "SpecValidationFailed";
+/// Reason of Ready when a dependent is not True.
+pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
+/// Reason of a dependent whose lookup failed (throttling, permissions, an unreachable endpoint).
+pub const RESOLUTION_FAILED: &str = "ResolutionFailed";
+
+/// The outcome of resolving each part of a class; an `Err` is a failed lookup, not an empty match.
+#[derive(Debug)]
+pub struct Resolution {
+    pub amis: Result<Vec<Ami>, AwsError>,
+    pub subnets: Result<Vec<Subnet>, AwsError>,
+    pub security_groups: Result<Vec<SecurityGroup>, AwsError>,
+}
+
+impl Resolution {
+    /// The first lookup error, for the controller's retry.
+    pub fn error(&self) -> Option<&AwsError> {
+        [
+            self.amis.as_ref().err(),
+            self.subnets.as_ref().err(),
+            self.security_groups.as_ref().err(),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|e| !matches!(e, AwsError::Config(_)))
+    }
+
+    /// [`Resolution::error`], owned.
+    pub fn into_error(self) -> Option<AwsError> {
+        [self.amis.err(), self.subnets.err(), self.security_groups.err()]
+            .into_iter()
+            .flatten()
+            .find(|e| !matches!(e, AwsError::Config(_)))
+    }
+}
+
+fn terms_json<T: Serialize>(terms: &[T]) -> String {
+    serde_json::to_string(terms).unwrap_or_default()
+}
+
+/// One condition computed now; the caller keeps the old transition time when the status did not change.
+fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if ok {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        },
+        observed_generation: generation,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        reason: if ok { type_.to_string() } else { reason.to_string() },
+        message: if ok { String::new() } else { message },
+    }
+}
+
+/// The status `resolution` gives `node_class` at `now`. Where a lookup failed the previous status's value is
+/// kept (a throttled DescribeSubnets must not empty the subnets launches use).
+pub fn compute_status(
+    node_class: &EC2NodeClass,
+    resolution: &Resolution,
+    now: Timestamp,
+) -> EC2NodeClassStatus {
+    let previous = node_class.status.clone().unwrap_or_default();
+    let generation = node_class.metadata.generation;
+    let spec = &node_class.spec;
+    let mut conditions_out = Vec::new();
+
+    let amis = match &resolution.amis {
+        Ok(amis) => {
+            conditions_out.push(condition(
+                conditions::AMIS_READY,
+                !amis.is_empty(),
+                reasons::AMI_NOT_FOUND,
+                format!(
+                    "AMISelector did not match any AMIs: {}",
+                    terms_json(&spec.ami_selector_terms)
+                ),
+                generation,
+            ));
+            amis.clone()
+        }
+        Err(err) => {
+            let reason = match err {
+                AwsError::Config(_) => reasons::UNSUPPORTED_ALIAS,
+                _ => RESOLUTION_FAILED,
+            };
+            conditions_out.push(condition(
+                conditions::AMIS_READY,
+                false,
+                reason,
+                err.to_string(),
+                generation,
+            ));
+            previous.amis.clone()
+        }
+    };
+    let subnets = match &resolution.subnets {
+        Ok(subnets) => {
+            conditions_out.push(condition(
+                conditions::SUBNETS_READY,
+                !subnets.is_empty(),
+                reasons::SUBNETS_NOT_FOUND,
+                format!(
+                    "SubnetSelector did not match any Subnets: {}",
+                    terms_json(&spec.subnet_selector_terms)
+                ),
+                generation,
+            ));
+            subnets.clone()
+        }
+        Err(err) => {
+            conditions_out.push(condition(
+                conditions::SUBNETS_READY,
+                false,
+                RESOLUTION_FAILED,
+                err.to_string(),
+                generation,
+            ));
+            previous.subnets.clone()
+        }
+    };
+    let security_groups = match &resolution.security_groups {
+        Ok(groups) => {
+            conditions_out.push(condition(
+                conditions::SECURITY_GROUPS_READY,
+                !groups.is_empty(),
+                reasons::SECURITY_GROUPS_NOT_FOUND,
+                format!(
+                    "SecurityGroupSelector did not match any SecurityGroups: {}",
+                    terms_json(&spec.security_group_selector_terms)
+                ),
+                generation,
+            ));
+            groups.clone()
+        }
+        Err(err) => {
+            conditions_out.push(condition(
+                conditions::SECURITY_GROUPS_READY,
+                false,
+                RESOLUTION_FAILED,
+                err.to_string(),
+                generation,
+            ));
+            previous.security_groups.clone()
+        }
+    };
+    let instance_profile = spec.instance_profile.clone();
+    conditions_out.push(condition(
+        conditions::INSTANCE_PROFILE_READY,
+        instance_profile.is_some(),
+        INSTANCE_PROFILE_NOT_MANAGED,
+        format!(
+            "spec.role {:?}: this Karpenter does not create instance profiles; set spec.instanceProfile to an \
+             existing instance profile for the role",
+            spec.role.as_deref().unwrap_or_default()
+        ),
+        generation,
+    ));
+    let validation = node_class.validate();
+    conditions_out.push(condition(
+        conditions::VALIDATION_SUCCEEDED,
+        validation.is_ok(),
+        SPEC_VALIDATION_FAILED,
+        validation.err().map(|e| e.to_string()).unwrap_or_default(),
+        generation,
+    ));
+
+    let unhealthy: Vec<String> = conditions_out
+        .iter()
+        .filter(|c| c.status != ConditionStatus::True)
+        .map(|c| format!("{}={:?} ({})", c.type_, c.status, c.reason))
+        .collect();
+    conditions_out.push(condition(
+        conditions::READY,
+        unhealthy.is_empty(),
+        UNHEALTHY_DEPENDENTS,
+        unhealthy.join(", "),
+        generation,
+    ));
+    // A condition keeps its transition time while its status stays.
+    for c in &mut conditions_out {
+        c.last_transition_time = previous
+            .conditions
+            .iter()
+            .find(|old| old.type_ == c.type_ && old.status == c.status)
+            .map_or(Time(now), |old| old.last_transition_time.clone());
+    }
+    EC2NodeClassStatus {
+        subnets,
+        security_groups,
+        capacity_reservations: previous.capacity_reservations,
+        amis,
+        instance_profile,
+        conditions: conditions_out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use karpenter_api::ec2nodeclass::{
+        AmiSelectorTerm, EC2NodeClassSpec, SecurityGroupSelectorTerm, SubnetSelectorTerm,
+    };
+
+    use super::*;
+
+    fn node_class() -> EC2NodeClass {
+        let mut class = EC2NodeClass::new(
+            "default",
+            EC2NodeClassSpec {
+                ami_selector_terms: vec![AmiSelectorTerm {
+                    alias: Some("al2023@latest".into()),
+                    ..Default::default()
+                }],
+                subnet_selector_terms: vec![SubnetSelectorTerm {
+                    tags: Some(BTreeMap::from([(
+                        "karpenter.sh/discovery".into(),
+                        "nobody".into(),
+                    )])),
+                    id: None,
+                }],
+                security_group_selector_terms: vec![SecurityGroupSelectorTerm {
+                    id: Some("sg-1".into()),
+                    ..Default::default()
+                }],
+                instance_profile: Some("nodes".into()),
+                ..Default::default()
+            },
+        );
+        class.metadata.generation = Some(3);
+        class
+    }
+
+    fn ok_resolution(subnets: Vec<Subnet>) -> Resolution {
+        Resolution {
+            amis: Ok(vec![Ami {
+                id: "ami-1".into(),
+                ..Default::default()
+            }]),
+            subnets: Ok(subnets),
+            security_groups: Ok(vec![SecurityGroup {
+                id: "sg-1".into(),
+                name: None,
+            }]),
+        }
+    }
+
+    fn find<'a>(status: &'a EC2NodeClassStatus, type_: &str) -> &'a Condition {
+        status.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn a_selector_that_matches_nothing_is_named_and_blocks_ready() {
+        let t0: Timestamp = "2026-12-02T12:00:00Z".parse().unwrap();
+        let status = compute_status(&node_class(), &ok_resolution(Vec::new()), t0);
+        let subnets = find(&status, conditions::SUBNETS_READY);
+        assert_eq!(subnets.status, ConditionStatus::False);
+        assert_eq!(subnets.reason, "SubnetsNotFound");
+        assert_eq!(
+            subnets.message,
+            r#"SubnetSelector did not match any Subnets: [{"tags":{"karpenter.sh/discovery":"nobody"}}]"#
+        );
+        assert_eq!(subnets.observed_generation, Some(3));
+        let ready = find(&status, conditions::READY);
+        assert_eq!(ready.status, ConditionStatus::False);
+        assert_eq!(ready.reason, UNHEALTHY_DEPENDENTS);
+        assert_eq!(ready.message, "SubnetsReady=False (SubnetsNotFound)");
+        assert_eq!(find(&status, conditions::AMIS_READY).reason, "AMIsReady");
+        assert_eq!(status.instance_profile.as_deref(), Some("nodes"));
+    }
+
+    #[test]
+    fn transition_times_stay_while_the_status_does_and_failed_lookups_keep_the_old_values() {
+        let t0: Timestamp = "2026-12-02T12:00:00Z".parse().unwrap();
+        let t1: Timestamp = "2026-12-02T12:05:00Z".parse().unwrap();
+        let subnet = Subnet {
+            id: "subnet-1".into(),
+            zone: "us-west-2a".into(),
+            zone_id: None,
+        };
+        let mut class = node_class();
+        class.status = Some(compute_status(&class, &ok_resolution(vec![subnet.clone()]), t0));
+        assert!(
+            class
+                .status
+                .as_ref()
+                .unwrap()
+                .conditions
+                .iter()
+                .all(|c| c.status == ConditionStatus::True)
+        );
+        let mut later = ok_resolution(Vec::new());
+        later.subnets = Err(AwsError::from_code(
+            "DescribeSubnets",
+            "RequestLimitExceeded".into(),
+            "slow down".into(),
+        ));
+        assert_eq!(later.error().map(AwsError::category), Some("Throttled"));
+        let status = compute_status(&class, &later, t1);
+        assert_eq!(status.subnets, [subnet], "kept");
+        let subnets = find(&status, conditions::SUBNETS_READY);
+        assert_eq!(
+            (subnets.status, subnets.reason.as_str()),
+            (ConditionStatus::False, RESOLUTION_FAILED)
+        );
+        assert_eq!(subnets.last_transition_time, Time(t1));
+        assert_eq!(
+            find(&status, conditions::AMIS_READY).last_transition_time,
+            Time(t0)
+        );
+    }
+
+    #[test]
+    fn role_based_classes_say_how_to_get_ready() {
+        let mut class = node_class();
+        class.spec.instance_profile = None;
+        class.spec.role = Some("KarpenterNodeRole".into());
+        let status = compute_status(&class, &ok_resolution(Vec::new()), Timestamp::UNIX_EPOCH);
+        let profile = find(&status, conditions::INSTANCE_PROFILE_READY);
+        assert_eq!(profile.reason, INSTANCE_PROFILE_NOT_MANAGED);
+        assert!(
+            profile.message.contains("set spec.instanceProfile"),
+            "{}",
+            profile.message
+        );
+        assert_eq!(status.instance_profile, None);
+    }
+}

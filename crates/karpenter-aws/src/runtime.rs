@@ -1,0 +1,184 @@
+//! The one entry point the binary calls: [`AwsProvider::start`] validates the settings, builds the AWS
+//! clients, learns the Kubernetes version, discovers instance types (failing start-up when EC2 cannot be
+//! reached, as upstream's connectivity check does), opens the interruption queue when one is configured, and
+//! returns the CloudProvider, the optional InterruptionSource and the tasks to run (the EC2NodeClass controller
+//! and the periodic refreshes). Nothing runs until the binary spawns the tasks, typically once elected leader.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_core::cloudprovider::{CloudProvider, InterruptionSource};
+
+use crate::client::{AwsClients, ClientOptions};
+use crate::cloud_provider::AwsCloudProvider;
+use crate::error::AwsError;
+use crate::interruption_queue::InterruptionQueue;
+use crate::interruption_source::SqsInterruptionSource;
+use crate::node_classes::KubeNodeClasses;
+use crate::nodeclass::controller::{self, Context};
+use crate::settings::AwsSettings;
+
+/// How often the Kubernetes version is asked again (upstream: 5 minutes).
+pub const VERSION_REFRESH: Duration = Duration::from_secs(300);
+
+/// A long-running task, named for logs.
+pub struct NamedTask {
+    pub name: &'static str,
+    pub future: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl std::fmt::Debug for NamedTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedTask")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`AwsProvider::start`] returns.
+#[derive(Debug)]
+pub struct AwsRuntime {
+    pub cloud_provider: Arc<AwsCloudProvider>,
+    /// Set when `INTERRUPTION_QUEUE` is.
+    pub interruption_source: Option<Arc<SqsInterruptionSource>>,
+    /// The EC2NodeClass controller and the refresh loops; each runs until dropped.
+    pub tasks: Vec<NamedTask>,
+}
+
+impl AwsRuntime {
+    /// The provider as the controllers hold it.
+    pub fn cloud_provider_dyn(&self) -> Arc<dyn CloudProvider> {
+        self.cloud_provider.clone()
+    }
+
+    /// The interruption source as the interruption controller holds it.
+    pub fn interruption_source_dyn(&self) -> Option<Arc<dyn InterruptionSource>> {
+        self.interruption_source
+            .clone()
+            .map(|s| s as Arc<dyn InterruptionSource>)
+    }
+}
+
+/// Builds the AWS provider.
+#[derive(Debug, Clone, Copy)]
+pub struct AwsProvider;
+
+/// `1.33` from the API server's version (EKS reports minors like `33+`).
+pub async fn kubernetes_version(client: &kube::Client) -> Result<String, AwsError> {
+    let info = client.apiserver_version().await?;
+    let digits = |s: &str| s.chars().take_while(char::is_ascii_digit).collect::<String>();
+    let (major, minor) = (digits(&info.major), digits(&info.minor));
+    if major.is_empty() || minor.is_empty() {
+        return Err(AwsError::Kube(format!(
+            "cannot read the Kubernetes version from major {:?}, minor {:?}",
+            info.major, info.minor
+        )));
+    }
+    Ok(format!("{major}.{minor}"))
+}
+
+impl AwsProvider {
+    /// Starts the provider with clients from the default credential chain (region and endpoint from
+    /// `settings`).
+    pub async fn start(settings: AwsSettings, kube_client: kube::Client) -> Result<AwsRuntime, AwsError> {
+        settings.validate()?;
+        let options = ClientOptions {
+            region: settings.region.clone(),
+            endpoint_url: settings.endpoint_override.clone(),
+            ..ClientOptions::default()
+        };
+        let clients = AwsClients::new(&options).await?;
+        Self::start_with_clients(settings, clients, kube_client).await
+    }
+
+    /// [`AwsProvider::start`] with clients built by the caller (tests point them at an emulator).
+    pub async fn start_with_clients(
+        settings: AwsSettings,
+        clients: AwsClients,
+        kube_client: kube::Client,
+    ) -> Result<AwsRuntime, AwsError> {
+        settings.validate()?;
+        let version = match &settings.kubernetes_version {
+            Some(version) => version.clone(),
+            None => kubernetes_version(&kube_client).await?,
+        };
+        let fixed_version = settings.kubernetes_version.is_some();
+        let provider = AwsCloudProvider::new(
+            settings.clone(),
+            clients.clone(),
+            Arc::new(KubeNodeClasses::new(kube_client.clone())),
+        )?;
+        provider.set_kubernetes_version(version);
+        let types = provider.refresh_instance_types().await?;
+        tracing::info!(instance_types = types, region = %clients.region, "discovered EC2 instance types");
+        let provider = Arc::new(provider);
+
+        let interruption_source = match &settings.interruption_queue {
+            Some(name) => {
+                let queue = InterruptionQueue::from_name(clients.sqs.clone(), name).await?;
+                Some(Arc::new(SqsInterruptionSource::new(
+                    queue,
+                    clients.ec2.clone(),
+                    Arc::clone(provider.instance_cache()),
+                    Arc::clone(provider.unavailable_offerings()),
+                )))
+            }
+            None => None,
+        };
+
+        let mut tasks = vec![
+            NamedTask {
+                name: "ec2nodeclass",
+                future: Box::pin(controller::run(Arc::new(Context {
+                    client: kube_client.clone(),
+                    provider: Arc::clone(&provider),
+                }))),
+            },
+            NamedTask {
+                name: "instancetype-and-pricing-refresh",
+                future: Box::pin(refresh_catalog(Arc::clone(&provider))),
+            },
+        ];
+        if !fixed_version {
+            tasks.push(NamedTask {
+                name: "kubernetes-version-refresh",
+                future: Box::pin(refresh_version(Arc::clone(&provider), kube_client)),
+            });
+        }
+        Ok(AwsRuntime {
+            cloud_provider: provider,
+            interruption_source,
+            tasks,
+        })
+    }
+}
+
+/// Prices now (start-up used the static table), then prices and instance types every refresh interval.
+async fn refresh_catalog(provider: Arc<AwsCloudProvider>) {
+    let mut ticks = tokio::time::interval(provider.settings().instance_type_refresh_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        if let Err(err) = provider.refresh_prices().await {
+            tracing::warn!(error = %err, "refreshing prices; the previous prices stay in use");
+        }
+        ticks.tick().await;
+        if let Err(err) = provider.refresh_instance_types().await {
+            tracing::warn!(error = %err, "refreshing instance types; the previous ones stay in use");
+        }
+    }
+}
+
+async fn refresh_version(provider: Arc<AwsCloudProvider>, client: kube::Client) {
+    let mut ticks = tokio::time::interval(VERSION_REFRESH);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match kubernetes_version(&client).await {
+            Ok(version) => provider.set_kubernetes_version(version),
+            Err(err) => tracing::warn!(error = %err, "reading the Kubernetes version"),
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Shared fixtures of the CloudProvider, interruption and EC2NodeClass tests: a VPC with tagged subnets and a
+//! security group, objects built from JSON, and an in-memory API server.
+
+use std::sync::Arc;
+
+use aws_sdk_ec2::types::Tag;
+use karpenter_api::ec2nodeclass::EC2NodeClass;
+use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_aws::{AwsCloudProvider, AwsSettings, KubeNodeClasses};
+use karpenter_sim::apiserver::ApiServer;
+use karpenter_sim::clock::SystemClock;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+pub const CLUSTER: &str = "test-cluster";
+pub const DISCOVERY: &str = "test";
+
+/// What [`network`] created.
+pub struct Network {
+    /// us-west-2a, us-west-2b.
+    pub subnet_ids: Vec<String>,
+    #[allow(dead_code)] // not every test binary module reads it
+    pub security_group_id: String,
+}
+
+/// A VPC with a subnet in us-west-2a and one in us-west-2b and a security group, all tagged
+/// `karpenter.sh/discovery: test`.
+pub async fn network(ec2: &aws_sdk_ec2::Client) -> Network {
+    let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await.unwrap();
+    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
+    let mut subnet_ids = Vec::new();
+    for (zone, cidr) in [("us-west-2a", "10.0.1.0/24"), ("us-west-2b", "10.0.2.0/24")] {
+        let subnet = ec2
+            .create_subnet()
+            .vpc_id(&vpc_id)
+            .cidr_block(cidr)
+            .availability_zone(zone)
+            .send()
+            .await
+            .unwrap();
+        subnet_ids.push(subnet.subnet().and_then(|s| s.subnet_id()).unwrap().to_string());
+    }
+    let group = ec2
+        .create_security_group()
+        .group_name("nodes")
+        .description("nodes")
+        .vpc_id(&vpc_id)
+        .send()
+        .await
+        .unwrap();
+    let security_group_id = group.group_id().unwrap().to_string();
+    let mut resources = subnet_ids.clone();
+    resources.push(security_group_id.clone());
+    ec2.create_tags()
+        .set_resources(Some(resources))
+        .tags(
+            Tag::builder()
+                .key("karpenter.sh/discovery")
+                .value(DISCOVERY)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    Network {
+        subnet_ids,
+        security_group_id,
+    }
+}
+
+/// An EC2NodeClass selecting the [`network`] by tag, with `ami_terms`, and an existing instance profile.
+pub fn node_class(name: &str, ami_terms: serde_json::Value) -> EC2NodeClass {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": name},
+        "spec": {
+            "amiSelectorTerms": ami_terms,
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": DISCOVERY}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": DISCOVERY}}],
+            "instanceProfile": "KarpenterNodeInstanceProfile",
+            "tags": {"team": "platform"}
+        }
+    }))
+    .unwrap()
+}
+
+/// A NodeClaim of NodePool `default` for class `class` with `requirements`.
+pub fn node_claim(name: &str, class: &str, requirements: serde_json::Value) -> NodeClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {
+            "requirements": requirements,
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": class}
+        }
+    }))
+    .unwrap()
+}
+
+/// Settings for the test cluster, AMI aliases for Kubernetes 1.33 (the harness serves its parameters).
+pub fn settings() -> AwsSettings {
+    AwsSettings {
+        cluster_name: CLUSTER.into(),
+        kubernetes_version: Some("1.33".into()),
+        ..AwsSettings::default()
+    }
+}
+
+/// An in-memory API server and a provider reading EC2NodeClasses from it.
+pub async fn provider(clients: karpenter_aws::AwsClients) -> (ApiServer, Arc<AwsCloudProvider>) {
+    let server = ApiServer::new(SystemClock);
+    let source = Arc::new(KubeNodeClasses::new(server.client()));
+    let provider = AwsCloudProvider::new(settings(), clients, source).unwrap();
+    (server, Arc::new(provider))
+}
+
+pub async fn create_node_class(server: &ApiServer, class: &EC2NodeClass) -> EC2NodeClass {
+    let api: Api<EC2NodeClass> = Api::all(server.client());
+    api.create(&PostParams::default(), class).await.unwrap()
+}
+
+/// The harness's insufficient-capacity rules (see harness.py), written through the SSM API.
+pub async fn set_ice(clients: &karpenter_aws::AwsClients, rules: &str) {
+    clients
+        .ssm
+        .put_parameter()
+        .name("/moto-harness/ice")
+        .value(rules)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .overwrite(true)
+        .send()
+        .await
+        .unwrap();
+}

@@ -1,0 +1,174 @@
+//! The SQS InterruptionSource against moto: every message kind becomes core events keyed by the bare instance
+//! ID, a spot interruption marks the offering unavailable, and every message ends up deleted (the malformed
+//! one counted, not retried).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType};
+use aws_sdk_sqs::types::QueueAttributeName;
+use karpenter_aws::interruption_source::SqsInterruptionSource;
+use karpenter_aws::{InterruptionQueue, UnavailableOfferings};
+use karpenter_core::cloudprovider::{InterruptionKind, InterruptionSource};
+
+use crate::moto_or_skip;
+
+fn event(source: &str, detail_type: &str, detail: &str) -> String {
+    format!(
+        r#"{{"version": "0", "id": "e", "detail-type": "{detail_type}", "source": "{source}",
+            "account": "123456789012", "time": "2026-12-02T12:00:00Z", "region": "us-west-2",
+            "resources": [], "detail": {detail}}}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
+    let moto = moto_or_skip!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    // A real spot instance, so the interruption can find its type and zone.
+    let image_id = clients
+        .ssm
+        .get_parameter()
+        .name("/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64")
+        .send()
+        .await
+        .unwrap()
+        .parameter()
+        .and_then(|p| p.value())
+        .unwrap()
+        .to_string();
+    let run = clients
+        .ec2
+        .run_instances()
+        .image_id(image_id)
+        .instance_type(InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .instance_market_options(
+            InstanceMarketOptionsRequest::builder()
+                .market_type(MarketType::Spot)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let spot = &run.instances()[0];
+    let spot_id = spot.instance_id().unwrap().to_string();
+    let zone = spot
+        .placement()
+        .and_then(|p| p.availability_zone())
+        .unwrap()
+        .to_string();
+
+    clients
+        .sqs
+        .create_queue()
+        .queue_name("karpenter-test")
+        .send()
+        .await
+        .unwrap();
+    let queue = InterruptionQueue::from_name(clients.sqs.clone(), "karpenter-test")
+        .await
+        .unwrap();
+    let bodies = [
+        event(
+            "aws.ec2",
+            "EC2 Spot Instance Interruption Warning",
+            &format!(r#"{{"instance-id": "{spot_id}", "instance-action": "terminate"}}"#),
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance Rebalance Recommendation",
+            r#"{"instance-id": "i-0000000000000000b"}"#,
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            r#"{"instance-id": "i-0000000000000000c", "state": "stopping"}"#,
+        ),
+        event(
+            "aws.health",
+            "AWS Health Event",
+            r#"{"service": "EC2", "eventTypeCategory": "scheduledChange",
+                "eventTypeCode": "AWS_EC2_PERSISTENT_INSTANCE_RETIREMENT_SCHEDULED",
+                "affectedEntities": [{"entityValue": "i-0000000000000000d"}, {"entityValue": "i-0000000000000000e"}]}"#,
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            r#"{"instance-id": "i-0000000000000000f", "state": "running"}"#,
+        ),
+        "this is not an event".to_string(),
+    ];
+    for body in &bodies {
+        clients
+            .sqs
+            .send_message()
+            .queue_url(queue.url())
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+
+    let unavailable = Arc::new(UnavailableOfferings::default());
+    let source = SqsInterruptionSource::new(
+        queue.clone(),
+        clients.ec2.clone(),
+        Arc::default(),
+        Arc::clone(&unavailable),
+    );
+    let mut events = Vec::new();
+    while events.len() < 5 {
+        events.extend(source.receive().await.unwrap());
+    }
+    let mut seen: Vec<(String, InterruptionKind)> =
+        events.iter().map(|e| (e.provider_id.clone(), e.kind)).collect();
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut expected = vec![
+        ("i-0000000000000000b".to_string(), InterruptionKind::Rebalance),
+        ("i-0000000000000000c".to_string(), InterruptionKind::StateChange),
+        (
+            "i-0000000000000000d".to_string(),
+            InterruptionKind::ScheduledChange,
+        ),
+        (
+            "i-0000000000000000e".to_string(),
+            InterruptionKind::ScheduledChange,
+        ),
+        (spot_id.clone(), InterruptionKind::SpotInterruption),
+    ];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(seen, expected);
+    assert!(
+        events
+            .iter()
+            .all(|e| e.at == "2026-12-02T12:00:00Z".parse().unwrap())
+    );
+    assert!(unavailable.is_unavailable("m5.large", &zone, "spot", Instant::now()));
+    assert!(!unavailable.is_unavailable("m5.large", &zone, "on-demand", Instant::now()));
+    assert_eq!(source.stats().malformed.load(Ordering::Relaxed), 1);
+    assert_eq!(source.stats().ignored.load(Ordering::Relaxed), 1);
+
+    // After shutdown, receive deletes what was handed out and says the source is closed.
+    source.shutdown();
+    assert!(source.receive().await.is_none());
+    let attributes = clients
+        .sqs
+        .get_queue_attributes()
+        .queue_url(queue.url())
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let attributes = attributes.attributes().unwrap();
+    for name in [
+        QueueAttributeName::ApproximateNumberOfMessages,
+        QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+    ] {
+        assert_eq!(attributes.get(&name).map(String::as_str), Some("0"), "{name:?}");
+    }
+    assert_eq!(source.stats().delete_errors.load(Ordering::Relaxed), 0);
+}

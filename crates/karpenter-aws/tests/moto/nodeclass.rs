@@ -1,0 +1,283 @@
+//! The EC2NodeClass controller against moto and the in-memory API server: status and conditions, a selector
+//! that matches nothing, AMI selector terms, the finalizer, and the runtime that runs it all.
+
+use std::sync::Arc;
+
+use karpenter_api::common::ConditionStatus;
+use karpenter_api::ec2nodeclass::EC2NodeClass;
+use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_aws::nodeclass::controller::{Context, reconcile};
+use karpenter_aws::runtime::{AwsProvider, kubernetes_version};
+use karpenter_aws::{AwsCloudProvider, AwsSettings};
+use karpenter_core::cloudprovider::CloudProvider;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::fixtures::{CLUSTER, create_node_class, network, node_claim, node_class, provider, settings};
+use crate::moto_or_skip;
+
+async fn reconciled(api: &Api<EC2NodeClass>, name: &str, ctx: &Arc<Context>) -> EC2NodeClass {
+    let class = api.get(name).await.unwrap();
+    let _ = reconcile(Arc::new(class), Arc::clone(ctx)).await;
+    api.get(name).await.unwrap()
+}
+
+fn condition(class: &EC2NodeClass, type_: &str) -> (ConditionStatus, String, String) {
+    let c = class.condition(type_).unwrap_or_else(|| panic!("no {type_}"));
+    (c.status, c.reason.clone(), c.message.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_resolves_status_conditions_and_holds_the_finalizer() {
+    let moto = moto_or_skip!(&["m5.large", "c6g.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let net = network(&clients.ec2).await;
+    let (server, provider) = provider(clients.clone()).await;
+    provider.refresh_instance_types().await.unwrap();
+    let ctx = Arc::new(Context {
+        client: server.client(),
+        provider: Arc::clone(&provider),
+    });
+    let api: Api<EC2NodeClass> = Api::all(server.client());
+
+    create_node_class(
+        &server,
+        &node_class("default", json!([{"alias": "al2023@latest"}])),
+    )
+    .await;
+    let class = reconciled(&api, "default", &ctx).await;
+    assert!(
+        class
+            .finalizers()
+            .contains(&"karpenter.k8s.aws/termination".to_string())
+    );
+    let status = class.status.as_ref().unwrap();
+    assert_eq!(status.amis.len(), 5, "AL2023 variants for both architectures");
+    let mut subnet_ids: Vec<&str> = status.subnets.iter().map(|s| s.id.as_str()).collect();
+    subnet_ids.sort();
+    let mut expected = net.subnet_ids.iter().map(String::as_str).collect::<Vec<_>>();
+    expected.sort();
+    assert_eq!(subnet_ids, expected);
+    assert_eq!(class.zones(), ["us-west-2a", "us-west-2b"]);
+    assert_eq!(status.security_groups[0].id, net.security_group_id);
+    assert_eq!(
+        status.instance_profile.as_deref(),
+        Some("KarpenterNodeInstanceProfile")
+    );
+    for type_ in [
+        "AMIsReady",
+        "SubnetsReady",
+        "SecurityGroupsReady",
+        "InstanceProfileReady",
+        "ValidationSucceeded",
+        "Ready",
+    ] {
+        assert_eq!(condition(&class, type_).0, ConditionStatus::True, "{type_}");
+    }
+    assert!(class.is_ready());
+    let annotations = class.annotations();
+    assert_eq!(annotations["karpenter.k8s.aws/ec2nodeclass-hash"], class.hash());
+    // The provider now knows the class: only the subnets' zones are available.
+    let pool: karpenter_api::nodepool::NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {"requirements": [],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
+    }))
+    .unwrap();
+    let types = provider.instance_types(&pool).await.unwrap();
+    let zones: std::collections::BTreeSet<&str> = types
+        .iter()
+        .flat_map(|t| {
+            t.offerings
+                .iter()
+                .filter(|o| o.available)
+                .map(|o| o.zone.as_str())
+        })
+        .collect();
+    assert_eq!(zones, ["us-west-2a", "us-west-2b"].into());
+
+    // Selectors that match nothing: named in the condition, Ready False.
+    let mut nowhere = node_class("nowhere", json!([{"id": "ami-0000000000000dead"}]));
+    nowhere.spec.ami_family = Some("AL2023".into());
+    nowhere.spec.subnet_selector_terms[0].tags =
+        Some([("karpenter.sh/discovery".to_string(), "nobody".to_string())].into());
+    create_node_class(&server, &nowhere).await;
+    let nowhere = reconciled(&api, "nowhere", &ctx).await;
+    let (status, reason, message) = condition(&nowhere, "SubnetsReady");
+    assert_eq!(
+        (status, reason.as_str()),
+        (ConditionStatus::False, "SubnetsNotFound")
+    );
+    assert_eq!(
+        message,
+        r#"SubnetSelector did not match any Subnets: [{"tags":{"karpenter.sh/discovery":"nobody"}}]"#
+    );
+    let (status, reason, message) = condition(&nowhere, "AMIsReady");
+    assert_eq!((status, reason.as_str()), (ConditionStatus::False, "AMINotFound"));
+    assert!(message.contains("ami-0000000000000dead"), "{message}");
+    assert_eq!(
+        condition(&nowhere, "SecurityGroupsReady").0,
+        ConditionStatus::True
+    );
+    let (status, reason, message) = condition(&nowhere, "Ready");
+    assert_eq!(
+        (status, reason.as_str()),
+        (ConditionStatus::False, "UnhealthyDependents")
+    );
+    assert_eq!(
+        message,
+        "AMIsReady=False (AMINotFound), SubnetsReady=False (SubnetsNotFound)"
+    );
+    // Launching with it says why.
+    let err = provider
+        .create(&node_claim("nowhere-x", "nowhere", json!([])))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "NodeClassNotReady");
+    assert!(err.to_string().contains("UnhealthyDependents"), "{err}");
+
+    // AMI selector terms by name and owner: moto's Amazon Linux 2023 images, with their architectures.
+    create_node_class(
+        &server,
+        &serde_json::from_value::<EC2NodeClass>(json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "by-name"},
+            "spec": {"amiFamily": "AL2023",
+                     "amiSelectorTerms": [{"name": "al2023-ami-2023.*", "owner": "amazon"}],
+                     "subnetSelectorTerms": [{"id": net.subnet_ids[0]}],
+                     "securityGroupSelectorTerms": [{"id": net.security_group_id}],
+                     "instanceProfile": "KarpenterNodeInstanceProfile"}
+        }))
+        .unwrap(),
+    )
+    .await;
+    let by_name = reconciled(&api, "by-name", &ctx).await;
+    let status = by_name.status.as_ref().unwrap();
+    assert!(!status.amis.is_empty());
+    assert!(status.amis.iter().all(|a| {
+        a.name
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("al2023-ami-2023")
+    }));
+    let arches: std::collections::BTreeSet<String> = status
+        .amis
+        .iter()
+        .flat_map(|a| a.requirements[0].values.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(arches, ["amd64".to_string(), "arm64".to_string()].into());
+    assert_eq!(status.subnets.len(), 1);
+    assert!(by_name.is_ready());
+
+    // Deletion waits for the class's NodeClaims.
+    let claims: Api<NodeClaim> = Api::all(server.client());
+    claims
+        .create(
+            &PostParams::default(),
+            &node_claim("default-abcde", "default", json!([])),
+        )
+        .await
+        .unwrap();
+    api.delete("default", &DeleteParams::default()).await.unwrap();
+    let deleting = reconciled(&api, "default", &ctx).await;
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    assert!(
+        deleting
+            .finalizers()
+            .contains(&"karpenter.k8s.aws/termination".to_string())
+    );
+    claims
+        .delete("default-abcde", &DeleteParams::default())
+        .await
+        .unwrap();
+    let _ = reconcile(Arc::new(deleting), Arc::clone(&ctx)).await;
+    assert!(
+        api.get_opt("default").await.unwrap().is_none(),
+        "the finalizer is gone, and the class with it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
+    let moto = moto_or_skip!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    network(&clients.ec2).await;
+    let server = karpenter_sim::apiserver::ApiServer::new(karpenter_sim::clock::SystemClock);
+    assert_eq!(kubernetes_version(&server.client()).await.unwrap(), "1.33");
+
+    let invalid = AwsProvider::start_with_clients(AwsSettings::default(), clients.clone(), server.client())
+        .await
+        .unwrap_err();
+    assert_eq!(invalid.to_string(), "configuration: CLUSTER_NAME is required");
+    let missing_queue = AwsProvider::start_with_clients(
+        AwsSettings {
+            interruption_queue: Some("absent".into()),
+            ..settings()
+        },
+        clients.clone(),
+        server.client(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(missing_queue.category(), "NotFound");
+
+    clients
+        .sqs
+        .create_queue()
+        .queue_name("karpenter")
+        .send()
+        .await
+        .unwrap();
+    let runtime = AwsProvider::start_with_clients(
+        AwsSettings {
+            interruption_queue: Some("karpenter".into()),
+            kubernetes_version: None,
+            ..settings()
+        },
+        clients.clone(),
+        server.client(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(runtime.cloud_provider.settings().cluster_name, CLUSTER);
+    assert_eq!(runtime.cloud_provider.kubernetes_version(), "1.33");
+    assert!(runtime.interruption_source_dyn().is_some());
+    assert_eq!(runtime.cloud_provider_dyn().name(), "aws");
+    let names: Vec<&str> = runtime.tasks.iter().map(|t| t.name).collect();
+    assert_eq!(
+        names,
+        [
+            "ec2nodeclass",
+            "instancetype-and-pricing-refresh",
+            "kubernetes-version-refresh"
+        ]
+    );
+
+    // The controller task reconciles a new class to Ready.
+    let provider: Arc<AwsCloudProvider> = Arc::clone(&runtime.cloud_provider);
+    let handles: Vec<_> = runtime
+        .tasks
+        .into_iter()
+        .map(|t| tokio::spawn(t.future))
+        .collect();
+    create_node_class(
+        &server,
+        &node_class("default", json!([{"alias": "al2023@latest"}])),
+    )
+    .await;
+    let api: Api<EC2NodeClass> = Api::all(server.client());
+    let mut ready = false;
+    for _ in 0..600 {
+        if api.get("default").await.unwrap().is_ready()
+            && provider.node_class_cache().get("default").is_some()
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for handle in handles {
+        handle.abort();
+    }
+    assert!(ready, "the EC2NodeClass controller never made the class Ready");
+}
