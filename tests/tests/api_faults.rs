@@ -96,6 +96,10 @@ async fn a_scale_up_survives_500s_conflicts_and_dropped_watches() -> TestResult 
     // Drop every watch every 7 virtual seconds while the nodes come up.
     for _ in 0..12 {
         tokio::time::sleep(Duration::from_secs(7)).await;
+        assert!(
+            h.sim.api().open_watches() > 0,
+            "the state cache re-opened its watches"
+        );
         faults.drop_watches();
     }
     all_pods_run_and_nothing_is_launched_twice(&h).await?;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_e2e::{
     Harness, TestResult, apply_deployment, apply_nodepool,
     replicas::{CreateLog, Replica, invariants, lease_holder, sim},
@@ -13,8 +14,8 @@ use karpenter_e2e::{
 };
 use karpenter_sim::SimCluster;
 use kube::{
-    Api,
-    api::{Patch, PatchParams},
+    Api, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
 };
 use serde_json::{Value, json};
 use tokio::task::LocalSet;
@@ -65,15 +66,20 @@ async fn two_replicas(
 /// Replicas of `web` after the scale-up: more than one node's worth.
 const PEAK: i32 = 40;
 
-/// What one replica alone launches for the same workload: 6 pods, then [`PEAK`].
-async fn launched_by_one_replica() -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+/// What one replica alone launches for the same workload: `web` created with `steps[0]` replicas, then scaled
+/// to each next step once every pod runs.
+async fn launched_by_one_replica(steps: &[i32]) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
     let h = Harness::start()?;
     let client = h.client();
     apply_nodepool(&client, "default", &["on-demand"], Value::Null).await?;
-    apply_deployment(&client, "web", 6, "500m").await?;
-    until_running(&client, "app=web", 6, 300).await?;
-    scale(&client, PEAK).await?;
-    until_running(&client, "app=web", PEAK as usize, 300).await?;
+    for (i, &replicas) in steps.iter().enumerate() {
+        if i == 0 {
+            apply_deployment(&client, "web", replicas, "500m").await?;
+        } else {
+            scale(&client, replicas).await?;
+        }
+        until_running(&client, "app=web", usize::try_from(replicas)?, 300).await?;
+    }
     Ok(invariants::instances_launched(&h.sim))
 }
 
@@ -139,7 +145,7 @@ async fn the_standby_takes_over_a_crashed_leader_and_nothing_is_launched_twice()
             let launched = invariants::instances_launched(&sim);
             assert_eq!(launched, invariants::node_claims_created(&sim));
             assert_eq!(launched, sim.cloud().running_instances().len());
-            assert_eq!(launched, launched_by_one_replica().await?);
+            assert_eq!(launched, launched_by_one_replica(&[6, PEAK]).await?);
             until_running(&client, "app=web", PEAK as usize, 1).await?;
             Ok(())
         })
@@ -184,6 +190,70 @@ async fn a_clean_shutdown_releases_the_lease_and_the_standby_takes_over_at_once(
                 invariants::instances_launched(&sim),
                 invariants::node_claims_created(&sim)
             );
+            Ok(())
+        })
+        .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_crashing_between_creating_and_launching_nodeclaims_leaves_them_to_its_successor()
+-> TestResult {
+    LocalSet::new()
+        .run_until(async {
+            let sim = sim()?;
+            let client = sim.client();
+            let creates = CreateLog::default();
+            let (a, b) = two_replicas(&sim, &creates).await?;
+            apply_nodepool(&client, "default", &["on-demand"], Value::Null).await?;
+            apply_deployment(&client, "web", PEAK, "500m").await?;
+
+            // Crash the leader as soon as its provisioner has written a NodeClaim, before it is launched.
+            let claims: Api<NodeClaim> = Api::all(client.clone());
+            let mut written = Vec::new();
+            for _ in 0..600 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                written = claims.list(&ListParams::default()).await?.items;
+                if !written.is_empty() {
+                    break;
+                }
+            }
+            assert!(!written.is_empty(), "the leader wrote no NodeClaim");
+            assert!(
+                written
+                    .iter()
+                    .all(|c| c.status.as_ref().is_none_or(|s| s.provider_id.is_none())),
+                "caught before the launch"
+            );
+            a.crash().await;
+            assert!(
+                invariants::instances_launched(&sim) == 0,
+                "nothing launched before the crash"
+            );
+
+            until_holder(&client, "b", 30).await?;
+            until_running(&client, "app=web", PEAK as usize, 300).await?;
+            // The successor launched the claims its predecessor wrote rather than writing new ones for the
+            // same pods.
+            let names: Vec<String> = written.iter().map(ResourceExt::name_any).collect();
+            let launched_by_b: Vec<String> = creates_by(&creates)
+                .into_iter()
+                .filter(|(who, _)| who == "b")
+                .map(|(_, claim)| claim)
+                .collect();
+            assert!(
+                names.iter().all(|n| launched_by_b.contains(n)),
+                "{names:?} were not all launched by b: {launched_by_b:?}"
+            );
+            tokio::time::sleep(Duration::from_secs(180)).await;
+            invariants::settle(60, Duration::from_secs(5), || invariants::instance_problems(&sim)).await?;
+            let launched = invariants::instances_launched(&sim);
+            assert_eq!(launched, invariants::node_claims_created(&sim));
+            assert_eq!(
+                launched,
+                launched_by_one_replica(&[PEAK]).await?,
+                "no NodeClaim written twice"
+            );
+            assert!(!b.has_exited());
             Ok(())
         })
         .await
