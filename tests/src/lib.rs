@@ -163,3 +163,5 @@ pub async fn apply_pdb(client: &kube::Client, app: &str, max_unavailable: i32) -
         .await?;
     Ok(())
 }
+
+pub mod replicas;

@@ -1,0 +1,152 @@
+//! Drift after a NodePool change, rolled out under a budget of one node: every node launched from the old
+//! template is replaced, one at a time (never more than one node cordoned for disruption at once), the pods move
+//! to the replacements through the Eviction API within their PodDisruptionBudget, and all of them run at the
+//! end.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node};
+use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
+use karpenter_e2e::{
+    Controllers, Harness, TestResult, apply_pdb, replicas::invariants, running_pods, until_running,
+};
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+const PODS: usize = 4;
+
+/// NodePool `default`: on-demand, template label `team=<team>`, drift rolled out one node at a time, no
+/// consolidation.
+fn pool(team: &str) -> Result<NodePool, serde_json::Error> {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"team": team}},
+                "spec": {
+                    "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In",
+                        "values": ["on-demand"]}],
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}},
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never",
+                "budgets": [{"nodes": "1"}]}}
+    }))
+}
+
+/// Deployment `web`: one pod per node (required anti-affinity on the hostname), so the pool has `PODS` nodes.
+async fn one_pod_per_node(client: &kube::Client) -> TestResult {
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": PODS, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "web"}},
+                         "topologyKey": "kubernetes.io/hostname"}]}},
+                    "containers": [{"name": "c", "image": "sim",
+                        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}
+    }))?;
+    Api::<Deployment>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nodepool_change_replaces_every_node_one_at_a_time_within_the_pdb() -> TestResult {
+    let h = Harness::start_with(Controllers { disruption: true })?;
+    let client = h.client();
+    let pools: Api<NodePool> = Api::all(client.clone());
+    pools.create(&PostParams::default(), &pool("a")?).await?;
+    one_pod_per_node(&client).await?;
+    apply_pdb(&client, "web", 1).await?;
+    until_running(&client, "app=web", PODS, 600).await?;
+
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let old: BTreeSet<String> = claims
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(old.len(), PODS, "one node per pod");
+    // Time passing alone disrupts nothing.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(invariants::disrupted_nodes(&client).await?.is_empty());
+
+    // The template changes: every node now has a different NodePool hash than its NodePool.
+    pools
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}})),
+        )
+        .await?;
+
+    let (mut most_disrupted, mut fewest_running, mut replaced_at) = (0, usize::MAX, Vec::new());
+    let mut remaining = old.len();
+    for step in 0..1800 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        most_disrupted = most_disrupted.max(invariants::disrupted_nodes(&client).await?.len());
+        fewest_running = fewest_running.min(running_pods(&client, "app=web").await?.len());
+        let now: BTreeSet<String> = claims
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        let left = old.intersection(&now).count();
+        if left < remaining {
+            replaced_at.push(step * 2);
+            remaining = left;
+        }
+        if left == 0 && running_pods(&client, "app=web").await?.len() == PODS {
+            break;
+        }
+    }
+    assert_eq!(remaining, 0, "{remaining} drifted nodes left");
+    // Sampled every 2 s: one node cordoned at a time, and the sampling did see the rollout.
+    assert_eq!(
+        most_disrupted, 1,
+        "{most_disrupted} nodes were disrupted at once under a budget of one"
+    );
+    assert_eq!(
+        replaced_at.len(),
+        PODS,
+        "the old nodes went one at a time (seconds after the change: {replaced_at:?})"
+    );
+    assert!(
+        fewest_running >= PODS - 1,
+        "the PodDisruptionBudget was violated: {fewest_running} pods ran at one point"
+    );
+    assert_eq!(
+        invariants::pod_deletes_bypassing_eviction(&h.sim),
+        0,
+        "a pod was deleted rather than evicted"
+    );
+
+    // The end state: every node from the new template, every pod running, nothing orphaned.
+    until_running(&client, "app=web", PODS, 300).await?;
+    invariants::settle(60, Duration::from_secs(5), || {
+        invariants::instance_problems(&h.sim)
+    })
+    .await?;
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    assert_eq!(nodes.items.len(), PODS);
+    for node in &nodes.items {
+        assert_eq!(
+            node.labels().get("team").map(String::as_str),
+            Some("b"),
+            "{} is from the old template",
+            node.name_any()
+        );
+    }
+    assert!(invariants::disrupted_nodes(&client).await?.is_empty());
+    Ok(())
+}
