@@ -138,8 +138,7 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// Starts `identity` (it waits for the Lease before running any controller). Must run inside a
-    /// [`tokio::task::LocalSet`].
+    /// Starts `identity` (it waits for the Lease before running any controller).
     pub fn start(sim: &SimCluster, identity: &str, creates: &CreateLog) -> Self {
         let settings = Settings {
             identity: identity.to_string(),
@@ -154,9 +153,8 @@ impl Replica {
             ..Operator::new(parts)
         };
         let (tx, rx) = oneshot::channel::<()>();
-        // `Operator::run` is not Send (it holds a metrics guard across awaits), so it runs on the test's
-        // thread: call this inside a `tokio::task::LocalSet`.
-        let task = tokio::task::spawn_local(operator.run(async move {
+        // Spawned like the binary runs it: `Operator::run` is Send.
+        let task = tokio::spawn(operator.run(async move {
             let _ = rx.await;
         }));
         Self {

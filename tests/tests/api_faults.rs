@@ -127,7 +127,6 @@ async fn a_scale_up_survives_500s_conflicts_and_dropped_watches() -> TestResult 
 // again; the first instance is left running for good, and garbage collection never takes it because it
 // matches instances to NodeClaims by name, not by provider ID (upstream caches the launch result by claim UID
 // and collects instances whose provider ID no NodeClaim records).
-#[ignore = "controller bug: a write conflict after a launch launches the NodeClaim again and orphans the first instance"]
 #[tokio::test(start_paused = true)]
 async fn a_scale_up_survives_random_conflicts_on_every_nodeclaim_and_node_write() -> TestResult {
     let h = Harness::start()?;
@@ -167,7 +166,6 @@ async fn a_scale_up_survives_random_conflicts_on_every_nodeclaim_and_node_write(
 
 // The same bug, reduced: one 409 on the first status write gives two instances for one NodeClaim, the first
 // (i-00910a2dec89025cc) orphaned and still running ten minutes later.
-#[ignore = "controller bug: a write conflict after a launch launches the NodeClaim again and orphans the first instance"]
 #[tokio::test(start_paused = true)]
 async fn a_conflict_on_the_status_write_after_a_launch_does_not_launch_again() -> TestResult {
     let h = Harness::start()?;

@@ -1,7 +1,7 @@
 //! Expiration with a terminationGracePeriod: a node past its NodePool's `expireAfter` is deleted whatever its
 //! pods' PodDisruptionBudgets say; the drain honours a PDB that blocks every eviction only until the
-//! NodeClaim's `terminationGracePeriod` has run out, then the blocking pods are removed and the node goes; the
-//! provisioner gives the pods a new node.
+//! pods' own grace period would overrun the NodeClaim's `terminationGracePeriod`, then the blocking pods are
+//! deleted (to be gone by the deadline) and the node goes; the provisioner gives the pods a new node.
 
 use std::time::Duration;
 
@@ -18,6 +18,8 @@ use kube::{
 use serde_json::json;
 
 const EXPIRE_AFTER: Duration = Duration::from_secs(10 * 60);
+/// The pods' terminationGracePeriodSeconds (Kubernetes' default).
+const POD_GRACE_SECONDS: i64 = 30;
 const GRACE: Duration = Duration::from_secs(5 * 60);
 
 fn seconds_between(from: jiff::Timestamp, to: jiff::Timestamp) -> i64 {
@@ -88,8 +90,9 @@ async fn an_expired_node_is_drained_past_a_blocking_pdb_once_its_grace_period_en
         "deleted {expired_after}s after its creation"
     );
 
-    // The drain: evictions refused by the PDB, the pods stay on the node, until the grace period is over.
-    let grace = i64::try_from(GRACE.as_secs())?;
+    // The drain: evictions refused by the PDB, the pods stay on the node until their own grace period (the
+    // default 30 s) would overrun the node's; then they are deleted so that they are gone by the deadline.
+    let grace = i64::try_from(GRACE.as_secs())? - POD_GRACE_SECONDS;
     let mut forced_at = None;
     for _ in 0..(10 * 60) {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -115,7 +118,7 @@ async fn an_expired_node_is_drained_past_a_blocking_pdb_once_its_grace_period_en
     let forced_at = forced_at.ok_or("the blocking pods were never removed")?;
     assert!(
         (grace..=grace + 15).contains(&forced_at),
-        "the blocking pods were removed {forced_at}s after the deletion, the grace period being {grace}s"
+        "the blocking pods were removed {forced_at}s after the deletion, expected from {grace}s (deadline minus their grace)"
     );
     assert!(evictions_refused(&h) > 0, "the drain asked for evictions first");
 

@@ -68,7 +68,6 @@ async fn problems(h: &Harness) -> Result<Vec<String>, Box<dyn std::error::Error 
 // node (large-instance-type, running both pods) keeps the karpenter.sh/disrupted:NoSchedule taint for good:
 // 20 minutes on, it is still cordoned and never considered again (the cluster stays at 0.4/h instead of 0.1/h).
 // Upstream removes the disrupted taint from nodes whose NodeClaim is not being deleted when it starts.
-#[ignore = "controller bug: a restart mid-command leaves the candidate node tainted karpenter.sh/disrupted for good"]
 #[tokio::test(start_paused = true)]
 async fn a_controller_killed_after_tainting_and_creating_the_replacement_recovers() -> TestResult {
     let mut h = Harness::start_with(Controllers { disruption: true })?;

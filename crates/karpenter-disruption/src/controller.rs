@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{
     common::{ConditionStatus, find_condition},
     label_policy::LabelPolicy,
+    labels,
     nodeclaim::{NodeClaim, conditions},
 };
 use karpenter_core::{
@@ -108,6 +109,8 @@ pub struct DisruptionController {
     settings: DisruptionSettings,
     in_flight: Mutex<Option<InFlight>>,
     events: DedupedRecorder,
+    /// Whether taints left by a previous process have been cleared (once, on the first synced tick).
+    recovered: std::sync::atomic::AtomicBool,
 }
 
 fn is_initialized(claim: &NodeClaim) -> bool {
@@ -133,6 +136,7 @@ impl DisruptionController {
             clock,
             settings,
             in_flight: Mutex::new(None),
+            recovered: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -168,6 +172,10 @@ impl DisruptionController {
             return Ok(Tick::NotSynced);
         }
         let mut in_flight = self.in_flight.lock().await;
+        if !self.recovered.load(std::sync::atomic::Ordering::Acquire) {
+            self.recover_after_restart().await?;
+            self.recovered.store(true, std::sync::atomic::Ordering::Release);
+        }
         let (snapshot, mut inputs) = self.inputs().await?;
         self.sync_conditions(&inputs).await;
         if let Some(command) = in_flight.clone() {
@@ -182,6 +190,33 @@ impl DisruptionController {
             *in_flight = Some(command.clone());
         }
         Ok(tick)
+    }
+
+    /// A command in flight lives in memory only: after a restart (or a leader change) the nodes a killed
+    /// process had tainted `karpenter.sh/disrupted` but not yet deleted would stay cordoned forever. As
+    /// upstream does at start-up, the taint is removed from every Node whose NodeClaim is not being deleted;
+    /// replacements it had launched are ordinary nodes now, consolidated like any other if unneeded.
+    async fn recover_after_restart(&self) -> Result<(), DisruptionError> {
+        let deleting: std::collections::HashSet<String> = self
+            .state
+            .node_claims
+            .all()
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_some())
+            .filter_map(|c| c.status.as_ref().and_then(|s| s.node_name.clone()))
+            .collect();
+        for node in self.state.nodes.all() {
+            let tainted = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY));
+            if tainted && node.metadata.deletion_timestamp.is_none() && !deleting.contains(&node.name_any()) {
+                tracing::info!(node = %node.name_any(), "removing the disrupted taint a previous controller left");
+                remove_disrupted_taint(&self.client, &node).await?;
+            }
+        }
+        Ok(())
     }
 
     /// The cache as it is now, and the pass's inputs over it.

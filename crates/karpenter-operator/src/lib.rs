@@ -72,7 +72,7 @@ impl Operator {
         settings.validate()?;
         metrics()
             .build_info
-            .get_or_create(&BuildInfoLabels {
+            .get_or_create_owned(&BuildInfoLabels {
                 version: env!("CARGO_PKG_VERSION").into(),
                 goversion: String::new(),
                 goarch: std::env::consts::ARCH.into(),
@@ -114,9 +114,10 @@ impl Operator {
                 lease_timings,
             )
         });
+        // The series' own handle, not the family's read guard, so this future stays Send.
         let leader_gauge = metrics()
             .leader_election_master_status
-            .get_or_create(&LeaderLabels {
+            .get_or_create_owned(&LeaderLabels {
                 name: lease_name.clone(),
             });
         leader_gauge.set(0);

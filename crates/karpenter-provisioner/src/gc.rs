@@ -1,6 +1,7 @@
 //! Garbage collection, both ways, every 2 minutes as upstream:
-//! - an instance of this cluster with no NodeClaim of its name is terminated (a launch whose claim was lost, a
-//!   controller killed between CreateFleet and the status write);
+//! - an instance of this cluster that no NodeClaim owns is terminated: no claim of its name (a launch whose
+//!   claim was lost, a controller killed between CreateFleet and the status write), or a claim of its name
+//!   that records another instance (a second launch after a failed status write);
 //! - a launched NodeClaim whose instance the provider no longer lists is deleted (the instance was terminated
 //!   behind Karpenter's back), so its Node is drained and its pods find room elsewhere.
 
@@ -59,14 +60,30 @@ impl GarbageCollector {
     pub async fn collect(&self) -> Result<Collected, ProvisionerError> {
         let mut collected = Collected::default();
         let claims = self.state.node_claims.all();
-        let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+        // A claim's instance is the one its status records; before the launch is recorded, any instance
+        // carrying its name (the launch in flight).
+        let recorded: std::collections::HashMap<String, Option<String>> = claims
+            .iter()
+            .map(|c| {
+                (
+                    c.name_any(),
+                    c.status.as_ref().and_then(|s| s.provider_id.clone()),
+                )
+            })
+            .collect();
         let instances = self.cloud.list().await?;
         let running: HashSet<String> = instances
             .iter()
             .filter_map(|i| i.status.as_ref()?.provider_id.clone())
             .collect();
         for instance in &instances {
-            if names.contains(&instance.name_any()) {
+            let id = instance.status.as_ref().and_then(|s| s.provider_id.as_deref());
+            let owned = match recorded.get(&instance.name_any()) {
+                None => false,
+                Some(None) => true,
+                Some(Some(recorded)) => Some(recorded.as_str()) == id,
+            };
+            if owned {
                 continue;
             }
             match self.cloud.delete(instance).await {

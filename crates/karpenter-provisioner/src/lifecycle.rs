@@ -48,6 +48,9 @@ pub struct Lifecycle {
     clock: Arc<dyn Clock>,
     /// How often every claim is looked at (tokio time).
     pub interval: Duration,
+    /// Launches whose result is not yet recorded on the claim, by claim UID: if writing the result fails (a
+    /// conflict, an API error), the next pass records this instance instead of launching a second one.
+    launched: std::sync::Mutex<BTreeMap<String, NodeClaim>>,
 }
 
 /// What one pass did, by claim name.
@@ -80,6 +83,7 @@ impl Lifecycle {
             cloud,
             clock,
             interval: Duration::from_secs(1),
+            launched: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -206,8 +210,19 @@ impl Lifecycle {
             .as_ref()
             .map(|s| s.conditions.clone())
             .unwrap_or_default();
-        let launched = match self.cloud.create(claim).await {
-            Ok(launched) => launched,
+        let uid = claim.metadata.uid.clone().unwrap_or_else(|| name.clone());
+        let cached = self.launched.lock().ok().and_then(|c| c.get(&uid).cloned());
+        let created = match cached {
+            Some(launched) => Ok(launched),
+            None => self.cloud.create(claim).await,
+        };
+        let launched = match created {
+            Ok(launched) => {
+                if let Ok(mut cache) = self.launched.lock() {
+                    cache.insert(uid.clone(), launched.clone());
+                }
+                launched
+            }
             Err(error) if error.category() == "InsufficientCapacity" => {
                 tracing::info!(nodeclaim = %name, %error, "no capacity; deleting the NodeClaim so another offering is tried");
                 api.delete(&name, &DeleteParams::default()).await?;
@@ -264,6 +279,9 @@ impl Lifecycle {
             "conditions": conditions,
         }});
         self.patch_status(&name, status).await?;
+        if let Ok(mut cache) = self.launched.lock() {
+            cache.remove(&uid);
+        }
         done.launched.push(name);
         Ok(())
     }
