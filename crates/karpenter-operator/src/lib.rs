@@ -8,6 +8,7 @@
 //! cache synced, then the controllers. Losing the Lease, or any controller loop ending, ends [`Operator::run`]
 //! with an error and the binary exits non-zero: a restarted process starts clean rather than half-led.
 
+pub mod aws_settings;
 pub mod controllers;
 mod error;
 pub mod health;

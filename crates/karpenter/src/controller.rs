@@ -12,7 +12,9 @@ use karpenter_core::{
     clock::{Clock, SystemClock},
     snapshot::BuildOptions,
 };
-use karpenter_operator::{ControllerParts, Operator, Settings, logging};
+use karpenter_operator::{
+    ControllerParts, ControllerTask, Operator, Settings, aws_settings::AwsArgs, logging,
+};
 use karpenter_sim::KwokCloudProvider;
 use karpenter_state::{ClusterState, Watched};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -40,6 +42,8 @@ pub struct ControllerArgs {
     /// kwok: a catalog JSON file of instance types (the format `cargo xtask catalog` writes).
     #[arg(long, env = "INSTANCE_TYPES_FILE_PATH")]
     pub instance_types_file_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub aws: AwsArgs,
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
@@ -70,6 +74,25 @@ fn catalog(path: Option<&PathBuf>) -> Result<CatalogFile> {
     }
 }
 
+/// The AWS provider's settings from its flags (validated by the provider, naming the variable).
+#[cfg(feature = "aws")]
+fn aws_settings(args: &AwsArgs) -> karpenter_aws::AwsSettings {
+    let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    karpenter_aws::AwsSettings {
+        cluster_name: args.cluster_name.clone(),
+        cluster_endpoint: some(&args.cluster_endpoint),
+        isolated_vpc: args.isolated_vpc,
+        vm_memory_overhead_percent: args.vm_memory_overhead_percent,
+        interruption_queue: some(&args.interruption_queue),
+        reserved_enis: args.reserved_enis,
+        ami_refresh_interval: args.ami_refresh_interval,
+        subnet_refresh_interval: args.subnet_refresh_interval,
+        region: args.aws_region.clone(),
+        endpoint_override: args.aws_endpoint_url.clone(),
+        ..karpenter_aws::AwsSettings::default()
+    }
+}
+
 pub fn run(args: &ControllerArgs) -> Result<String> {
     args.settings.validate()?;
     logging::init(args.settings.log_level)?;
@@ -85,6 +108,11 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
     let client = client(args.kubeconfig.as_ref()).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let settings = args.settings.clone();
+    // Only the AWS provider adds tasks and an interruption source.
+    #[cfg_attr(not(feature = "aws"), allow(unused_mut))]
+    let mut provider_tasks: Vec<ControllerTask> = Vec::new();
+    #[cfg_attr(not(feature = "aws"), allow(unused_mut))]
+    let mut interruption = None;
     let (cloud, build, watched) = match args.cloud_provider {
         CloudProviderKind::Kwok => {
             let catalog = catalog(args.instance_types_file_path.as_ref())?;
@@ -96,6 +124,23 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
             let cloud = KwokCloudProvider::new(client.clone(), catalog, Arc::clone(&clock)).as_dyn();
             (cloud, build, Watched::default())
         }
+        #[cfg(feature = "aws")]
+        CloudProviderKind::Aws => {
+            let runtime = karpenter_aws::AwsProvider::start(aws_settings(&args.aws), client.clone()).await?;
+            interruption = runtime.interruption_source_dyn();
+            let cloud = runtime.cloud_provider_dyn();
+            provider_tasks.extend(runtime.tasks.into_iter().map(|t| (t.name, t.future)));
+            let build = BuildOptions {
+                label_policy: LabelPolicy::Aws,
+                ..BuildOptions::default()
+            };
+            let watched = Watched {
+                ec2_node_classes: true,
+                ..Watched::default()
+            };
+            (cloud, build, watched)
+        }
+        #[cfg(not(feature = "aws"))]
         CloudProviderKind::Aws => {
             return Err(anyhow!(
                 "--cloud-provider aws: this karpenter binary was built without the `aws` feature \
@@ -113,13 +158,15 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
         state: ClusterState::new(watched),
         cloud,
         clock,
-        interruption: None,
+        interruption,
         build,
         settings,
         observer: None,
     };
     tracing::info!(cloud_provider = ?args.cloud_provider, settings = ?args.settings.describe(), "starting");
-    Operator::new(parts)
+    let mut operator = Operator::new(parts);
+    operator.provider_tasks = provider_tasks;
+    operator
         .run(async {
             let _ = tokio::signal::ctrl_c().await;
             tracing::info!("interrupted: stopping");
