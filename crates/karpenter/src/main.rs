@@ -32,7 +32,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller against a Kubernetes cluster (the default command).
-    Controller(controller::ControllerArgs),
+    Controller(Box<controller::ControllerArgs>),
     /// Show what Karpenter would launch for the pending pods of a snapshot, and why any pod stays pending.
     Schedule(schedule::ScheduleArgs),
     /// Show what the next disruption pass would do on a snapshot, and why every other node is left alone.
