@@ -256,6 +256,21 @@ impl DisruptionController {
             if let Some(name) = &inputs.view.nodes[e.node].node_claim {
                 tracing::info!(nodeclaim = %name, "expired; deleting");
                 delete_claim(&claims, name).await?;
+                let claim = self.state.node_claims.get(name);
+                let label = |key: &str| {
+                    claim
+                        .as_ref()
+                        .and_then(|c| c.labels().get(key).cloned())
+                        .unwrap_or_default()
+                };
+                karpenter_metrics::metrics()
+                    .nodeclaims_disrupted
+                    .get_or_create(&karpenter_metrics::NodeClaimDisruptedLabels {
+                        reason: "expired".into(),
+                        nodepool: label(labels::NODEPOOL_LABEL),
+                        capacity_type: label("karpenter.sh/capacity-type"),
+                    })
+                    .inc();
             }
         }
         self.report_blocked(inputs, &result).await;

@@ -47,11 +47,19 @@ impl GarbageCollector {
             if !self.state.synced() {
                 continue;
             }
+            let mut timer = karpenter_metrics::metrics().reconcile("nodeclaim.garbagecollection");
             match self.collect().await {
-                Ok(c) if c != Collected::default() => tracing::info!(?c, "garbage collected"),
+                Ok(c) if c != Collected::default() => {
+                    tracing::info!(
+                        controller = "nodeclaim.garbagecollection",
+                        ?c,
+                        "garbage collected"
+                    )
+                }
                 Ok(_) => {}
                 Err(error) => {
-                    tracing::warn!(category = error.category(), %error, "garbage collection failed")
+                    timer.failed();
+                    tracing::warn!(controller = "nodeclaim.garbagecollection", category = error.category(), %error, "garbage collection failed")
                 }
             }
         }

@@ -91,6 +91,7 @@ impl Lifecycle {
     pub async fn run(&self) {
         loop {
             if self.state.synced() {
+                let _timer = karpenter_metrics::metrics().reconcile("nodeclaim.lifecycle");
                 self.pass().await;
             }
             tokio::time::sleep(self.interval).await;
@@ -140,6 +141,14 @@ impl Lifecycle {
         };
         if !is_true(conditions::REGISTERED) {
             self.register(claim, &node).await?;
+            let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
+            karpenter_metrics::metrics()
+                .nodes_created
+                .get_or_create(&karpenter_metrics::NodeLabels {
+                    nodepool: label(labels::NODEPOOL_LABEL),
+                    zone: label("topology.kubernetes.io/zone"),
+                })
+                .inc();
             done.registered.push(name);
             return Ok(());
         }

@@ -4,6 +4,7 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use karpenter_api::{label_policy::LabelPolicy, nodeclaim::NodeClaim};
 use karpenter_core::{
     cloudprovider::CloudProvider,
@@ -15,9 +16,44 @@ use karpenter_state::ClusterState;
 use kube::{
     Api, Client,
     api::{PostParams, ResourceExt},
+    runtime::events::{Event, EventType, Recorder, Reporter},
 };
 
 use crate::{ProvisionerError, batcher::BatchWindow, catalog::catalog_for, pending::is_provisionable};
+
+/// A `Nominated` event on each pod (`namespace/name`) naming the NodeClaim made for it, as upstream's
+/// provisioner emits (`kubectl describe pod` shows where it is going).
+async fn nominate(client: Client, nominations: Vec<(String, String)>) {
+    let recorder = Recorder::new(
+        client,
+        Reporter {
+            controller: "karpenter".into(),
+            instance: None,
+        },
+    );
+    for (pod, claim) in nominations {
+        let Some((namespace, name)) = pod.split_once('/') else {
+            continue;
+        };
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "Nominated".into(),
+            note: Some(format!("Pod should schedule on: nodeclaim/{claim}")),
+            action: "Nominated".into(),
+            secondary: None,
+        };
+        if let Err(error) = recorder.publish(&event, &reference).await {
+            tracing::debug!(%pod, %error, "nomination event not sent");
+        }
+    }
+}
 
 /// How the provisioner runs.
 #[derive(Debug, Clone)]
@@ -83,15 +119,18 @@ impl Provisioner {
                 .batch
                 .wait(self.settings.poll, || pending_signature(state))
                 .await;
+            let mut timer = karpenter_metrics::metrics().reconcile("provisioner");
             match self.provision_once().await {
                 Ok(round) if !round.created.is_empty() => {
-                    tracing::info!(created = ?round.created, pending = round.pending, "created NodeClaims");
+                    tracing::info!(controller = "provisioner", created = ?round.created, pending = round.pending, "created NodeClaims");
                 }
                 Ok(_) => {}
                 Err(error) => {
-                    tracing::warn!(category = error.category(), %error, "provisioning failed; retrying");
+                    timer.failed();
+                    tracing::warn!(controller = "provisioner", category = error.category(), %error, "provisioning failed; retrying");
                 }
             }
+            drop(timer);
             // Give the watch time to deliver what was created before the next batch is measured.
             tokio::time::sleep(self.settings.batch.idle).await;
         }
@@ -121,8 +160,21 @@ impl Provisioner {
         catalog.well_known_labels = self.settings.build.extra_well_known_labels.clone();
         snapshot.node_pools = pools;
 
+        let metrics = karpenter_metrics::metrics();
+        let controller = karpenter_metrics::ControllerLabels {
+            controller: "provisioner".into(),
+        };
+        let started = std::time::Instant::now();
         let mut inputs = build_schedule_inputs(&snapshot, &catalog, &self.settings.build);
         let results = schedule(&inputs.input, &mut inputs.interner, &inputs.table);
+        metrics
+            .scheduler_scheduling_duration_seconds
+            .get_or_create(&controller)
+            .observe(started.elapsed().as_secs_f64());
+        metrics
+            .scheduler_unschedulable_pods_count
+            .get_or_create(&controller)
+            .set(i64::try_from(results.pod_errors.len()).unwrap_or(i64::MAX));
         let mut round = ProvisionRound {
             pending,
             unschedulable: results
@@ -138,6 +190,7 @@ impl Provisioner {
             .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
             .collect();
         let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let mut nominations = Vec::new();
         for claim in &results.new_node_claims {
             let Some(template) = inputs.input.templates.get(claim.template) else {
                 continue;
@@ -155,7 +208,24 @@ impl Provisioner {
                 claim,
             );
             let created = api.create(&PostParams::default(), &object).await?;
+            metrics
+                .nodeclaims_created
+                .get_or_create(&karpenter_metrics::NodeClaimCreatedLabels {
+                    reason: "provisioning".into(),
+                    nodepool: template.name.clone(),
+                    min_values_relaxed: claim.min_values_relaxed.to_string(),
+                })
+                .inc();
+            let pods = claim
+                .pods
+                .iter()
+                .filter_map(|p| inputs.pod_names.get(*p).cloned());
+            nominations.extend(pods.map(|pod| (pod, created.name_any())));
             round.created.push(created.name_any());
+        }
+        if !nominations.is_empty() {
+            // Events are informational: sent beside the next round, never slowing this one down.
+            tokio::spawn(nominate(self.client.clone(), nominations));
         }
         Ok(round)
     }

@@ -128,7 +128,36 @@ impl NodeRepairController {
             Err(e) => return Err(e.into()),
         }
         match claims.delete(&repair.node_claim, &DeleteParams::default()).await {
-            Ok(_) => Ok(true),
+            Ok(_) => {
+                let m = karpenter_metrics::metrics();
+                let nodepool = repair.node_pool.clone().unwrap_or_default();
+                let capacity_type = self
+                    .state
+                    .node_claims
+                    .get(&repair.node_claim)
+                    .and_then(|c| {
+                        kube::ResourceExt::labels(c.as_ref())
+                            .get("karpenter.sh/capacity-type")
+                            .cloned()
+                    })
+                    .unwrap_or_default();
+                m.nodeclaims_unhealthy_disrupted
+                    .get_or_create(&karpenter_metrics::UnhealthyLabels {
+                        condition: repair.why.condition.clone(),
+                        nodepool: nodepool.clone(),
+                        capacity_type: capacity_type.clone(),
+                        image_id: String::new(),
+                    })
+                    .inc();
+                m.nodeclaims_disrupted
+                    .get_or_create(&karpenter_metrics::NodeClaimDisruptedLabels {
+                        reason: "unhealthy".into(),
+                        nodepool,
+                        capacity_type,
+                    })
+                    .inc();
+                Ok(true)
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
             Err(e) => Err(e.into()),
         }

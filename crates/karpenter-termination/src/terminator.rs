@@ -61,6 +61,37 @@ fn drain_deadline(claim: &NodeClaim) -> Option<jiff::Timestamp> {
     }
 }
 
+/// `karpenter_nodeclaims_terminated_total`, `karpenter_nodes_terminated_total` and the termination duration,
+/// once a claim's finalizer is gone.
+fn record_termination(claim: &NodeClaim, had_node: bool, now: jiff::Timestamp) {
+    let m = karpenter_metrics::metrics();
+    let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
+    let (nodepool, zone) = (
+        label(labels::NODEPOOL_LABEL),
+        label("topology.kubernetes.io/zone"),
+    );
+    m.nodeclaims_terminated
+        .get_or_create(&karpenter_metrics::NodeClaimTerminatedLabels {
+            nodepool: nodepool.clone(),
+            capacity_type: label("karpenter.sh/capacity-type"),
+            zone: zone.clone(),
+        })
+        .inc();
+    if had_node {
+        m.nodes_terminated
+            .get_or_create(&karpenter_metrics::NodeLabels {
+                nodepool: nodepool.clone(),
+                zone,
+            })
+            .inc();
+    }
+    if let Some(deleted) = claim.metadata.deletion_timestamp.as_ref() {
+        m.nodeclaims_termination_duration_seconds
+            .get_or_create(&karpenter_metrics::NodePoolLabels { nodepool })
+            .observe(now.duration_since(deleted.0).as_secs_f64().max(0.0));
+    }
+}
+
 fn key(pod: &CompactPod) -> String {
     format!(
         "{}/{}",
@@ -89,6 +120,7 @@ impl Terminator {
     pub async fn run(&self) {
         loop {
             if self.state.synced() {
+                let _timer = karpenter_metrics::metrics().reconcile("nodeclaim.termination");
                 self.pass().await;
             }
             tokio::time::sleep(self.interval).await;
@@ -172,6 +204,7 @@ impl Terminator {
                 &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
             )
             .await?;
+        record_termination(claim, node.is_some(), self.clock.now());
         done.terminated.push(claim.name_any());
         Ok(())
     }
@@ -195,6 +228,15 @@ impl Terminator {
         } else {
             pods.evict(name, &EvictParams::default()).await.map(|_| ())
         };
+        let code = match &result {
+            Ok(()) => "200".to_string(),
+            Err(kube::Error::Api(s)) => s.code.to_string(),
+            Err(_) => "error".to_string(),
+        };
+        karpenter_metrics::metrics()
+            .pods_eviction_requests
+            .get_or_create(&karpenter_metrics::CodeLabels { code })
+            .inc();
         match result {
             Ok(()) => done.evicted.push(key(pod)),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
