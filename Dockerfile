@@ -30,7 +30,7 @@ COPY xtask ./xtask
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p karpenter \
+    cargo build --release --locked -p karpenter --features aws \
  && cp target/release/karpenter /karpenter
 
 FROM gcr.io/distroless/cc-debian12:nonroot
