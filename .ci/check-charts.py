@@ -421,7 +421,8 @@ def check_karpenter(objects: list[tuple[str, dict]], values: dict, label: str) -
 
 
 def check_rbac_files(objects: list[tuple[str, dict]]) -> None:
-    """One Role or ClusterRole per template file, so a test can compare each file with the calls made."""
+    """One Role or ClusterRole per template file; the controller's roles take their rules from charts/karpenter/rbac/,
+    which tests/tests/rbac.rs compares with the calls the controller makes."""
     per_file = Counter(t for t, obj in objects if obj["kind"] in ("Role", "ClusterRole"))
     crowded = {t: n for t, n in per_file.items() if n > 1}
     if crowded:
@@ -429,9 +430,58 @@ def check_rbac_files(objects: list[tuple[str, dict]]) -> None:
     else:
         ok(f"RBAC: {len(per_file)} template files, one role each ({', '.join(sorted(Path(t).name for t in per_file))})")
     for template in per_file:
-        source = (CHART / "templates" / Path(template).name).read_text()
-        if "API calls the controller really makes" not in source and "API calls made" not in source:
-            fail(f"{template}: the comment saying the rules are compared against the controller's calls is missing")
+        name = Path(template).name
+        source = (CHART / "templates" / name).read_text()
+        if name in RBAC_SOURCES:
+            if f'.Files.Get "rbac/{RBAC_SOURCES[name]}"' not in source:
+                fail(f"{template}: its rules are not included from rbac/{RBAC_SOURCES[name]}")
+        elif "API calls made" not in source:
+            fail(f"{template}: the comment saying why this role is not compared against the controller's calls "
+                 "is missing")
+
+
+# The rules of each role the controller is bound to, in charts/karpenter/rbac/ (tests/tests/rbac.rs reads the same
+# files): template file -> rules file.
+RBAC_SOURCES = {
+    "clusterrole-core.yaml": "clusterrole-core.yaml",
+    "clusterrole-aws.yaml": "clusterrole-aws.yaml",
+    "role.yaml": "role.yaml",
+    "role-dns.yaml": "role-dns.yaml",
+}
+
+
+def check_rbac_sources(objects: list[tuple[str, dict]], values: dict, label: str) -> None:
+    """The rendered roles hold exactly the rules of their file in charts/karpenter/rbac/ (plus
+    additionalClusterRoleRules on the core role; the Lease's name from settings.leaderElectionName)."""
+    merged = helm.Chart.load(str(CHART))
+    try:
+        v = merged.merge_values(values)
+    finally:
+        merged.close()
+    rendered = {Path(t).name: obj for t, obj in objects if obj["kind"] in ("Role", "ClusterRole")}
+    problems = []
+    for template, source in RBAC_SOURCES.items():
+        rules = yaml.safe_load((CHART / "rbac" / source).read_text())
+        if not isinstance(rules, list):
+            problems.append(f"rbac/{source} is not a list of rules")
+            continue
+        want = copy.deepcopy(rules)
+        for rule in want:
+            if template == "role.yaml" and rule.get("resourceNames"):
+                rule["resourceNames"] = [v["settings"]["leaderElectionName"]]
+        if template == "clusterrole-core.yaml":
+            want += v.get("additionalClusterRoleRules") or []
+        got = rendered.get(template, {}).get("rules")
+        if got != want:
+            problems.append(f"templates/{template} renders rules {got}, want rbac/{source}'s {want}")
+    unused = sorted(p.name for p in (CHART / "rbac").glob("*.yaml") if p.name not in RBAC_SOURCES.values())
+    if unused:
+        problems.append(f"rules files no template includes: {unused}")
+    for p in problems:
+        fail(f"karpenter ({label}): {p}")
+    if not problems:
+        ok(f"karpenter ({label}): the roles render exactly the rules of charts/karpenter/rbac/ "
+           f"({', '.join(sorted(RBAC_SOURCES.values()))})")
 
 
 def check_invalid_values() -> None:
@@ -721,6 +771,10 @@ def main() -> int:
             check_karpenter(objects, copy.deepcopy(values), label)
     if "karpenter, ci/all-options-values.yaml" in rendered:
         check_rbac_files(rendered["karpenter, ci/all-options-values.yaml"])
+    for label, values in (("settings.clusterName only", MINIMAL_VALUES), ("ci/all-options-values.yaml", all_options)):
+        objects = rendered.get(f"karpenter, {label}")
+        if objects is not None:
+            check_rbac_sources(objects, copy.deepcopy(values), label)
     crds = rendered.get("karpenter-crd, defaults", [])
     if crds and {o["kind"] for _, o in crds} != {"CustomResourceDefinition"}:
         fail("karpenter-crd renders something other than CustomResourceDefinitions")
