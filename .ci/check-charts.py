@@ -390,7 +390,7 @@ def check_karpenter(objects: list[tuple[str, dict]], values: dict, label: str) -
     expect(len(lease_role) == 1, "a Role for leases in the release namespace", problems)
     if lease_role:
         verbs = {verb for rule in lease_role[0]["rules"] if "leases" in rule["resources"] for verb in rule["verbs"]}
-        expect(verbs == {"get", "watch", "create", "patch", "update"}, f"lease verbs {sorted(verbs)}", problems)
+        expect(verbs == {"get", "create", "update"}, f"lease verbs {sorted(verbs)}", problems)
         named = [rule for rule in lease_role[0]["rules"] if rule.get("resourceNames")]
         expect(all(rule["resourceNames"] == [v["settings"]["leaderElectionName"]] for rule in named),
                "lease resourceNames match settings.leaderElectionName", problems)
@@ -446,7 +446,6 @@ RBAC_SOURCES = {
     "clusterrole-core.yaml": "clusterrole-core.yaml",
     "clusterrole-aws.yaml": "clusterrole-aws.yaml",
     "role.yaml": "role.yaml",
-    "role-dns.yaml": "role-dns.yaml",
 }
 
 

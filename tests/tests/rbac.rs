@@ -53,7 +53,6 @@ const ROLES: &[(&str, Scope, bool)] = &[
     // the Kubernetes API calls of crates/karpenter-aws (nodeclass/controller.rs, node_classes.rs) by hand.
     ("clusterrole-aws.yaml", Scope::Cluster, false),
     ("role.yaml", Scope::Namespace(RELEASE_NAMESPACE), true),
-    ("role-dns.yaml", Scope::Namespace("kube-system"), true),
 ];
 
 struct Role {
