@@ -77,7 +77,10 @@ fn load_roles() -> Result<Vec<Role>, BoxError> {
     let known: BTreeSet<String> = ROLES.iter().map(|(f, _, _)| (*f).to_string()).collect();
     let unknown: Vec<&String> = files.difference(&known).collect();
     if !unknown.is_empty() {
-        return Err(format!("rules files this test does not know the scope of: {unknown:?} (add them to ROLES)").into());
+        return Err(format!(
+            "rules files this test does not know the scope of: {unknown:?} (add them to ROLES)"
+        )
+        .into());
     }
     let mut roles = Vec::new();
     for &(file, scope, must_be_used) in ROLES {
@@ -218,7 +221,10 @@ fn list(sim: &SimCluster, group: &str, plural: &str) -> Vec<Arc<Value>> {
 }
 
 fn name_of(object: &Value) -> String {
-    object["metadata"]["name"].as_str().unwrap_or_default().to_string()
+    object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Running pods labelled `app=<app>` that are not being deleted.
@@ -288,8 +294,10 @@ fn set_node_ready(sim: &SimCluster, node: &str, status: &str) -> Result<(), BoxE
         .into_iter()
         .filter(|c| c["type"] != "Ready")
         .collect();
-    conditions.push(json!({"type": "Ready", "status": status, "reason": "Test", "message": "set by the test",
-        "lastTransitionTime": at, "lastHeartbeatTime": at}));
+    conditions.push(
+        json!({"type": "Ready", "status": status, "reason": "Test", "message": "set by the test",
+        "lastTransitionTime": at, "lastHeartbeatTime": at}),
+    );
     node_status["conditions"] = Value::Array(conditions);
     sim.api()
         .update_status_internal(&resource("", "nodes"), "", node, node_status)?;
@@ -387,10 +395,7 @@ async fn scenario(sim: &SimCluster) -> TestResult {
         .next()
         .ok_or("no NodeClaim to repair")?;
     let sick_name = name_of(&sick);
-    let sick_node = sick["status"]["nodeName"]
-        .as_str()
-        .ok_or("no node")?
-        .to_string();
+    let sick_node = sick["status"]["nodeName"].as_str().ok_or("no node")?.to_string();
     set_node_ready(sim, &sick_node, "False")?;
     wait_until("the unhealthy node repaired", 3600, || {
         !list(sim, "karpenter.sh", "nodeclaims")
