@@ -85,9 +85,6 @@ fn load_roles() -> Result<Vec<Role>, BoxError> {
     let mut roles = Vec::new();
     for &(file, scope, must_be_used) in ROLES {
         let path = rbac_dir().join(file);
-        if !path.exists() {
-            continue;
-        }
         let text = std::fs::read_to_string(&path)?;
         let rules: Vec<PolicyRule> =
             serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
