@@ -1,6 +1,7 @@
 //! `cargo xtask docs [--check]`: writes the API reference in `docs/reference/`, one page per kind and an index,
-//! rendered from the CRDs `karpenter-api` generates (the AWS flavour, as in `crds/`); with `--check`, fails when
-//! any committed page differs from what would be written.
+//! rendered from the CRDs `karpenter-api` generates (the AWS flavour, as in `crds/`), and the settings and
+//! metrics references ([`crate::reference`]); with `--check`, fails when any committed page differs from what
+//! would be written.
 //!
 //! A page is the kind's names, scope and printer columns; then every field of `spec` and of `status`, one table per
 //! object in document order (a path, its type, whether it is required, its default, its allowed values, its limits
@@ -49,6 +50,8 @@ fn expected_files(root: &Path) -> anyhow::Result<Vec<(PathBuf, String)>> {
     }
     let mut files = vec![(dir.join("README.md"), render_index(&pages))];
     files.extend(pages.into_iter().map(|p| (dir.join(p.file_name), p.markdown)));
+    files.push((dir.join("settings.md"), crate::reference::settings_page()));
+    files.push((dir.join("metrics.md"), crate::reference::metrics_page()));
     Ok(files)
 }
 
@@ -126,6 +129,10 @@ fn render_index(pages: &[Page]) -> String {
         ];
         push_row(&mut out, &row);
     }
+    out.push_str(
+        "\nAlso generated: [settings.md](settings.md), every flag and environment variable of `karpenter \
+         controller` with its default, and [metrics.md](metrics.md), every metric the controller exports.\n",
+    );
     out.push_str("\n## Reading a page\n\n");
     for item in [
         "A field's path starts at the object's root: `spec.template.spec.requirements[].minValues` is the \
@@ -582,7 +589,7 @@ fn longest_run(s: &str, c: char) -> usize {
 }
 
 /// `s` as an inline code span, with a fence longer than any backtick run inside.
-fn code(s: &str) -> String {
+pub(crate) fn code(s: &str) -> String {
     let fence = "`".repeat(longest_run(s, '`') + 1);
     let pad = if s.starts_with('`') || s.ends_with('`') {
         " "
@@ -605,7 +612,7 @@ fn escape_text(s: &str) -> String {
 }
 
 /// One table row: cells on one line, pipes escaped (GitHub Markdown unescapes them inside code spans too).
-fn push_row(out: &mut String, cells: &[String]) {
+pub(crate) fn push_row(out: &mut String, cells: &[String]) {
     out.push('|');
     for cell in cells {
         let cell = cell.replace('\n', " ").replace('|', "\\|");
@@ -661,7 +668,7 @@ fn wrap_cel(rule: &str, width: usize) -> Vec<String> {
     lines
 }
 
-fn push_paragraph(out: &mut String, text: &str) {
+pub(crate) fn push_paragraph(out: &mut String, text: &str) {
     push_wrapped(out, text, "", "");
     out.push('\n');
 }

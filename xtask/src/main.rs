@@ -10,6 +10,7 @@ mod catalog;
 mod crds;
 mod docs;
 mod measure;
+mod reference;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "Project tasks for karpenter-rs")]
@@ -26,7 +27,8 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Write the API reference in docs/reference/, generated from the CRDs.
+    /// Write the API reference in docs/reference/, generated from the CRDs, and the settings and metrics
+    /// references, generated from the controller's flags and metrics registry.
     Docs {
         /// Fail instead of writing when a committed page is stale.
         #[arg(long)]
