@@ -84,3 +84,68 @@ async fn deleting_a_nodeclaim_drains_within_the_pdb_and_removes_instance_node_an
     assert_eq!(after.items.len(), 1, "one replacement NodeClaim");
     Ok(())
 }
+
+/// A drained node keeps its instance while a VolumeAttachment still names it (the CSI driver has not detached
+/// the volume), so a StatefulSet's volume is free before the instance goes; then the instance, Node and claim go.
+#[tokio::test(start_paused = true)]
+async fn the_instance_waits_for_volume_attachments_to_go() -> TestResult {
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
+    use kube::api::PostParams;
+
+    let h = Harness::start()?;
+    let client = h.client();
+    apply_nodepool(&client, "default", &["on-demand"], Value::Null).await?;
+    apply_deployment(&client, "web", 1, "500m").await?;
+    until_running(&client, "app=web", 1, 300).await?;
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let claim = claims
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .ok_or("no claim")?;
+    let status = claim.status.clone().unwrap_or_default();
+    let (node, instance) = (
+        status.node_name.ok_or("no node")?,
+        status.provider_id.ok_or("no instance")?,
+    );
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    let va: VolumeAttachment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": "csi-web-data"},
+        "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node, "source": {"persistentVolumeName": "pv-web"}}
+    }))?;
+    attachments.create(&PostParams::default(), &va).await?;
+
+    claims.delete(&claim.name_any(), &DeleteParams::default()).await?;
+    let running = |h: &Harness| {
+        h.sim
+            .cloud()
+            .running_instances()
+            .iter()
+            .any(|i| i.provider_id == instance)
+    };
+    for _ in 0..120 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            running(&h),
+            "the instance went while its volume was still attached"
+        );
+    }
+    until_running(&client, "app=web", 1, 300).await?;
+    attachments
+        .delete("csi-web-data", &DeleteParams::default())
+        .await?;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if claims.get_opt(&claim.name_any()).await?.is_none() {
+            break;
+        }
+    }
+    assert!(
+        claims.get_opt(&claim.name_any()).await?.is_none(),
+        "the claim is gone once the volume detached"
+    );
+    assert!(!running(&h), "the instance is terminated");
+    Ok(())
+}

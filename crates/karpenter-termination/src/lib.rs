@@ -5,12 +5,15 @@
 //! 2. drains it through the Eviction API, which honours PodDisruptionBudgets (a 429 is retried on the next
 //!    pass): non-critical pods first, then critical ones (priority of system-cluster-critical and above);
 //!    DaemonSet and mirror pods, finished pods and pods tolerating the disrupted taint stay; once the
-//!    NodeClaim's terminationGracePeriod has run out, pods still there are deleted instead of evicted;
-//! 3. when no pod is left to leave, deletes the instance through the cloud provider and waits until the
-//!    provider reports it gone, deletes the Node, and removes the finalizer.
+//!    NodeClaim's terminationGracePeriod has run out, pods still there are deleted instead of evicted; a pod
+//!    whose own terminationGracePeriodSeconds would overrun that deadline is deleted early, its grace clamped
+//!    to the time left, so it is gone by the deadline (the `karpenter.sh/nodeclaim-termination-timestamp`
+//!    annotation, which node repair sets to "now", brings the deadline forward);
+//! 3. waits until no VolumeAttachment names the node (skipped once the deadline has passed);
+//! 4. deletes the instance through the cloud provider and waits until the provider reports it gone, deletes
+//!    the Node, and removes the finalizer.
 //!
-//! Not here yet (issue 6): VolumeAttachment waits, early deletion of pods whose own grace would overrun the
-//! terminationGracePeriod, the Node's own finalizer.
+//! Not here: a finalizer on the Node itself (deleting a Node directly does not drain it first).
 
 mod drain;
 mod error;

@@ -2,7 +2,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::{
+    core::v1::{Node, Pod},
+    storage::v1::VolumeAttachment,
+};
 use karpenter_api::{labels, nodeclaim::NodeClaim};
 use karpenter_core::{
     clock::Clock,
@@ -13,7 +16,7 @@ use karpenter_core::{
 use karpenter_state::ClusterState;
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, EvictParams, Patch, PatchParams},
+    api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams},
 };
 use serde_json::json;
 
@@ -28,6 +31,21 @@ pub struct TerminationPass {
     pub blocked: Vec<String>,
     /// NodeClaims whose instance is gone and whose finalizer was removed.
     pub terminated: Vec<String>,
+    /// `claim: volume attachments` of drained nodes waiting for their volumes to detach.
+    pub awaiting_volumes: Vec<String>,
+}
+
+/// The VolumeAttachments still naming `node` (their CSI driver has not detached the volume yet).
+async fn attached_volumes(client: &Client, node: &str) -> Result<Vec<String>, TerminationError> {
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    Ok(attachments
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|va| va.spec.node_name == node && va.metadata.deletion_timestamp.is_none())
+        .map(|va| va.name_any())
+        .collect())
 }
 
 /// The terminator's context.
@@ -175,6 +193,17 @@ impl Terminator {
                     self.evict(pod, delete_with, done).await?;
                 }
                 return Ok(());
+            }
+            // Volumes detach before the instance goes (so a StatefulSet's volume can attach elsewhere), unless
+            // the node's deadline has passed.
+            let past_deadline = drain_deadline(claim).is_some_and(|d| self.clock.now() >= d);
+            if !past_deadline {
+                let attached = attached_volumes(&self.client, &node.name_any()).await?;
+                if !attached.is_empty() {
+                    done.awaiting_volumes
+                        .push(format!("{}: {}", claim.name_any(), attached.join(", ")));
+                    return Ok(());
+                }
             }
         }
         // Drained (or never had a Node): the instance goes, and only once it is gone does the claim.
