@@ -115,9 +115,10 @@ impl Provisioner {
     pub async fn run(&self) {
         loop {
             let state = &self.state;
+            let mut cache = None;
             self.settings
                 .batch
-                .wait(self.settings.poll, || pending_signature(state))
+                .wait(self.settings.poll, || pending_signature(state, &mut cache))
                 .await;
             let mut timer = karpenter_metrics::metrics().reconcile("provisioner");
             match self.provision_once().await {
@@ -247,20 +248,29 @@ fn managed_pools(snapshot: &Snapshot, cloud: &dyn CloudProvider) -> Vec<karpente
 }
 
 /// Which pods are pending, as a value that changes when one arrives or leaves.
-fn pending_signature(state: &ClusterState) -> Option<Vec<String>> {
-    let mut keys: Vec<String> = state
-        .pods
-        .all()
-        .iter()
-        .filter(|p| is_provisionable(p))
-        .map(|p| {
-            format!(
-                "{}/{}",
-                p.metadata.namespace.as_deref().unwrap_or("default"),
-                p.metadata.name.as_deref().unwrap_or_default()
-            )
-        })
-        .collect();
-    keys.sort_unstable();
-    (!keys.is_empty()).then_some(keys)
+/// Which pods are pending, as an order-independent digest (count and a sum of their keys' hashes): the batch
+/// window only needs to see it change when a pod arrives or leaves. Recomputed only when the pod store
+/// changed since `cache` was taken, so polling every 100 ms costs nothing on a quiet cluster of 150,000 pods.
+fn pending_signature(
+    state: &ClusterState,
+    cache: &mut Option<(u64, Option<(usize, u64)>)>,
+) -> Option<(usize, u64)> {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let version = state.pods.version();
+    if let Some((seen, signature)) = cache
+        && *seen == version
+    {
+        return *signature;
+    }
+    let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    let mut count = 0usize;
+    let mut digest = 0u64;
+    for pod in state.pods.filter(is_provisionable) {
+        count += 1;
+        let key = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref());
+        digest = digest.wrapping_add(hasher.hash_one(key));
+    }
+    let signature = (count > 0).then_some((count, digest));
+    *cache = Some((version, signature));
+    signature
 }

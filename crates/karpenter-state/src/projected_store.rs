@@ -16,6 +16,8 @@ struct Inner<P> {
     /// half-relisted kind.
     relisting: Option<HashMap<ObjectKey, Arc<P>>>,
     ready: bool,
+    /// Bumped on every change (see [`ProjectedStore::version`]).
+    version: u64,
 }
 
 /// A shared, cheaply cloned handle to the store of one kind.
@@ -39,6 +41,7 @@ impl<P> Default for ProjectedStore<P> {
                 items: HashMap::new(),
                 relisting: None,
                 ready: false,
+                version: 0,
             })),
         }
     }
@@ -61,12 +64,17 @@ impl<P> ProjectedStore<P> {
 
     /// An object was created or changed.
     pub fn apply(&self, key: ObjectKey, item: P) {
-        self.write().items.insert(key, Arc::new(item));
+        let mut inner = self.write();
+        inner.items.insert(key, Arc::new(item));
+        inner.version += 1;
     }
 
     /// An object was deleted.
     pub fn delete(&self, key: &str) {
-        self.write().items.remove(key);
+        let mut inner = self.write();
+        if inner.items.remove(key).is_some() {
+            inner.version += 1;
+        }
     }
 
     /// A (re)list started: objects arrive through [`ProjectedStore::relist_item`] until
@@ -95,6 +103,19 @@ impl<P> ProjectedStore<P> {
             inner.items = buffer;
         }
         inner.ready = true;
+        inner.version += 1;
+    }
+
+    /// Changes whenever the contents may have changed (every apply, delete and relist): a loop that derives
+    /// something from every object (the provisioner's pending pods) recomputes it only when this moved.
+    pub fn version(&self) -> u64 {
+        self.read().version
+    }
+
+    /// The objects `keep` selects, in no particular order, without sorting the whole store (for lookups in
+    /// loops, such as the pods of one node being drained).
+    pub fn filter(&self, mut keep: impl FnMut(&P) -> bool) -> Vec<Arc<P>> {
+        self.read().items.values().filter(|p| keep(p)).cloned().collect()
     }
 
     /// Whether the first list has completed.
@@ -151,5 +172,24 @@ mod tests {
         store.delete("b");
         assert_eq!(store.get("c").map(|v| *v), Some(4));
         assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn the_version_moves_on_every_change_and_only_then() {
+        let store = ProjectedStore::new();
+        let v0 = store.version();
+        store.apply("a".into(), 1);
+        let v1 = store.version();
+        assert!(v1 > v0);
+        assert_eq!(store.version(), v1, "reading changes nothing");
+        store.delete("missing");
+        assert_eq!(store.version(), v1, "deleting nothing changes nothing");
+        store.delete("a");
+        assert!(store.version() > v1);
+        store.apply("b".into(), 2);
+        store.apply("c".into(), 3);
+        let mut odd: Vec<i32> = store.filter(|v| v % 2 == 1).iter().map(|v| **v).collect();
+        odd.sort_unstable();
+        assert_eq!(odd, [3]);
     }
 }

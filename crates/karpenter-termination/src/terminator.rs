@@ -168,13 +168,13 @@ impl Terminator {
         let node = node_name.as_deref().and_then(|n| self.state.nodes.get(n));
         if let Some(node) = &node {
             add_disrupted_taint(&self.client, node).await?;
-            let pods: Vec<Arc<CompactPod>> = self
+            let node_name = node.name_any();
+            let mut pods: Vec<Arc<CompactPod>> = self
                 .state
                 .pods
-                .all()
-                .into_iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node.name_any()))
-                .collect();
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str()));
+            // In name order, so evictions go out in the same order every run.
+            pods.sort_unstable_by_key(|p| key(p));
             let plan = drain_plan(&pods);
             if plan.remaining > 0 {
                 let deadline = drain_deadline(claim);
