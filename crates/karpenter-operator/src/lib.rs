@@ -15,6 +15,7 @@ pub mod health;
 pub mod leader;
 pub mod logging;
 pub mod metered_cloud;
+pub mod rate_limit;
 pub mod settings;
 pub mod state_metrics;
 
@@ -37,6 +38,9 @@ pub struct Operator {
     /// Bind METRICS_PORT and HEALTH_PROBE_PORT (off in in-process tests that run several replicas).
     pub serve_http: bool,
     pub lease_timings: LeaseTimings,
+    /// The client leader election uses; `None`: the controllers' client. The binary passes one without the
+    /// KUBE_CLIENT_QPS limit so renewals never wait behind the controllers' requests.
+    pub lease_client: Option<kube::Client>,
 }
 
 /// This replica's name in the Lease: POD_NAME (the chart sets it), else HOSTNAME, else one made from the pid.
@@ -57,6 +61,7 @@ impl Operator {
             provider_tasks: Vec::new(),
             serve_http: true,
             lease_timings: LeaseTimings::default(),
+            lease_client: None,
         }
     }
 
@@ -68,6 +73,7 @@ impl Operator {
             provider_tasks,
             serve_http,
             lease_timings,
+            lease_client,
         } = self;
         let settings = parts.settings.clone();
         settings.validate()?;
@@ -107,7 +113,7 @@ impl Operator {
         let lease_name = settings.leader_election_name.clone();
         let mut election = (!settings.disable_leader_election).then(|| {
             LeaderElection::new(
-                parts.client.clone(),
+                lease_client.unwrap_or_else(|| parts.client.clone()),
                 settings.lease_namespace(),
                 &lease_name,
                 &identity,

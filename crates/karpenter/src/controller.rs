@@ -14,6 +14,7 @@ use karpenter_core::{
 };
 use karpenter_operator::{
     ControllerParts, ControllerTask, Operator, Settings, aws_settings::AwsArgs, logging,
+    rate_limit::RateLimitLayer,
 };
 use karpenter_sim::KwokCloudProvider;
 use karpenter_state::{ClusterState, Watched};
@@ -46,7 +47,8 @@ pub struct ControllerArgs {
     pub aws: AwsArgs,
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
+/// The controllers' client (rate-limited by KUBE_CLIENT_QPS and KUBE_CLIENT_BURST) and leader election's.
+async fn clients(kubeconfig: Option<&PathBuf>, settings: &Settings) -> Result<(kube::Client, kube::Client)> {
     let config = match kubeconfig {
         Some(path) => {
             let file = Kubeconfig::read_from(path)
@@ -59,7 +61,15 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
             .await
             .context("no in-cluster configuration and no kubeconfig")?,
     };
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    let limited = kube::client::ClientBuilder::try_from(config.clone())
+        .context("building the Kubernetes client")?
+        .with_layer(&RateLimitLayer::new(
+            settings.kube_client_qps,
+            settings.kube_client_burst,
+        ))
+        .build();
+    let lease = kube::Client::try_from(config).context("building the Kubernetes client")?;
+    Ok((limited, lease))
 }
 
 fn catalog(path: Option<&PathBuf>) -> Result<CatalogFile> {
@@ -105,7 +115,7 @@ pub fn run(args: &ControllerArgs) -> Result<String> {
 }
 
 async fn serve(args: &ControllerArgs) -> Result<()> {
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let (client, lease_client) = clients(args.kubeconfig.as_ref(), &args.settings).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let settings = args.settings.clone();
     // Only the AWS provider adds tasks and an interruption source.
@@ -166,6 +176,7 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
     tracing::info!(cloud_provider = ?args.cloud_provider, settings = ?args.settings.describe(), "starting");
     let mut operator = Operator::new(parts);
     operator.provider_tasks = provider_tasks;
+    operator.lease_client = Some(lease_client);
     operator
         .run(async {
             let _ = tokio::signal::ctrl_c().await;
