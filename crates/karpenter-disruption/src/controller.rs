@@ -18,7 +18,7 @@ use karpenter_core::{
     snapshot::{BuildOptions, DisruptionInputs, Snapshot, build_disruption_inputs},
 };
 use karpenter_provisioner::catalog::catalog_for;
-use karpenter_state::ClusterState;
+use karpenter_state::{ClusterState, events::DedupedRecorder};
 use karpenter_termination::taint::{add_disrupted_taint, remove_disrupted_taint};
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -31,7 +31,6 @@ use crate::{
     DisruptionError,
     blocked_events::{DISRUPTION_BLOCKED, event_reason},
     claim_conditions::disruption_conditions,
-    events::DedupedRecorder,
     validation::{command_shapes, needs_validation, validate},
 };
 

@@ -21,7 +21,6 @@ pub mod blocked_events;
 pub mod claim_conditions;
 mod controller;
 mod error;
-pub mod events;
 pub mod validation;
 
 pub use controller::{DisruptionController, DisruptionSettings, InFlight, Tick};

@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
-use karpenter_state::ClusterState;
+use karpenter_state::{ClusterState, events::DedupedRecorder};
 use kube::{
     Api, Client, Resource,
     api::{DeleteParams, Patch, PatchParams},
@@ -15,7 +15,6 @@ use serde_json::json;
 
 use crate::{
     RepairError,
-    events::DedupedRecorder,
     plan::{BlockedGroup, Repair, plan_repairs},
 };
 

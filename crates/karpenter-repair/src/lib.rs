@@ -13,7 +13,6 @@
 
 mod controller;
 mod error;
-pub mod events;
 pub mod health;
 pub mod plan;
 

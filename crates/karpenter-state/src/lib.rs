@@ -9,9 +9,12 @@
 //! [`ClusterState::synced`] is the gate upstream calls `cluster.Synced()`: no provisioning or disruption decision
 //! is made until every watched kind has completed its first list, so a half-filled cache is never mistaken for
 //! an empty cluster.
+//!
+//! [`events::DedupedRecorder`] is here too: the Events recorder the controllers that report every pass share.
 
 mod cluster_state;
 mod error;
+pub mod events;
 mod projected_store;
 mod reflect;
 

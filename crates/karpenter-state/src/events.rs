@@ -1,4 +1,5 @@
-//! Kubernetes Events, deduplicated: an identical event (same object, reason and message) is published at most
+//! Kubernetes Events, deduplicated (shared by the controllers that report on what they see every pass:
+//! disruption, repair): an identical event (same object, reason and message) is published at most
 //! once per window of the controller's clock (upstream's recorder: 2 minutes), so a condition that holds for
 //! hours does not write an Event every pass.
 
