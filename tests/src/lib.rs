@@ -50,6 +50,14 @@ impl Harness {
     }
 
     pub fn start_with(controllers: Controllers) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        Self::start_with_settings(controllers, Settings::default())
+    }
+
+    /// With the controller settings (feature gates, batch windows) a test needs.
+    pub fn start_with_settings(
+        controllers: Controllers,
+        settings: Settings,
+    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let catalog = CatalogFile::from_json_str(CATALOG)?;
         let well_known = catalog.well_known_labels.clone();
         let clock = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
@@ -67,7 +75,7 @@ impl Harness {
                 extra_well_known_labels: well_known,
                 ..BuildOptions::default()
             },
-            settings: Settings::default(),
+            settings,
             observer: None,
         };
         let mut tasks = vec![tokio::spawn({

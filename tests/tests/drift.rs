@@ -150,3 +150,65 @@ async fn a_nodepool_change_replaces_every_node_one_at_a_time_within_the_pdb() ->
     assert!(invariants::disrupted_nodes(&client).await?.is_empty());
     Ok(())
 }
+
+/// With the TerminateFirstDrift gate, a drifted node is deleted before its replacement is up (capacity pinned
+/// by a reservation could not hold both), where by default the replacement is initialized first.
+#[tokio::test(start_paused = true)]
+async fn terminate_first_drift_deletes_the_drifted_node_before_its_replacement_is_up() -> TestResult {
+    use karpenter_api::nodeclaim::conditions;
+    use karpenter_operator::Settings;
+
+    let mut settings = Settings::default();
+    settings.feature_gates.terminate_first_drift = true;
+    let h = Harness::start_with_settings(Controllers { disruption: true }, settings)?;
+    let client = h.client();
+    let pools: Api<NodePool> = Api::all(client.clone());
+    pools.create(&PostParams::default(), &pool("a")?).await?;
+    one_pod_per_node(&client).await?;
+    until_running(&client, "app=web", PODS, 600).await?;
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let old: BTreeSet<String> = claims
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    pools
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}})),
+        )
+        .await?;
+    let initialized = |c: &NodeClaim| {
+        c.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == conditions::INITIALIZED && c.status == karpenter_api::common::ConditionStatus::True
+            })
+        })
+    };
+    let mut first_deletion = None;
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let all = claims.list(&ListParams::default()).await?.items;
+        if all
+            .iter()
+            .any(|c| old.contains(&c.name_any()) && c.metadata.deletion_timestamp.is_some())
+        {
+            let new_initialized = all
+                .iter()
+                .filter(|c| !old.contains(&c.name_any()) && initialized(c))
+                .count();
+            first_deletion = Some(new_initialized);
+            break;
+        }
+    }
+    assert_eq!(
+        first_deletion,
+        Some(0),
+        "the first drifted node was deleted before any replacement had initialized"
+    );
+    until_running(&client, "app=web", PODS, 900).await?;
+    Ok(())
+}

@@ -44,6 +44,8 @@ pub struct DisruptionSettings {
     pub build: BuildOptions,
     /// The SpotToSpotConsolidation feature gate.
     pub spot_to_spot: bool,
+    /// The TerminateFirstDrift feature gate: drifted nodes are deleted before their replacements launch.
+    pub terminate_first_drift: bool,
     /// How long a consolidation (or emptiness) decision waits before it is taken again and, if unchanged,
     /// carried out (upstream: 15 s).
     pub validation_delay: Duration,
@@ -59,6 +61,7 @@ impl Default for DisruptionSettings {
                 ..BuildOptions::default()
             },
             spot_to_spot: false,
+            terminate_first_drift: false,
             validation_delay: Duration::from_secs(15),
         }
     }
@@ -335,6 +338,14 @@ impl DisruptionController {
                 add_disrupted_taint(&self.client, &node).await?;
             }
         }
+        // TerminateFirstDrift: where capacity is pinned (a reservation, a static pool's count), the drifted
+        // node must go before its replacement can launch, so the candidates are deleted first.
+        let terminate_first = self.settings.terminate_first_drift && command.method.contains("drift");
+        if terminate_first {
+            for (claim, _) in &command.candidates {
+                delete_claim(&claims, claim).await?;
+            }
+        }
         for c in &result.commands {
             for r in &c.replacements {
                 let Some(template) = inputs.base.input.templates.get(r.template) else {
@@ -353,6 +364,14 @@ impl DisruptionController {
                     r,
                 );
                 let created = claims.create(&PostParams::default(), &object).await?;
+                karpenter_metrics::metrics()
+                    .nodeclaims_created
+                    .get_or_create(&karpenter_metrics::NodeClaimCreatedLabels {
+                        reason: "disruption".into(),
+                        nodepool: template.name.clone(),
+                        min_values_relaxed: r.min_values_relaxed.to_string(),
+                    })
+                    .inc();
                 command.replacements.push(created.name_any());
             }
         }

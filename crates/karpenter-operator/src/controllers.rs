@@ -163,6 +163,7 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     let disruption_settings = DisruptionSettings {
         build,
         spot_to_spot: settings.feature_gates.spot_to_spot_consolidation,
+        terminate_first_drift: settings.feature_gates.terminate_first_drift,
         ..DisruptionSettings::default()
     };
     let interval = disruption_settings.interval;

@@ -50,6 +50,11 @@ pub struct FeatureGates {
     pub node_overlay: bool,
     pub static_capacity: bool,
     pub capacity_buffer: bool,
+    /// Drifted nodes are deleted before their replacements launch (capacity pinned by reservations).
+    pub terminate_first_drift: bool,
+    /// Unhealthy nodes are deleted before their replacements launch; node repair always works this way, so
+    /// the gate is accepted and changes nothing.
+    pub terminate_first_repair: bool,
 }
 
 impl Default for FeatureGates {
@@ -61,18 +66,22 @@ impl Default for FeatureGates {
             node_overlay: false,
             static_capacity: false,
             capacity_buffer: false,
+            terminate_first_drift: false,
+            terminate_first_repair: false,
         }
     }
 }
 
 /// Every gate the controller knows, for `--help` and the settings reference.
-pub const FEATURE_GATE_NAMES: [&str; 6] = [
+pub const FEATURE_GATE_NAMES: [&str; 8] = [
     "NodeRepair",
     "ReservedCapacity",
     "SpotToSpotConsolidation",
     "NodeOverlay",
     "StaticCapacity",
     "CapacityBuffer",
+    "TerminateFirstDrift",
+    "TerminateFirstRepair",
 ];
 
 /// Parses `FEATURE_GATES` on top of the defaults.
@@ -93,6 +102,8 @@ pub fn parse_feature_gates(raw: &str) -> Result<FeatureGates, String> {
             "NodeOverlay" => gates.node_overlay = value,
             "StaticCapacity" => gates.static_capacity = value,
             "CapacityBuffer" => gates.capacity_buffer = value,
+            "TerminateFirstDrift" => gates.terminate_first_drift = value,
+            "TerminateFirstRepair" => gates.terminate_first_repair = value,
             // Upstream ignores gates it does not know, so manifests written for newer versions still start.
             _ => {}
         }
