@@ -22,7 +22,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_api::common::{ConditionStatus, ResourceList};
 use karpenter_api::ec2nodeclass::{
-    EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus, conditions, fnv1a64,
+    AmiFamily, EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus, conditions, fnv1a64,
 };
 use karpenter_api::labels::{
     AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL,
@@ -43,9 +43,12 @@ use crate::error::AwsError;
 use crate::instance::{
     Ec2Instance, InstanceCache, get_instance, list_instances, parse_provider_id, terminate_instance,
 };
+use crate::instance_profile::InstanceProfiles;
 use crate::instance_types::InstanceTypeProvider;
-use crate::launch::{LaunchRequest, LaunchTemplateSpec, create_fleet, ensure_launch_template};
-use crate::launch_plan::plan_launch;
+use crate::launch::{
+    LaunchOverride, LaunchRequest, LaunchTemplateSpec, create_fleet, ensure_launch_template,
+};
+use crate::launch_plan::{LaunchPlan, plan_launch};
 use crate::node_claim::instance_to_node_claim;
 use crate::node_classes::{NodeClassCache, NodeClassSource};
 use crate::nodeclass::{resolve, status::compute_status};
@@ -53,6 +56,7 @@ use crate::pricing::PricingProvider;
 use crate::settings::AwsSettings;
 use crate::tags::launch_tags;
 use crate::unavailable_offerings::UnavailableOfferings;
+use crate::userdata::{self, ClusterInfo, UserDataInput, kubelet_labels};
 
 /// The Kubernetes version AMI aliases resolve for until the API server has been asked.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
@@ -92,6 +96,19 @@ fn resource_list(quantities: &Quantities) -> ResourceList {
         .filter(|(_, milli)| **milli != 0)
         .map(|(resource, milli)| (resource.clone(), Quantity(format_milli(resource, *milli))))
         .collect()
+}
+
+/// `karpenter_ec2nodeclasses_userdata_bytes{nodeclass}`; warns from 90% of EC2's 16 KiB limit.
+fn record_user_data_size(node_class: &str, bytes: usize) {
+    if bytes * 10 >= userdata::USER_DATA_LIMIT_BYTES * 9 {
+        tracing::warn!(
+            ec2nodeclass = node_class,
+            bytes,
+            limit = userdata::USER_DATA_LIMIT_BYTES,
+            "the user data is close to EC2's limit"
+        );
+    }
+    let _ = (node_class, bytes);
 }
 
 /// The launch template's name: a hash of everything it holds, so a changed class or AMI gets a new template
@@ -238,13 +255,14 @@ impl AwsCloudProvider {
         {
             return Ok(status.clone());
         }
-        let resolution = resolve(
+        let mut resolution = resolve(
             &self.clients,
             node_class,
             &self.kubernetes_version(),
             Timestamp::now(),
         )
         .await;
+        resolution.instance_profile = self.ensure_instance_profile(node_class).await;
         if let Some(err) = resolution.error() {
             return Err(CloudProviderError::Transient(format!(
                 "resolving EC2NodeClass {name}: {err}"
@@ -281,20 +299,13 @@ impl AwsCloudProvider {
 
         let mut resolved_class = (*node_class).clone();
         resolved_class.status = Some(status.clone());
-        let mut template =
-            LaunchTemplateSpec::from_node_class(String::new(), &resolved_class, &plan.image_id)?;
-        template.name = launch_template_name(&self.settings.cluster_name, &template);
-        let template_name = ensure_launch_template(&self.clients.ec2, &template)
-            .await
-            .map_err(|e| match e {
-                AwsError::Throttled { .. } | AwsError::Unreachable { .. } => {
-                    CloudProviderError::Transient(e.to_string())
-                }
-                other => CloudProviderError::Create {
-                    reason: "LaunchTemplateCreationFailed".into(),
-                    message: other.to_string(),
-                },
-            })?;
+        let overrides = self
+            .launch_templates(claim, &resolved_class, &plan, &catalog)
+            .await?;
+        let template_name = overrides
+            .first()
+            .and_then(|o| o.launch_template_name.clone())
+            .unwrap_or_default();
 
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
         let node_pool = claim
@@ -314,7 +325,7 @@ impl AwsCloudProvider {
         let request = LaunchRequest {
             launch_template_name: template_name,
             capacity_type: plan.capacity_type.clone(),
-            overrides: plan.overrides.clone(),
+            overrides,
             tags: tags.clone(),
         };
         let launched = create_fleet(&self.clients.ec2, &request, &self.unavailable, Instant::now()).await?;
@@ -341,6 +352,107 @@ impl AwsCloudProvider {
         self.instances.insert(instance.clone());
         let entry = catalog.iter().find(|t| t.name == launched.instance_type);
         Ok(self.hydrate(claim, &node_class, &status, &instance, entry))
+    }
+
+    /// The instance profiles Karpenter manages for this cluster's role-based EC2NodeClasses.
+    pub fn instance_profiles(&self) -> InstanceProfiles {
+        InstanceProfiles::new(
+            self.clients.iam.clone(),
+            self.settings.cluster_name.clone(),
+            self.clients.region.clone(),
+        )
+    }
+
+    /// Creates (or adopts) the instance profile of a class with `spec.role` and no `spec.instanceProfile`;
+    /// None for other classes.
+    pub async fn ensure_instance_profile(
+        &self,
+        node_class: &EC2NodeClass,
+    ) -> Option<Result<String, AwsError>> {
+        if node_class.spec.instance_profile.is_some() {
+            return None;
+        }
+        let role = node_class.spec.role.as_deref()?;
+        let name = node_class.metadata.name.clone().unwrap_or_default();
+        Some(self.instance_profiles().ensure(&name, role).await)
+    }
+
+    /// What user data is generated from about the cluster.
+    pub fn cluster_info(&self) -> ClusterInfo {
+        ClusterInfo {
+            name: self.settings.cluster_name.clone(),
+            endpoint: self.settings.cluster_endpoint.clone(),
+            ca_bundle: self.settings.cluster_ca_bundle.clone(),
+            service_cidr: self.settings.service_cidr(),
+            dns_ip: self.settings.cluster_dns_ip.clone(),
+        }
+    }
+
+    /// Ensures the launch templates of `plan` and returns its overrides, each naming its template: one template
+    /// per distinct user data, which differs by the max pods of the instance types (the AMI is set per override).
+    async fn launch_templates(
+        &self,
+        claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        plan: &LaunchPlan,
+        catalog: &[CatalogInstanceType],
+    ) -> Result<Vec<LaunchOverride>, CloudProviderError> {
+        let class_name = node_class.metadata.name.clone().unwrap_or_default();
+        let family = node_class.spec.ami_family();
+        let cluster = self.cluster_info();
+        let labels = claim.metadata.labels.clone().unwrap_or_default();
+        let mut taints = claim.spec.taints.clone();
+        taints.extend(claim.spec.startup_taints.iter().cloned());
+        let mut templates: HashMap<Option<i64>, String> = HashMap::new();
+        let mut overrides = plan.overrides.clone();
+        for o in &mut overrides {
+            let max_pods = (family != AmiFamily::Custom)
+                .then(|| {
+                    catalog
+                        .iter()
+                        .find(|t| t.name == o.instance_type)
+                        .and_then(|t| t.capacity.get("pods"))
+                        .map(|milli| milli / 1000)
+                })
+                .flatten();
+            if let Some(name) = templates.get(&max_pods) {
+                o.launch_template_name = Some(name.clone());
+                continue;
+            }
+            let input = UserDataInput {
+                cluster: &cluster,
+                kubelet: node_class.spec.kubelet.as_ref(),
+                max_pods,
+                labels: kubelet_labels(&labels),
+                taints: taints.clone(),
+                custom: node_class.spec.user_data.as_deref(),
+            };
+            let user_data = userdata::generate(family, &input).map_err(|e| CloudProviderError::Create {
+                reason: "UserDataGenerationFailed".into(),
+                message: format!("EC2NodeClass {class_name}: {e}"),
+            })?;
+            if let Some(data) = &user_data {
+                record_user_data_size(&class_name, data.len());
+            }
+            let mut template =
+                LaunchTemplateSpec::from_node_class(String::new(), node_class, &plan.image_id)?;
+            template.user_data = user_data.map(|d| userdata::base64_encode(d.as_bytes()));
+            template.name = launch_template_name(&self.settings.cluster_name, &template);
+            let name = ensure_launch_template(&self.clients.ec2, &template)
+                .await
+                .map_err(|e| match e {
+                    AwsError::Throttled { .. } | AwsError::Unreachable { .. } => {
+                        CloudProviderError::Transient(e.to_string())
+                    }
+                    other => CloudProviderError::Create {
+                        reason: "LaunchTemplateCreationFailed".into(),
+                        message: other.to_string(),
+                    },
+                })?;
+            templates.insert(max_pods, name.clone());
+            o.launch_template_name = Some(name);
+        }
+        Ok(overrides)
     }
 
     /// `claim` as launched: see the module documentation.

@@ -338,6 +338,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
                 subnet_id: subnets["us-west-2a"].clone(),
                 price: 0.05,
                 image_id: None,
+                launch_template_name: None,
             },
             LaunchOverride {
                 instance_type: "c5.large".into(),
@@ -345,6 +346,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
                 subnet_id: subnets["us-west-2b"].clone(),
                 price: 0.04,
                 image_id: None,
+                launch_template_name: None,
             },
         ],
         tags: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
