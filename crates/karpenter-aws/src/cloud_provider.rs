@@ -57,6 +57,7 @@ use crate::settings::AwsSettings;
 use crate::tags::launch_tags;
 use crate::unavailable_offerings::UnavailableOfferings;
 use crate::userdata::{self, ClusterInfo, UserDataInput, kubelet_labels};
+use karpenter_metrics::{InstanceTypeLabels, InstanceTypeOfferingLabels, NodeClassLabels};
 
 /// The Kubernetes version AMI aliases resolve for until the API server has been asked.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
@@ -108,7 +109,47 @@ fn record_user_data_size(node_class: &str, bytes: usize) {
             "the user data is close to EC2's limit"
         );
     }
-    let _ = (node_class, bytes);
+    karpenter_metrics::metrics()
+        .ec2nodeclasses_userdata_bytes
+        .get_or_create(&NodeClassLabels {
+            nodeclass: node_class.to_string(),
+        })
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
+
+/// The instance type gauges from `catalog`: each type's vCPUs and memory, and each offering's availability and
+/// price (`karpenter_cloudprovider_instance_type_*`).
+pub fn record_catalog_metrics(catalog: &[CatalogInstanceType]) {
+    let metrics = karpenter_metrics::metrics();
+    for entry in catalog {
+        let labels = InstanceTypeLabels {
+            instance_type: entry.name.clone(),
+        };
+        let capacity = |resource: &str| entry.capacity.get(resource).copied().unwrap_or(0) / 1000;
+        metrics
+            .cloudprovider_instance_type_cpu_cores
+            .get_or_create(&labels)
+            .set(capacity("cpu"));
+        metrics
+            .cloudprovider_instance_type_memory_bytes
+            .get_or_create(&labels)
+            .set(capacity("memory"));
+        for offering in &entry.offerings {
+            let labels = InstanceTypeOfferingLabels {
+                instance_type: entry.name.clone(),
+                capacity_type: offering.capacity_type.clone(),
+                zone: offering.zone.clone(),
+            };
+            metrics
+                .cloudprovider_instance_type_offering_available
+                .get_or_create(&labels)
+                .set(i64::from(offering.available));
+            metrics
+                .cloudprovider_instance_type_offering_price_estimate
+                .get_or_create(&labels)
+                .set(offering.price);
+        }
+    }
 }
 
 /// The launch template's name: a hash of everything it holds, so a changed class or AMI gets a new template
@@ -196,7 +237,14 @@ impl AwsCloudProvider {
 
     /// Describes instance types, zones and offerings again. Returns how many launchable types were found.
     pub async fn refresh_instance_types(&self) -> Result<usize, AwsError> {
-        self.instance_types.refresh(&self.clients.ec2).await
+        let found = self.instance_types.refresh(&self.clients.ec2).await?;
+        self.record_catalog_metrics();
+        Ok(found)
+    }
+
+    /// [`record_catalog_metrics`] for the discovered types under the default capacity settings.
+    pub fn record_catalog_metrics(&self) {
+        record_catalog_metrics(&self.catalog_of_class(None));
     }
 
     /// Updates spot prices, and on-demand prices unless in an isolated VPC. Both are attempted; the first error
@@ -204,6 +252,7 @@ impl AwsCloudProvider {
     pub async fn refresh_prices(&self) -> Result<(), AwsError> {
         let spot = self.pricing.update_spot(&self.clients.ec2).await;
         let on_demand = self.pricing.update_on_demand(&self.clients.pricing).await;
+        self.record_catalog_metrics();
         spot.and(on_demand).map(|_| ())
     }
 
@@ -327,6 +376,11 @@ impl AwsCloudProvider {
             capacity_type: plan.capacity_type.clone(),
             overrides,
             tags: tags.clone(),
+            zone_ids: status
+                .subnets
+                .iter()
+                .filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?)))
+                .collect(),
         };
         let launched = create_fleet(&self.clients.ec2, &request, &self.unavailable, Instant::now()).await?;
 
@@ -652,6 +706,72 @@ mod tests {
                 .iter()
                 .filter(|p| p.condition_type == "Ready")
                 .all(|p| p.toleration.as_secs() == 1800)
+        );
+    }
+
+    #[test]
+    fn catalog_gauges_and_user_data_sizes_are_recorded() {
+        use karpenter_core::catalog::CatalogOffering;
+        let entry = CatalogInstanceType {
+            name: "metrics-test.large".into(),
+            capacity: [
+                ("cpu".to_string(), 2000),
+                ("memory".to_string(), 8 * 1024 * 1024 * 1024 * 1000),
+            ]
+            .into(),
+            offerings: vec![CatalogOffering {
+                zone: "us-west-2a".into(),
+                capacity_type: "spot".into(),
+                price: 0.025,
+                available: false,
+                reservation_id: None,
+                reservation_capacity: None,
+            }],
+            requirements: Vec::new(),
+            overhead: karpenter_core::catalog::CatalogOverhead::default(),
+        };
+        record_catalog_metrics(&[entry]);
+        record_user_data_size("metrics-test", 1234);
+        let metrics = karpenter_metrics::metrics();
+        let labels = InstanceTypeLabels {
+            instance_type: "metrics-test.large".into(),
+        };
+        assert_eq!(
+            metrics
+                .cloudprovider_instance_type_cpu_cores
+                .get_or_create(&labels)
+                .get(),
+            2
+        );
+        assert_eq!(
+            metrics
+                .cloudprovider_instance_type_memory_bytes
+                .get_or_create(&labels)
+                .get(),
+            8 * 1024 * 1024 * 1024
+        );
+        let offering = InstanceTypeOfferingLabels {
+            instance_type: "metrics-test.large".into(),
+            capacity_type: "spot".into(),
+            zone: "us-west-2a".into(),
+        };
+        assert_eq!(
+            metrics
+                .cloudprovider_instance_type_offering_available
+                .get_or_create(&offering)
+                .get(),
+            0
+        );
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"karpenter_cloudprovider_instance_type_offering_price_estimate{instance_type="metrics-test.large",capacity_type="spot",zone="us-west-2a"} 0.025"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"karpenter_ec2nodeclasses_userdata_bytes{nodeclass="metrics-test"} 1234"#),
+            "{text}"
         );
     }
 

@@ -181,6 +181,21 @@ pub struct LaunchRequest {
     pub overrides: Vec<LaunchOverride>,
     /// Tags for the instance, its volumes and the fleet (karpenter.sh/nodepool, eks:eks-cluster-name, ...).
     pub tags: BTreeMap<String, String>,
+    /// Zone → zone ID, for the `zone_id` label of launch failures.
+    pub zone_ids: BTreeMap<String, String>,
+}
+
+/// `karpenter_cloudprovider_instance_launch_failures_total` for one failed offering.
+pub fn record_launch_failure(zone: &str, zone_id: &str, capacity_type: &str, reason: &str) {
+    karpenter_metrics::metrics()
+        .cloudprovider_instance_launch_failures
+        .get_or_create(&karpenter_metrics::LaunchFailureLabels {
+            zone: zone.to_string(),
+            zone_id: zone_id.to_string(),
+            capacity_type: capacity_type.to_string(),
+            reason: reason.to_string(),
+        })
+        .inc();
 }
 
 /// What was launched.
@@ -311,6 +326,13 @@ pub async fn create_fleet(
         let capacity_type = error
             .lifecycle()
             .map_or(request.capacity_type.clone(), |l| l.as_str().to_string());
+        let zone_name = zone.clone().unwrap_or_default();
+        record_launch_failure(
+            &zone_name,
+            request.zone_ids.get(&zone_name).map_or("", String::as_str),
+            &capacity_type,
+            if code.is_empty() { "Unknown" } else { code },
+        );
         match (is_unfulfillable_capacity_code(code), instance_type, zone) {
             (true, Some(instance_type), Some(zone)) => {
                 unavailable.mark_unavailable(&instance_type, &zone, &capacity_type, now);
