@@ -73,6 +73,8 @@ pub struct AwsClients {
     pub ec2: aws_sdk_ec2::Client,
     pub ssm: aws_sdk_ssm::Client,
     pub sqs: aws_sdk_sqs::Client,
+    /// Instance profiles for EC2NodeClasses with `spec.role` (IAM is global; the region only signs).
+    pub iam: aws_sdk_iam::Client,
     /// The Pricing API lives in a few regions only; see [`pricing_api_region`].
     pub pricing: aws_sdk_pricing::Client,
 }
@@ -137,6 +139,7 @@ impl AwsClients {
             ec2: aws_sdk_ec2::Client::new(config),
             ssm: aws_sdk_ssm::Client::new(config),
             sqs: aws_sdk_sqs::Client::new(config),
+            iam: aws_sdk_iam::Client::new(config),
             pricing: aws_sdk_pricing::Client::from_conf(pricing_config),
             region,
         })

@@ -22,7 +22,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_api::common::{ConditionStatus, ResourceList};
 use karpenter_api::ec2nodeclass::{
-    EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus, conditions, fnv1a64,
+    AmiFamily, EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus, conditions, fnv1a64,
 };
 use karpenter_api::labels::{
     AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL,
@@ -43,9 +43,12 @@ use crate::error::AwsError;
 use crate::instance::{
     Ec2Instance, InstanceCache, get_instance, list_instances, parse_provider_id, terminate_instance,
 };
+use crate::instance_profile::InstanceProfiles;
 use crate::instance_types::InstanceTypeProvider;
-use crate::launch::{LaunchRequest, LaunchTemplateSpec, create_fleet, ensure_launch_template};
-use crate::launch_plan::plan_launch;
+use crate::launch::{
+    LaunchOverride, LaunchRequest, LaunchTemplateSpec, create_fleet, ensure_launch_template,
+};
+use crate::launch_plan::{LaunchPlan, plan_launch};
 use crate::node_claim::instance_to_node_claim;
 use crate::node_classes::{NodeClassCache, NodeClassSource};
 use crate::nodeclass::{resolve, status::compute_status};
@@ -53,6 +56,8 @@ use crate::pricing::PricingProvider;
 use crate::settings::AwsSettings;
 use crate::tags::launch_tags;
 use crate::unavailable_offerings::UnavailableOfferings;
+use crate::userdata::{self, ClusterInfo, UserDataInput, kubelet_labels};
+use karpenter_metrics::{InstanceTypeLabels, InstanceTypeOfferingLabels, NodeClassLabels};
 
 /// The Kubernetes version AMI aliases resolve for until the API server has been asked.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
@@ -92,6 +97,59 @@ fn resource_list(quantities: &Quantities) -> ResourceList {
         .filter(|(_, milli)| **milli != 0)
         .map(|(resource, milli)| (resource.clone(), Quantity(format_milli(resource, *milli))))
         .collect()
+}
+
+/// `karpenter_ec2nodeclasses_userdata_bytes{nodeclass}`; warns from 90% of EC2's 16 KiB limit.
+fn record_user_data_size(node_class: &str, bytes: usize) {
+    if bytes * 10 >= userdata::USER_DATA_LIMIT_BYTES * 9 {
+        tracing::warn!(
+            ec2nodeclass = node_class,
+            bytes,
+            limit = userdata::USER_DATA_LIMIT_BYTES,
+            "the user data is close to EC2's limit"
+        );
+    }
+    karpenter_metrics::metrics()
+        .ec2nodeclasses_userdata_bytes
+        .get_or_create(&NodeClassLabels {
+            nodeclass: node_class.to_string(),
+        })
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
+
+/// The instance type gauges from `catalog`: each type's vCPUs and memory, and each offering's availability and
+/// price (`karpenter_cloudprovider_instance_type_*`).
+pub fn record_catalog_metrics(catalog: &[CatalogInstanceType]) {
+    let metrics = karpenter_metrics::metrics();
+    for entry in catalog {
+        let labels = InstanceTypeLabels {
+            instance_type: entry.name.clone(),
+        };
+        let capacity = |resource: &str| entry.capacity.get(resource).copied().unwrap_or(0) / 1000;
+        metrics
+            .cloudprovider_instance_type_cpu_cores
+            .get_or_create(&labels)
+            .set(capacity("cpu"));
+        metrics
+            .cloudprovider_instance_type_memory_bytes
+            .get_or_create(&labels)
+            .set(capacity("memory"));
+        for offering in &entry.offerings {
+            let labels = InstanceTypeOfferingLabels {
+                instance_type: entry.name.clone(),
+                capacity_type: offering.capacity_type.clone(),
+                zone: offering.zone.clone(),
+            };
+            metrics
+                .cloudprovider_instance_type_offering_available
+                .get_or_create(&labels)
+                .set(i64::from(offering.available));
+            metrics
+                .cloudprovider_instance_type_offering_price_estimate
+                .get_or_create(&labels)
+                .set(offering.price);
+        }
+    }
 }
 
 /// The launch template's name: a hash of everything it holds, so a changed class or AMI gets a new template
@@ -179,7 +237,14 @@ impl AwsCloudProvider {
 
     /// Describes instance types, zones and offerings again. Returns how many launchable types were found.
     pub async fn refresh_instance_types(&self) -> Result<usize, AwsError> {
-        self.instance_types.refresh(&self.clients.ec2).await
+        let found = self.instance_types.refresh(&self.clients.ec2).await?;
+        self.record_catalog_metrics();
+        Ok(found)
+    }
+
+    /// [`record_catalog_metrics`] for the discovered types under the default capacity settings.
+    pub fn record_catalog_metrics(&self) {
+        record_catalog_metrics(&self.catalog_of_class(None));
     }
 
     /// Updates spot prices, and on-demand prices unless in an isolated VPC. Both are attempted; the first error
@@ -187,6 +252,7 @@ impl AwsCloudProvider {
     pub async fn refresh_prices(&self) -> Result<(), AwsError> {
         let spot = self.pricing.update_spot(&self.clients.ec2).await;
         let on_demand = self.pricing.update_on_demand(&self.clients.pricing).await;
+        self.record_catalog_metrics();
         spot.and(on_demand).map(|_| ())
     }
 
@@ -238,13 +304,14 @@ impl AwsCloudProvider {
         {
             return Ok(status.clone());
         }
-        let resolution = resolve(
+        let mut resolution = resolve(
             &self.clients,
             node_class,
             &self.kubernetes_version(),
             Timestamp::now(),
         )
         .await;
+        resolution.instance_profile = self.ensure_instance_profile(node_class).await;
         if let Some(err) = resolution.error() {
             return Err(CloudProviderError::Transient(format!(
                 "resolving EC2NodeClass {name}: {err}"
@@ -281,20 +348,13 @@ impl AwsCloudProvider {
 
         let mut resolved_class = (*node_class).clone();
         resolved_class.status = Some(status.clone());
-        let mut template =
-            LaunchTemplateSpec::from_node_class(String::new(), &resolved_class, &plan.image_id)?;
-        template.name = launch_template_name(&self.settings.cluster_name, &template);
-        let template_name = ensure_launch_template(&self.clients.ec2, &template)
-            .await
-            .map_err(|e| match e {
-                AwsError::Throttled { .. } | AwsError::Unreachable { .. } => {
-                    CloudProviderError::Transient(e.to_string())
-                }
-                other => CloudProviderError::Create {
-                    reason: "LaunchTemplateCreationFailed".into(),
-                    message: other.to_string(),
-                },
-            })?;
+        let overrides = self
+            .launch_templates(claim, &resolved_class, &plan, &catalog)
+            .await?;
+        let template_name = overrides
+            .first()
+            .and_then(|o| o.launch_template_name.clone())
+            .unwrap_or_default();
 
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
         let node_pool = claim
@@ -314,8 +374,13 @@ impl AwsCloudProvider {
         let request = LaunchRequest {
             launch_template_name: template_name,
             capacity_type: plan.capacity_type.clone(),
-            overrides: plan.overrides.clone(),
+            overrides,
             tags: tags.clone(),
+            zone_ids: status
+                .subnets
+                .iter()
+                .filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?)))
+                .collect(),
         };
         let launched = create_fleet(&self.clients.ec2, &request, &self.unavailable, Instant::now()).await?;
 
@@ -341,6 +406,107 @@ impl AwsCloudProvider {
         self.instances.insert(instance.clone());
         let entry = catalog.iter().find(|t| t.name == launched.instance_type);
         Ok(self.hydrate(claim, &node_class, &status, &instance, entry))
+    }
+
+    /// The instance profiles Karpenter manages for this cluster's role-based EC2NodeClasses.
+    pub fn instance_profiles(&self) -> InstanceProfiles {
+        InstanceProfiles::new(
+            self.clients.iam.clone(),
+            self.settings.cluster_name.clone(),
+            self.clients.region.clone(),
+        )
+    }
+
+    /// Creates (or adopts) the instance profile of a class with `spec.role` and no `spec.instanceProfile`;
+    /// None for other classes.
+    pub async fn ensure_instance_profile(
+        &self,
+        node_class: &EC2NodeClass,
+    ) -> Option<Result<String, AwsError>> {
+        if node_class.spec.instance_profile.is_some() {
+            return None;
+        }
+        let role = node_class.spec.role.as_deref()?;
+        let name = node_class.metadata.name.clone().unwrap_or_default();
+        Some(self.instance_profiles().ensure(&name, role).await)
+    }
+
+    /// What user data is generated from about the cluster.
+    pub fn cluster_info(&self) -> ClusterInfo {
+        ClusterInfo {
+            name: self.settings.cluster_name.clone(),
+            endpoint: self.settings.cluster_endpoint.clone(),
+            ca_bundle: self.settings.cluster_ca_bundle.clone(),
+            service_cidr: self.settings.service_cidr(),
+            dns_ip: self.settings.cluster_dns_ip.clone(),
+        }
+    }
+
+    /// Ensures the launch templates of `plan` and returns its overrides, each naming its template: one template
+    /// per distinct user data, which differs by the max pods of the instance types (the AMI is set per override).
+    async fn launch_templates(
+        &self,
+        claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        plan: &LaunchPlan,
+        catalog: &[CatalogInstanceType],
+    ) -> Result<Vec<LaunchOverride>, CloudProviderError> {
+        let class_name = node_class.metadata.name.clone().unwrap_or_default();
+        let family = node_class.spec.ami_family();
+        let cluster = self.cluster_info();
+        let labels = claim.metadata.labels.clone().unwrap_or_default();
+        let mut taints = claim.spec.taints.clone();
+        taints.extend(claim.spec.startup_taints.iter().cloned());
+        let mut templates: HashMap<Option<i64>, String> = HashMap::new();
+        let mut overrides = plan.overrides.clone();
+        for o in &mut overrides {
+            let max_pods = (family != AmiFamily::Custom)
+                .then(|| {
+                    catalog
+                        .iter()
+                        .find(|t| t.name == o.instance_type)
+                        .and_then(|t| t.capacity.get("pods"))
+                        .map(|milli| milli / 1000)
+                })
+                .flatten();
+            if let Some(name) = templates.get(&max_pods) {
+                o.launch_template_name = Some(name.clone());
+                continue;
+            }
+            let input = UserDataInput {
+                cluster: &cluster,
+                kubelet: node_class.spec.kubelet.as_ref(),
+                max_pods,
+                labels: kubelet_labels(&labels),
+                taints: taints.clone(),
+                custom: node_class.spec.user_data.as_deref(),
+            };
+            let user_data = userdata::generate(family, &input).map_err(|e| CloudProviderError::Create {
+                reason: "UserDataGenerationFailed".into(),
+                message: format!("EC2NodeClass {class_name}: {e}"),
+            })?;
+            if let Some(data) = &user_data {
+                record_user_data_size(&class_name, data.len());
+            }
+            let mut template =
+                LaunchTemplateSpec::from_node_class(String::new(), node_class, &plan.image_id)?;
+            template.user_data = user_data.map(|d| userdata::base64_encode(d.as_bytes()));
+            template.name = launch_template_name(&self.settings.cluster_name, &template);
+            let name = ensure_launch_template(&self.clients.ec2, &template)
+                .await
+                .map_err(|e| match e {
+                    AwsError::Throttled { .. } | AwsError::Unreachable { .. } => {
+                        CloudProviderError::Transient(e.to_string())
+                    }
+                    other => CloudProviderError::Create {
+                        reason: "LaunchTemplateCreationFailed".into(),
+                        message: other.to_string(),
+                    },
+                })?;
+            templates.insert(max_pods, name.clone());
+            o.launch_template_name = Some(name);
+        }
+        Ok(overrides)
     }
 
     /// `claim` as launched: see the module documentation.
@@ -540,6 +706,72 @@ mod tests {
                 .iter()
                 .filter(|p| p.condition_type == "Ready")
                 .all(|p| p.toleration.as_secs() == 1800)
+        );
+    }
+
+    #[test]
+    fn catalog_gauges_and_user_data_sizes_are_recorded() {
+        use karpenter_core::catalog::CatalogOffering;
+        let entry = CatalogInstanceType {
+            name: "metrics-test.large".into(),
+            capacity: [
+                ("cpu".to_string(), 2000),
+                ("memory".to_string(), 8 * 1024 * 1024 * 1024 * 1000),
+            ]
+            .into(),
+            offerings: vec![CatalogOffering {
+                zone: "us-west-2a".into(),
+                capacity_type: "spot".into(),
+                price: 0.025,
+                available: false,
+                reservation_id: None,
+                reservation_capacity: None,
+            }],
+            requirements: Vec::new(),
+            overhead: karpenter_core::catalog::CatalogOverhead::default(),
+        };
+        record_catalog_metrics(&[entry]);
+        record_user_data_size("metrics-test", 1234);
+        let metrics = karpenter_metrics::metrics();
+        let labels = InstanceTypeLabels {
+            instance_type: "metrics-test.large".into(),
+        };
+        assert_eq!(
+            metrics
+                .cloudprovider_instance_type_cpu_cores
+                .get_or_create(&labels)
+                .get(),
+            2
+        );
+        assert_eq!(
+            metrics
+                .cloudprovider_instance_type_memory_bytes
+                .get_or_create(&labels)
+                .get(),
+            8 * 1024 * 1024 * 1024
+        );
+        let offering = InstanceTypeOfferingLabels {
+            instance_type: "metrics-test.large".into(),
+            capacity_type: "spot".into(),
+            zone: "us-west-2a".into(),
+        };
+        assert_eq!(
+            metrics
+                .cloudprovider_instance_type_offering_available
+                .get_or_create(&offering)
+                .get(),
+            0
+        );
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"karpenter_cloudprovider_instance_type_offering_price_estimate{instance_type="metrics-test.large",capacity_type="spot",zone="us-west-2a"} 0.025"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"karpenter_ec2nodeclasses_userdata_bytes{nodeclass="metrics-test"} 1234"#),
+            "{text}"
         );
     }
 

@@ -9,6 +9,9 @@
 //!   that does not concern Karpenter (an instance starting) is deleted silently.
 //! - Messages that were handed out are deleted at the next `receive` call, once the controller has acted on
 //!   them: a controller that dies first gets them again after the visibility timeout.
+//! - Metrics: every deleted message counts in `karpenter_interruption_deleted_messages_total`, and an event's
+//!   time from EventBridge to deletion is observed in `karpenter_interruption_message_queue_duration_seconds`
+//!   (`karpenter_interruption_received_messages_total` is the interruption controller's).
 //! - Receive errors back off (1 s doubling to 1 min) and retry; `receive` returns None only after
 //!   [`SqsInterruptionSource::shutdown`].
 
@@ -17,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use jiff::Timestamp;
 use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind, InterruptionSource};
 use tokio::sync::{Mutex, watch};
 
@@ -46,7 +50,7 @@ pub struct SqsInterruptionSource {
     instances: Arc<InstanceCache>,
     unavailable: Arc<UnavailableOfferings>,
     /// Receipt handles of messages handed out and not yet deleted.
-    handed_out: Mutex<Vec<String>>,
+    handed_out: Mutex<Vec<(String, Timestamp)>>,
     shutdown: watch::Sender<bool>,
     stats: InterruptionSourceStats,
 }
@@ -113,18 +117,23 @@ impl SqsInterruptionSource {
         *self.shutdown.borrow()
     }
 
-    async fn delete(&self, receipt_handle: &str, message_id: &str) {
-        if let Err(err) = self.queue.delete(receipt_handle).await {
-            self.stats.delete_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(message_id, error = %err, "deleting an interruption message");
+    /// Deletes a message; counts it in `karpenter_interruption_deleted_messages_total` and, for an event,
+    /// observes the time since the event in `karpenter_interruption_message_queue_duration_seconds`.
+    async fn delete(&self, receipt_handle: &str, message_id: &str, event_time: Option<Timestamp>) {
+        match self.queue.delete(receipt_handle).await {
+            Ok(()) => record_deleted(event_time, Timestamp::now()),
+            Err(err) => {
+                self.stats.delete_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(message_id, error = %err, "deleting an interruption message");
+            }
         }
     }
 
     /// Deletes what the controller has had since the last call.
     async fn delete_handed_out(&self) {
         let handles = std::mem::take(&mut *self.handed_out.lock().await);
-        for handle in handles {
-            self.delete(&handle, "").await;
+        for (handle, event_time) in handles {
+            self.delete(&handle, "", Some(event_time)).await;
         }
     }
 
@@ -155,11 +164,13 @@ impl SqsInterruptionSource {
                 Err(err) => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(message_id = %message.message_id, error = %err, "deleting an unreadable interruption message");
-                    self.delete(&message.receipt_handle, &message.message_id).await;
+                    self.delete(&message.receipt_handle, &message.message_id, None)
+                        .await;
                 }
                 Ok(None) => {
                     self.stats.ignored.fetch_add(1, Ordering::Relaxed);
-                    self.delete(&message.receipt_handle, &message.message_id).await;
+                    self.delete(&message.receipt_handle, &message.message_id, None)
+                        .await;
                 }
                 Ok(Some(parsed)) => {
                     if matches!(parsed.kind, MessageKind::SpotInterruption { .. }) {
@@ -168,11 +179,27 @@ impl SqsInterruptionSource {
                         }
                     }
                     events.extend(events_of(&parsed));
-                    self.handed_out.lock().await.push(message.receipt_handle);
+                    self.handed_out
+                        .lock()
+                        .await
+                        .push((message.receipt_handle, parsed.time));
                 }
             }
         }
         Ok(events)
+    }
+}
+
+/// The metrics of one deleted message: see the module documentation.
+pub fn record_deleted(event_time: Option<Timestamp>, now: Timestamp) {
+    let metrics = karpenter_metrics::metrics();
+    metrics.interruption_deleted_messages.inc();
+    if let Some(time) = event_time {
+        let seconds = now.duration_since(time).as_secs_f64().max(0.0);
+        metrics
+            .interruption_message_queue_duration_seconds
+            .get_or_create(&karpenter_metrics::NoLabels {})
+            .observe(seconds);
     }
 }
 
@@ -211,6 +238,23 @@ impl InterruptionSource for SqsInterruptionSource {
 mod tests {
     use super::*;
     use crate::interruption::InstanceState;
+
+    #[test]
+    fn deleted_messages_and_their_time_in_the_queue_are_recorded() {
+        let metrics = karpenter_metrics::metrics();
+        let before = metrics.interruption_deleted_messages.get();
+        let sent: Timestamp = "2026-12-02T12:00:00Z".parse().unwrap();
+        let deleted: Timestamp = "2026-12-02T12:00:42Z".parse().unwrap();
+        record_deleted(Some(sent), deleted);
+        record_deleted(None, deleted);
+        assert_eq!(metrics.interruption_deleted_messages.get(), before + 2);
+        let text = metrics.encode();
+        assert!(
+            text.contains("karpenter_interruption_message_queue_duration_seconds_sum 42.0"),
+            "{text}"
+        );
+        assert!(text.contains("karpenter_interruption_deleted_messages_total "));
+    }
 
     #[test]
     fn one_event_per_instance_with_the_bare_instance_id() {

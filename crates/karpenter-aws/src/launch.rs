@@ -67,7 +67,12 @@ impl LaunchTemplateSpec {
             image_id: image_id.into(),
             security_group_ids: status.security_groups.iter().map(|g| g.id.clone()).collect(),
             instance_profile: status.instance_profile.clone(),
-            user_data: node_class.spec.user_data.clone(),
+            // The class's own user data; the CloudProvider replaces it with the generated document.
+            user_data: node_class
+                .spec
+                .user_data
+                .as_deref()
+                .map(|data| crate::userdata::base64_encode(data.as_bytes())),
             tags: node_class.spec.tags.clone().unwrap_or_default(),
             http_tokens: metadata
                 .and_then(|m| m.http_tokens.clone())
@@ -162,6 +167,9 @@ pub struct LaunchOverride {
     /// The AMI for this type when it differs from the launch template's (one fleet can then mix
     /// architectures, as upstream's one-template-per-AMI fleets do).
     pub image_id: Option<String>,
+    /// The launch template for this override when it differs from the request's (types whose user data
+    /// differs, for example in max pods, need their own template).
+    pub launch_template_name: Option<String>,
 }
 
 /// A request for one instance.
@@ -173,6 +181,21 @@ pub struct LaunchRequest {
     pub overrides: Vec<LaunchOverride>,
     /// Tags for the instance, its volumes and the fleet (karpenter.sh/nodepool, eks:eks-cluster-name, ...).
     pub tags: BTreeMap<String, String>,
+    /// Zone → zone ID, for the `zone_id` label of launch failures.
+    pub zone_ids: BTreeMap<String, String>,
+}
+
+/// `karpenter_cloudprovider_instance_launch_failures_total` for one failed offering.
+pub fn record_launch_failure(zone: &str, zone_id: &str, capacity_type: &str, reason: &str) {
+    karpenter_metrics::metrics()
+        .cloudprovider_instance_launch_failures
+        .get_or_create(&karpenter_metrics::LaunchFailureLabels {
+            zone: zone.to_string(),
+            zone_id: zone_id.to_string(),
+            capacity_type: capacity_type.to_string(),
+            reason: reason.to_string(),
+        })
+        .inc();
 }
 
 /// What was launched.
@@ -200,27 +223,43 @@ pub async fn create_fleet(
     let spot = request.capacity_type == CAPACITY_TYPE_SPOT;
     let mut overrides = request.overrides.clone();
     overrides.sort_by(|a, b| a.price.total_cmp(&b.price));
-    let config = FleetLaunchTemplateConfigRequest::builder()
-        .launch_template_specification(
-            FleetLaunchTemplateSpecificationRequest::builder()
-                .launch_template_name(&request.launch_template_name)
-                .version("$Latest")
-                .build(),
-        )
-        .set_overrides(Some(
-            overrides
-                .iter()
-                .map(|o| {
-                    FleetLaunchTemplateOverridesRequest::builder()
-                        .instance_type(InstanceType::from(o.instance_type.as_str()))
-                        .subnet_id(&o.subnet_id)
-                        .availability_zone(&o.zone)
-                        .set_image_id(o.image_id.clone())
-                        .build()
-                })
-                .collect(),
-        ))
-        .build();
+    // One launch template config per template, in the order of their cheapest override.
+    let mut configs: Vec<(&str, Vec<&LaunchOverride>)> = Vec::new();
+    for o in &overrides {
+        let template = o
+            .launch_template_name
+            .as_deref()
+            .unwrap_or(&request.launch_template_name);
+        match configs.iter_mut().find(|(name, _)| *name == template) {
+            Some((_, list)) => list.push(o),
+            None => configs.push((template, vec![o])),
+        }
+    }
+    let configs: Vec<FleetLaunchTemplateConfigRequest> = configs
+        .into_iter()
+        .map(|(template, list)| {
+            FleetLaunchTemplateConfigRequest::builder()
+                .launch_template_specification(
+                    FleetLaunchTemplateSpecificationRequest::builder()
+                        .launch_template_name(template)
+                        .version("$Latest")
+                        .build(),
+                )
+                .set_overrides(Some(
+                    list.iter()
+                        .map(|o| {
+                            FleetLaunchTemplateOverridesRequest::builder()
+                                .instance_type(InstanceType::from(o.instance_type.as_str()))
+                                .subnet_id(&o.subnet_id)
+                                .availability_zone(&o.zone)
+                                .set_image_id(o.image_id.clone())
+                                .build()
+                        })
+                        .collect(),
+                ))
+                .build()
+        })
+        .collect();
     let resources: &[ResourceType] = if request.tags.is_empty() {
         &[]
     } else {
@@ -239,7 +278,7 @@ pub async fn create_fleet(
     let mut call = ec2
         .create_fleet()
         .r#type(FleetType::Instant)
-        .launch_template_configs(config)
+        .set_launch_template_configs(Some(configs))
         .target_capacity_specification(
             TargetCapacitySpecificationRequest::builder()
                 .total_target_capacity(1)
@@ -287,6 +326,13 @@ pub async fn create_fleet(
         let capacity_type = error
             .lifecycle()
             .map_or(request.capacity_type.clone(), |l| l.as_str().to_string());
+        let zone_name = zone.clone().unwrap_or_default();
+        record_launch_failure(
+            &zone_name,
+            request.zone_ids.get(&zone_name).map_or("", String::as_str),
+            &capacity_type,
+            if code.is_empty() { "Unknown" } else { code },
+        );
         match (is_unfulfillable_capacity_code(code), instance_type, zone) {
             (true, Some(instance_type), Some(zone)) => {
                 unavailable.mark_unavailable(&instance_type, &zone, &capacity_type, now);

@@ -186,6 +186,7 @@ pub fn plan_launch(
                 subnet_id: launch_subnets.get(&c.zone)?.id.clone(),
                 price: c.price,
                 image_id: amis.get(c.image).map(|a| a.id.clone()),
+                launch_template_name: None,
             })
         })
         .collect();

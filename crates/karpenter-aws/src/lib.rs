@@ -21,6 +21,10 @@
 //! - [`launch_plan`]: the offerings, subnets and AMIs one launch sends; [`launch`]: launch templates and
 //!   instant CreateFleet, with ICE handling; [`drift`]: AMI, subnet, security group and static-hash drift.
 //! - [`node_classes`]: where EC2NodeClasses are read from and cached; [`capacity`]: a class's capacity settings.
+//! - [`userdata`]: the launch templates' user data per AMI family (AL2023 nodeadm, Bottlerocket TOML, AL2
+//!   bootstrap.sh, Windows PowerShell), merged with `spec.userData`.
+//! - [`instance_profile`]: the instance profiles created for `spec.role`, deleted with their class and
+//!   garbage-collected when their class is gone.
 //! - [`ami`]: AMI aliases (al2023, al2, bottlerocket, windows20xx) resolved through the public SSM parameters.
 //! - [`client`]: aws-sdk clients from aws-config (region, endpoint override, credentials, retry policy).
 //! - [`error`]: [`AwsError`] with a stable `category()`, and its mapping into core's `CloudProviderError`.
@@ -33,9 +37,8 @@
 //! - [`unavailable_offerings`]: offerings recently out of capacity.
 //! - [`interruption`]: the SQS EventBridge messages; [`interruption_queue`]: receiving and deleting them.
 //!
-//! Not done here: instance profiles for `spec.role` (no IAM client; such classes report
-//! InstanceProfileReady False), capacity reservations, placement groups, dry-run validation, user data
-//! generation, launch template garbage collection.
+//! Not done here: capacity reservations, placement groups, dry-run validation, launch template garbage
+//! collection, block device mappings and the remaining launch template fields.
 //!
 //! Tests: unit tests beside the code, and tests/moto.rs against a local moto server started per test by
 //! tests/moto/harness.py (python3 with `moto[server]==5.2.5` from .ci/requirements.txt; the tests skip, saying
@@ -48,6 +51,7 @@ pub mod cloud_provider;
 pub mod drift;
 pub mod error;
 pub mod instance;
+pub mod instance_profile;
 pub mod instance_types;
 pub mod interruption;
 pub mod interruption_queue;
@@ -65,6 +69,7 @@ pub mod settings;
 pub mod subnets;
 pub mod tags;
 pub mod unavailable_offerings;
+pub mod userdata;
 
 pub use client::{AwsClients, ClientOptions};
 pub use cloud_provider::AwsCloudProvider;

@@ -82,8 +82,24 @@ pub async fn kubernetes_version(client: &kube::Client) -> Result<String, AwsErro
 impl AwsProvider {
     /// Starts the provider with clients from the default credential chain (region and endpoint from
     /// `settings`).
-    pub async fn start(settings: AwsSettings, kube_client: kube::Client) -> Result<AwsRuntime, AwsError> {
+    ///
+    /// The cluster endpoint and CA bundle nodes join with come from `CLUSTER_ENDPOINT` and `CLUSTER_CA_BUNDLE`;
+    /// each one unset is taken from the Kubernetes configuration the client was most likely built from
+    /// (`kube::Config::infer`: the kubeconfig, else the in-cluster service account). In-cluster the endpoint is
+    /// the `kubernetes` Service, which a joining node cannot use, so set `CLUSTER_ENDPOINT` there (upstream asks
+    /// EKS's DescribeCluster instead).
+    pub async fn start(mut settings: AwsSettings, kube_client: kube::Client) -> Result<AwsRuntime, AwsError> {
         settings.validate()?;
+        if settings.cluster_endpoint.is_none() || settings.cluster_ca_bundle.is_none() {
+            match kube::Config::infer().await {
+                Ok(config) => fill_cluster_from_config(&mut settings, &config),
+                Err(err) => tracing::warn!(
+                    error = %err,
+                    "no Kubernetes configuration to take the cluster endpoint and CA bundle from; set \
+                     CLUSTER_ENDPOINT and CLUSTER_CA_BUNDLE"
+                ),
+            }
+        }
         let options = ClientOptions {
             region: settings.region.clone(),
             endpoint_url: settings.endpoint_override.clone(),
@@ -100,6 +116,10 @@ impl AwsProvider {
         kube_client: kube::Client,
     ) -> Result<AwsRuntime, AwsError> {
         settings.validate()?;
+        let mut settings = settings;
+        if settings.cluster_dns_ip.is_none() {
+            settings.cluster_dns_ip = cluster_dns_ip(&kube_client).await;
+        }
         let version = match &settings.kubernetes_version {
             Some(version) => version.clone(),
             None => kubernetes_version(&kube_client).await?,
@@ -141,6 +161,16 @@ impl AwsProvider {
                 future: Box::pin(refresh_catalog(Arc::clone(&provider))),
             },
         ];
+        if !settings.isolated_vpc {
+            // IAM has no VPC endpoint: an isolated VPC cannot list profiles (upstream skips this there too).
+            tasks.push(NamedTask {
+                name: "instanceprofile-garbage-collection",
+                future: Box::pin(controller::run_instance_profile_gc(
+                    kube_client.clone(),
+                    Arc::clone(&provider),
+                )),
+            });
+        }
         if !fixed_version {
             tasks.push(NamedTask {
                 name: "kubernetes-version-refresh",
@@ -152,6 +182,35 @@ impl AwsProvider {
             interruption_source,
             tasks,
         })
+    }
+}
+
+/// The endpoint and CA bundle of `config` where `settings` has none.
+pub fn fill_cluster_from_config(settings: &mut AwsSettings, config: &kube::Config) {
+    if settings.cluster_endpoint.is_none() {
+        let url = config.cluster_url.to_string();
+        settings.cluster_endpoint = Some(url.trim_end_matches('/').to_string());
+    }
+    if settings.cluster_ca_bundle.is_none()
+        && let Some(certificates) = config.root_cert.as_ref().filter(|c| !c.is_empty())
+    {
+        settings.cluster_ca_bundle = Some(crate::userdata::ca_bundle_from_der(certificates));
+    }
+}
+
+/// The ClusterIP of the `kube-system/kube-dns` Service, if there is one.
+pub async fn cluster_dns_ip(client: &kube::Client) -> Option<String> {
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(client.clone(), "kube-system");
+    match services.get_opt("kube-dns").await {
+        Ok(service) => service
+            .and_then(|s| s.spec)
+            .and_then(|spec| spec.cluster_ip)
+            .filter(|ip| !ip.is_empty() && ip != "None"),
+        Err(err) => {
+            tracing::warn!(error = %err, "reading the kube-dns Service for the cluster DNS address");
+            None
+        }
     }
 }
 

@@ -18,6 +18,15 @@ pub struct AwsSettings {
     pub cluster_name: String,
     /// `CLUSTER_ENDPOINT`: the API server URL nodes join; must be absolute when set.
     pub cluster_endpoint: Option<String>,
+    /// `CLUSTER_CA_BUNDLE`: the cluster CA (base64 of the PEM) nodes trust the API server with. When unset,
+    /// [`crate::AwsProvider::start`] takes it from the kubeconfig or in-cluster configuration it finds.
+    pub cluster_ca_bundle: Option<String>,
+    /// The cluster's Service CIDR (`10.100.0.0/16`), which AL2023's nodeadm requires. When unset it is derived
+    /// from the cluster DNS address (the /16 of an IPv4 address, the /108 of an IPv6 one, as EKS assigns them).
+    pub cluster_cidr: Option<String>,
+    /// The cluster DNS Service address nodes use (`10.100.0.10`). When unset, [`crate::AwsProvider::start`]
+    /// reads the `kube-system/kube-dns` Service's ClusterIP, as upstream does.
+    pub cluster_dns_ip: Option<String>,
     /// `ISOLATED_VPC`: no calls to public-only endpoints (the Pricing API).
     pub isolated_vpc: bool,
     /// `VM_MEMORY_OVERHEAD_PERCENT`: a fraction (0.075 = 7.5%), at least 0.
@@ -45,6 +54,9 @@ impl Default for AwsSettings {
         Self {
             cluster_name: String::new(),
             cluster_endpoint: None,
+            cluster_ca_bundle: None,
+            cluster_cidr: None,
+            cluster_dns_ip: None,
             isolated_vpc: false,
             vm_memory_overhead_percent: DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
             interruption_queue: None,
@@ -70,6 +82,21 @@ fn is_absolute_url(url: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
     let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
     scheme_ok && !host.is_empty()
+}
+
+/// The Service CIDR EKS assigns around a cluster DNS address: the /16 of an IPv4 address
+/// (`10.100.0.10` → `10.100.0.0/16`), the /108 of an IPv6 one.
+pub fn service_cidr_from_dns_ip(ip: &str) -> Option<String> {
+    match ip.trim().parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(v4) => {
+            let [a, b, _, _] = v4.octets();
+            Some(format!("{a}.{b}.0.0/16"))
+        }
+        std::net::IpAddr::V6(v6) => {
+            let network = u128::from(v6) & !((1u128 << 20) - 1);
+            Some(format!("{}/108", std::net::Ipv6Addr::from(network)))
+        }
+    }
 }
 
 impl AwsSettings {
@@ -113,6 +140,13 @@ impl AwsSettings {
         } else {
             Err(AwsError::Config(problems.join("\n")))
         }
+    }
+
+    /// The Service CIDR: [`AwsSettings::cluster_cidr`], else derived from the cluster DNS address.
+    pub fn service_cidr(&self) -> Option<String> {
+        self.cluster_cidr
+            .clone()
+            .or_else(|| self.cluster_dns_ip.as_deref().and_then(service_cidr_from_dns_ip))
     }
 
     /// RESERVED_ENIS as core's capacity settings take it.
@@ -159,6 +193,33 @@ mod tests {
              AMI_REFRESH_INTERVAL 30s must be at least 1m\n\
              SUBNET_REFRESH_INTERVAL 59s must be at least 1m"
         );
+    }
+
+    #[test]
+    fn the_service_cidr_is_derived_from_the_dns_address() {
+        assert_eq!(
+            service_cidr_from_dns_ip("10.100.0.10").as_deref(),
+            Some("10.100.0.0/16")
+        );
+        assert_eq!(
+            service_cidr_from_dns_ip("172.20.0.10").as_deref(),
+            Some("172.20.0.0/16")
+        );
+        assert_eq!(
+            service_cidr_from_dns_ip("fd30:1c53:5f8a::a").as_deref(),
+            Some("fd30:1c53:5f8a::/108")
+        );
+        assert_eq!(service_cidr_from_dns_ip("nope"), None);
+        let settings = AwsSettings {
+            cluster_dns_ip: Some("10.100.0.10".into()),
+            ..AwsSettings::default()
+        };
+        assert_eq!(settings.service_cidr().as_deref(), Some("10.100.0.0/16"));
+        let explicit = AwsSettings {
+            cluster_cidr: Some("192.168.0.0/20".into()),
+            ..settings
+        };
+        assert_eq!(explicit.service_cidr().as_deref(), Some("192.168.0.0/20"));
     }
 
     #[test]

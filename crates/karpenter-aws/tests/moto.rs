@@ -338,6 +338,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
                 subnet_id: subnets["us-west-2a"].clone(),
                 price: 0.05,
                 image_id: None,
+                launch_template_name: None,
             },
             LaunchOverride {
                 instance_type: "c5.large".into(),
@@ -345,9 +346,11 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
                 subnet_id: subnets["us-west-2b"].clone(),
                 price: 0.04,
                 image_id: None,
+                launch_template_name: None,
             },
         ],
         tags: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
+        zone_ids: BTreeMap::from([("us-west-2a".into(), "usw2-az2".into())]),
     };
     let unavailable = UnavailableOfferings::default();
     let now = Instant::now();
@@ -400,6 +403,17 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
     );
     assert!(unavailable.is_unavailable("m5.large", "us-west-2a", "spot", now));
     assert_eq!(err.category(), "InsufficientCapacity");
+    // Each capacity error counts as a launch failure, with the zone ID the request knew.
+    let failures = karpenter_metrics::metrics()
+        .cloudprovider_instance_launch_failures
+        .get_or_create(&karpenter_metrics::LaunchFailureLabels {
+            zone: "us-west-2a".into(),
+            zone_id: "usw2-az2".into(),
+            capacity_type: "spot".into(),
+            reason: "InsufficientInstanceCapacity".into(),
+        })
+        .get();
+    assert!(failures >= 1, "{failures}");
 
     // Other errors fail the launch with AWS's code as the reason (and do not mean the NodeClaim is gone).
     set_ice(&clients, "nothing:matches:this").await;

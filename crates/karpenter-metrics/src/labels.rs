@@ -149,3 +149,35 @@ pub struct NodePoolReasonLabels {
     pub nodepool: String,
     pub reason: String,
 }
+
+/// An instance type offering: the AWS provider's offering gauges.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstanceTypeOfferingLabels {
+    pub instance_type: String,
+    /// `spot`, `on-demand` or `reserved`.
+    pub capacity_type: String,
+    pub zone: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstanceTypeLabels {
+    pub instance_type: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LaunchFailureLabels {
+    pub zone: String,
+    pub zone_id: String,
+    pub capacity_type: String,
+    /// The EC2 error code (`InsufficientInstanceCapacity`, ...).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeClassLabels {
+    pub nodeclass: String,
+}
+
+/// No labels, for a histogram exported without any.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NoLabels {}

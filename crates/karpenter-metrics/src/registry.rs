@@ -63,6 +63,14 @@ pub struct Metrics {
     pub scheduler_unschedulable_pods_count: Family<ControllerLabels, Gauge>,
     pub interruption_received_messages: Family<MessageTypeLabels, Counter>,
     pub interruption_deleted_messages: Counter,
+    /// Seconds from an interruption event to its message's deletion (one series, no labels).
+    pub interruption_message_queue_duration_seconds: HistogramFamily<NoLabels>,
+    pub cloudprovider_instance_type_offering_available: Family<InstanceTypeOfferingLabels, Gauge>,
+    pub cloudprovider_instance_type_offering_price_estimate: Family<InstanceTypeOfferingLabels, FloatGauge>,
+    pub cloudprovider_instance_type_cpu_cores: Family<InstanceTypeLabels, Gauge>,
+    pub cloudprovider_instance_type_memory_bytes: Family<InstanceTypeLabels, Gauge>,
+    pub cloudprovider_instance_launch_failures: Family<LaunchFailureLabels, Counter>,
+    pub ec2nodeclasses_userdata_bytes: Family<NodeClassLabels, Gauge>,
     pub cluster_state_node_count: Gauge,
     pub cluster_state_synced: Gauge,
     pub nodepools_usage: Family<NodePoolResourceLabels, FloatGauge>,
@@ -115,6 +123,13 @@ impl Metrics {
             scheduler_unschedulable_pods_count: Family::default(),
             interruption_received_messages: Family::default(),
             interruption_deleted_messages: Counter::default(),
+            interruption_message_queue_duration_seconds: histograms(),
+            cloudprovider_instance_type_offering_available: Family::default(),
+            cloudprovider_instance_type_offering_price_estimate: Family::default(),
+            cloudprovider_instance_type_cpu_cores: Family::default(),
+            cloudprovider_instance_type_memory_bytes: Family::default(),
+            cloudprovider_instance_launch_failures: Family::default(),
+            ec2nodeclasses_userdata_bytes: Family::default(),
             cluster_state_node_count: Gauge::default(),
             cluster_state_synced: Gauge::default(),
             nodepools_usage: Family::default(),
@@ -217,6 +232,41 @@ impl Metrics {
             "karpenter_interruption_deleted_messages",
             "Number of interruption messages deleted from the queue.",
             &m.interruption_deleted_messages,
+        );
+        b.add(
+            "karpenter_interruption_message_queue_duration_seconds",
+            "Time from an interruption event to the deletion of its message from the queue.",
+            &m.interruption_message_queue_duration_seconds,
+        );
+        b.add(
+            "karpenter_cloudprovider_instance_type_offering_available",
+            "1 when an instance type offering is available, else 0, by instance type, capacity type and zone.",
+            &m.cloudprovider_instance_type_offering_available,
+        );
+        b.add(
+            "karpenter_cloudprovider_instance_type_offering_price_estimate",
+            "Estimated hourly price of an instance type offering, by instance type, capacity type and zone.",
+            &m.cloudprovider_instance_type_offering_price_estimate,
+        );
+        b.add(
+            "karpenter_cloudprovider_instance_type_cpu_cores",
+            "VCPUs of an instance type.",
+            &m.cloudprovider_instance_type_cpu_cores,
+        );
+        b.add(
+            "karpenter_cloudprovider_instance_type_memory_bytes",
+            "Memory of an instance type, in bytes.",
+            &m.cloudprovider_instance_type_memory_bytes,
+        );
+        b.add(
+            "karpenter_cloudprovider_instance_launch_failures",
+            "Number of failed instance launches, by zone, zone ID, capacity type and reason.",
+            &m.cloudprovider_instance_launch_failures,
+        );
+        b.add(
+            "karpenter_ec2nodeclasses_userdata_bytes",
+            "Size of the user data generated for an EC2NodeClass's launch templates, in bytes.",
+            &m.ec2nodeclasses_userdata_bytes,
         );
         b.add(
             "karpenter_cluster_state_node_count",
@@ -388,6 +438,17 @@ mod tests {
                 vec!["reason".into(), "nodepool".into(), "min_values_relaxed".into()]
             ))
         );
+        m.interruption_message_queue_duration_seconds
+            .get_or_create(&NoLabels {})
+            .observe(2.0);
+        let text = m.encode();
+        assert!(
+            text.contains("karpenter_interruption_message_queue_duration_seconds_count 1"),
+            "{text}"
+        );
+        assert!(m.descriptors().iter().any(|d| d.name
+            == "karpenter_cloudprovider_instance_launch_failures_total"
+            && d.labels == ["zone", "zone_id", "capacity_type", "reason"]));
         assert!(
             m.descriptors()
                 .iter()

@@ -1,8 +1,9 @@
 //! The EC2NodeClass controller: a kube-runtime `Controller` over EC2NodeClasses, also woken by NodeClaims
 //! (so a deleting class notices its last NodeClaim going). [`reconcile`] for one class:
-//! - being deleted: waits while NodeClaims still reference it, then removes the
-//!   `karpenter.k8s.aws/termination` finalizer;
-//! - otherwise: adds the finalizer, resolves the selector terms ([`super::resolve`]), writes the status
+//! - being deleted: waits while NodeClaims still reference it, then deletes the instance profile Karpenter
+//!   made for its `spec.role` and removes the `karpenter.k8s.aws/termination` finalizer;
+//! - otherwise: adds the finalizer, resolves the selector terms ([`super::resolve`]), creates or adopts the
+//!   instance profile for `spec.role` ([`crate::instance_profile`]), writes the status
 //!   ([`super::status::compute_status`]) through the status subresource when it changed, writes the
 //!   `karpenter.k8s.aws/ec2nodeclass-hash` and `-hash-version` annotations, hands the class to the
 //!   CloudProvider's cache (launches and drift read it), and requeues after the refresh interval (upstream
@@ -100,6 +101,10 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
             return Ok(Action::requeue(NODE_CLAIM_WAIT));
         }
         if has_finalizer {
+            // The instance profile Karpenter made for the role goes with the class.
+            if class.spec.instance_profile.is_none() && class.spec.role.is_some() {
+                ctx.provider.instance_profiles().delete(&name).await?;
+            }
             let rest = class
                 .finalizers()
                 .iter()
@@ -121,13 +126,14 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
     }
 
     let now = Timestamp::now();
-    let resolution = super::resolve(
+    let mut resolution = super::resolve(
         ctx.provider.clients(),
         &class,
         &ctx.provider.kubernetes_version(),
         now,
     )
     .await;
+    resolution.instance_profile = ctx.provider.ensure_instance_profile(&class).await;
     let status = super::status::compute_status(&class, &resolution, now);
     if class.status.as_ref() != Some(&status) {
         api.patch_status(
@@ -166,6 +172,33 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
             .subnet_refresh_interval
             .min(settings.ami_refresh_interval),
     ))
+}
+
+/// How often instance profiles of deleted EC2NodeClasses are looked for.
+pub const INSTANCE_PROFILE_GC_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Deletes the cluster's instance profiles whose EC2NodeClass no longer exists. Returns their names.
+pub async fn garbage_collect_instance_profiles(
+    client: &kube::Client,
+    provider: &AwsCloudProvider,
+) -> Result<Vec<String>, AwsError> {
+    let classes = Api::<EC2NodeClass>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let existing = classes.items.iter().map(ResourceExt::name_any).collect();
+    provider.instance_profiles().garbage_collect(&existing).await
+}
+
+/// Runs [`garbage_collect_instance_profiles`] every [`INSTANCE_PROFILE_GC_INTERVAL`].
+pub async fn run_instance_profile_gc(client: kube::Client, provider: Arc<AwsCloudProvider>) {
+    let mut ticks = tokio::time::interval(INSTANCE_PROFILE_GC_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Err(err) = garbage_collect_instance_profiles(&client, &provider).await {
+            tracing::warn!(category = err.category(), error = %err, "garbage-collecting instance profiles");
+        }
+    }
 }
 
 /// Retries a failed reconcile after [`ERROR_REQUEUE`].

@@ -42,5 +42,6 @@ pub async fn resolve(
         amis,
         subnets,
         security_groups,
+        instance_profile: None,
     }
 }

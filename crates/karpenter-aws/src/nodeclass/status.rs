@@ -3,9 +3,8 @@
 //! InstanceProfileReady, ValidationSucceeded) plus Ready. A dependent that selected nothing is False with the
 //! upstream reason and a message naming the selector terms, so `kubectl describe` says what to fix.
 //!
-//! Instance profiles: this build has no IAM client (aws-sdk-iam is not a workspace dependency), so a class
-//! with `spec.role` cannot get the instance profile upstream would create for it; its InstanceProfileReady is
-//! False and says to set `spec.instanceProfile` instead.
+//! Instance profiles: `spec.instanceProfile` is used as it is; for `spec.role` the controller creates one
+//! ([`crate::instance_profile`]) and the resolution carries its name, or why it could not.
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -17,8 +16,10 @@ use serde::Serialize;
 
 use crate::error::AwsError;
 
-/// Reason of a role-based class's InstanceProfileReady: see the module documentation.
+/// Reason of a role-based class's InstanceProfileReady before its instance profile was created.
 pub const INSTANCE_PROFILE_NOT_MANAGED: &str = "InstanceProfileNotManaged";
+/// Reason of a role-based class's InstanceProfileReady when creating its instance profile failed.
+pub const INSTANCE_PROFILE_CREATION_FAILED: &str = "InstanceProfileCreationFailed";
 /// Reason of ValidationSucceeded when the spec breaks the CRD's rules (an object the API server would refuse).
 pub const SPEC_VALIDATION_FAILED: &str = "SpecValidationFailed";
 /// Reason of Ready when a dependent is not True.
@@ -32,6 +33,9 @@ pub struct Resolution {
     pub amis: Result<Vec<Ami>, AwsError>,
     pub subnets: Result<Vec<Subnet>, AwsError>,
     pub security_groups: Result<Vec<SecurityGroup>, AwsError>,
+    /// The instance profile created for `spec.role`; None when there is none to create (`spec.instanceProfile`
+    /// is set) or it was not attempted.
+    pub instance_profile: Option<Result<String, AwsError>>,
 }
 
 impl Resolution {
@@ -41,6 +45,7 @@ impl Resolution {
             self.amis.as_ref().err(),
             self.subnets.as_ref().err(),
             self.security_groups.as_ref().err(),
+            self.instance_profile.as_ref().and_then(|p| p.as_ref().err()),
         ]
         .into_iter()
         .flatten()
@@ -49,10 +54,15 @@ impl Resolution {
 
     /// [`Resolution::error`], owned.
     pub fn into_error(self) -> Option<AwsError> {
-        [self.amis.err(), self.subnets.err(), self.security_groups.err()]
-            .into_iter()
-            .flatten()
-            .find(|e| !matches!(e, AwsError::Config(_)))
+        [
+            self.amis.err(),
+            self.subnets.err(),
+            self.security_groups.err(),
+            self.instance_profile.and_then(Result::err),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|e| !matches!(e, AwsError::Config(_)))
     }
 }
 
@@ -167,18 +177,54 @@ pub fn compute_status(
             previous.security_groups.clone()
         }
     };
-    let instance_profile = spec.instance_profile.clone();
-    conditions_out.push(condition(
-        conditions::INSTANCE_PROFILE_READY,
-        instance_profile.is_some(),
-        INSTANCE_PROFILE_NOT_MANAGED,
-        format!(
-            "spec.role {:?}: this Karpenter does not create instance profiles; set spec.instanceProfile to an \
-             existing instance profile for the role",
-            spec.role.as_deref().unwrap_or_default()
-        ),
-        generation,
-    ));
+    let instance_profile = match (&spec.instance_profile, &resolution.instance_profile) {
+        (Some(profile), _) => {
+            conditions_out.push(condition(
+                conditions::INSTANCE_PROFILE_READY,
+                true,
+                "",
+                String::new(),
+                generation,
+            ));
+            Some(profile.clone())
+        }
+        (None, Some(Ok(profile))) => {
+            conditions_out.push(condition(
+                conditions::INSTANCE_PROFILE_READY,
+                true,
+                "",
+                String::new(),
+                generation,
+            ));
+            Some(profile.clone())
+        }
+        (None, Some(Err(err))) => {
+            conditions_out.push(condition(
+                conditions::INSTANCE_PROFILE_READY,
+                false,
+                INSTANCE_PROFILE_CREATION_FAILED,
+                format!(
+                    "creating the instance profile for role {:?}: {err}",
+                    spec.role.as_deref().unwrap_or_default()
+                ),
+                generation,
+            ));
+            previous.instance_profile.clone()
+        }
+        (None, None) => {
+            conditions_out.push(condition(
+                conditions::INSTANCE_PROFILE_READY,
+                false,
+                INSTANCE_PROFILE_NOT_MANAGED,
+                format!(
+                    "the instance profile for role {:?} has not been created yet",
+                    spec.role.as_deref().unwrap_or_default()
+                ),
+                generation,
+            ));
+            None
+        }
+    };
     let validation = node_class.validate();
     conditions_out.push(condition(
         conditions::VALIDATION_SUCCEEDED,
@@ -266,6 +312,7 @@ mod tests {
                 id: "sg-1".into(),
                 name: None,
             }]),
+            instance_profile: None,
         }
     }
 
@@ -335,18 +382,40 @@ mod tests {
     }
 
     #[test]
-    fn role_based_classes_say_how_to_get_ready() {
+    fn role_based_classes_use_the_created_instance_profile() {
         let mut class = node_class();
         class.spec.instance_profile = None;
         class.spec.role = Some("KarpenterNodeRole".into());
         let status = compute_status(&class, &ok_resolution(Vec::new()), Timestamp::UNIX_EPOCH);
         let profile = find(&status, conditions::INSTANCE_PROFILE_READY);
         assert_eq!(profile.reason, INSTANCE_PROFILE_NOT_MANAGED);
+        assert_eq!(status.instance_profile, None);
+
+        let mut created = ok_resolution(Vec::new());
+        created.instance_profile = Some(Ok("prod_123".into()));
+        let status = compute_status(&class, &created, Timestamp::UNIX_EPOCH);
+        let profile = find(&status, conditions::INSTANCE_PROFILE_READY);
+        assert_eq!(profile.status, ConditionStatus::True);
+        assert_eq!(status.instance_profile.as_deref(), Some("prod_123"));
+
+        class.status = Some(status);
+        let mut failed = ok_resolution(Vec::new());
+        failed.instance_profile = Some(Err(AwsError::from_code(
+            "AddRoleToInstanceProfile",
+            "NoSuchEntity".into(),
+            "no role KarpenterNodeRole".into(),
+        )));
+        let status = compute_status(&class, &failed, Timestamp::UNIX_EPOCH);
+        let profile = find(&status, conditions::INSTANCE_PROFILE_READY);
+        assert_eq!(
+            (profile.status, profile.reason.as_str()),
+            (ConditionStatus::False, INSTANCE_PROFILE_CREATION_FAILED)
+        );
         assert!(
-            profile.message.contains("set spec.instanceProfile"),
+            profile.message.contains("KarpenterNodeRole"),
             "{}",
             profile.message
         );
-        assert_eq!(status.instance_profile, None);
+        assert_eq!(status.instance_profile.as_deref(), Some("prod_123"), "kept");
     }
 }

@@ -6,6 +6,8 @@ use karpenter_api::nodepool::NodePool;
 use karpenter_core::cloudprovider::{CloudProvider, CloudProviderError};
 use serde_json::json;
 
+use karpenter_aws::userdata;
+
 use crate::moto_or_skip;
 
 use super::fixtures::{create_node_class, network, node_claim, node_class, provider, set_ice};
@@ -100,14 +102,59 @@ async fn a_node_claim_launches_through_the_cloud_provider_and_is_found_drifted_a
     assert_eq!(instance.tags["karpenter.sh/nodeclaim"], "default-abcde");
     assert_eq!(instance.tags["eks:eks-cluster-name"], "test-cluster");
     assert_eq!(instance.tags["team"], "platform");
+    // One launch template per max pods: m5.xlarge's 58 and the 29 of m5.large and c6g.large.
     let templates = clients.ec2.describe_launch_templates().send().await.unwrap();
-    assert_eq!(templates.launch_templates().len(), 1);
-    assert!(
-        templates.launch_templates()[0]
-            .launch_template_name()
-            .unwrap()
-            .starts_with("karpenter.k8s.aws/")
-    );
+    assert_eq!(templates.launch_templates().len(), 2);
+    let mut user_data_by_template = Vec::new();
+    for template in templates.launch_templates() {
+        let template_name = template.launch_template_name().unwrap().to_string();
+        assert!(template_name.starts_with("karpenter.k8s.aws/"));
+        let versions = clients
+            .ec2
+            .describe_launch_template_versions()
+            .launch_template_name(&template_name)
+            .versions("$Latest")
+            .send()
+            .await
+            .unwrap();
+        let encoded = versions.launch_template_versions()[0]
+            .launch_template_data()
+            .and_then(|d| d.user_data())
+            .unwrap();
+        user_data_by_template.push(String::from_utf8(userdata::base64_decode(encoded).unwrap()).unwrap());
+    }
+
+    // The templates' user data is the AL2023 NodeConfig for the cluster, the claim and the types' max pods.
+    let cluster = provider.cluster_info();
+    let expected = |max_pods: i64| {
+        userdata::generate(
+            karpenter_api::ec2nodeclass::AmiFamily::AL2023,
+            &userdata::UserDataInput {
+                cluster: &cluster,
+                kubelet: None,
+                max_pods: Some(max_pods),
+                labels: [("karpenter.sh/nodepool".to_string(), "default".to_string())].into(),
+                taints: Vec::new(),
+                custom: None,
+            },
+        )
+        .unwrap()
+        .unwrap()
+    };
+    user_data_by_template.sort_by_key(|u| u.contains("maxPods: 58"));
+    assert_eq!(user_data_by_template, [expected(29), expected(58)]);
+    let user_data = &user_data_by_template[0];
+    for line in [
+        "    name: test-cluster\n",
+        "    apiServerEndpoint: https://test.gr7.us-west-2.eks.amazonaws.com\n",
+        "    certificateAuthority: \"LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==\"\n",
+        "    cidr: \"10.100.0.0/16\"\n",
+        "      maxPods: 29\n",
+        "        key: karpenter.sh/unregistered\n",
+        "    - \"--node-labels=karpenter.sh/nodepool=default\"\n",
+    ] {
+        assert!(user_data.contains(line), "{line:?} in\n{user_data}");
+    }
 
     // get and list see it, named after the claim.
     let got = dyn_provider.get(&provider_id).await.unwrap();

@@ -15,6 +15,10 @@ use serde_json::json;
 
 pub const CLUSTER: &str = "test-cluster";
 pub const DISCOVERY: &str = "test";
+/// The API server nodes join (user data).
+pub const ENDPOINT: &str = "https://test.gr7.us-west-2.eks.amazonaws.com";
+/// The cluster CA nodes trust (user data): base64 of a PEM.
+pub const CA_BUNDLE: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==";
 
 /// What [`network`] created.
 pub struct Network {
@@ -104,6 +108,9 @@ pub fn settings() -> AwsSettings {
     AwsSettings {
         cluster_name: CLUSTER.into(),
         kubernetes_version: Some("1.33".into()),
+        cluster_endpoint: Some(ENDPOINT.into()),
+        cluster_ca_bundle: Some(CA_BUNDLE.into()),
+        cluster_dns_ip: Some("10.100.0.10".into()),
         ..AwsSettings::default()
     }
 }

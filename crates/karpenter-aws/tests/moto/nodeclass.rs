@@ -249,6 +249,7 @@ async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
         [
             "ec2nodeclass",
             "instancetype-and-pricing-refresh",
+            "instanceprofile-garbage-collection",
             "kubernetes-version-refresh"
         ]
     );
@@ -280,4 +281,135 @@ async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
         handle.abort();
     }
     assert!(ready, "the EC2NodeClass controller never made the class Ready");
+}
+
+/// The roles and tags of instance profile `name`, or None when it does not exist.
+async fn instance_profile(
+    iam: &aws_sdk_iam::Client,
+    name: &str,
+) -> Option<(Vec<String>, std::collections::BTreeMap<String, String>)> {
+    let output = iam
+        .get_instance_profile()
+        .instance_profile_name(name)
+        .send()
+        .await
+        .ok()?;
+    let profile = output.instance_profile()?;
+    Some((
+        profile
+            .roles()
+            .iter()
+            .map(|r| r.role_name().to_string())
+            .collect(),
+        profile
+            .tags()
+            .iter()
+            .map(|t| (t.key().to_string(), t.value().to_string()))
+            .collect(),
+    ))
+}
+
+async fn create_role(iam: &aws_sdk_iam::Client, name: &str) {
+    iam.create_role()
+        .role_name(name)
+        .assume_role_policy_document(
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#,
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
+    use karpenter_aws::nodeclass::controller::garbage_collect_instance_profiles;
+
+    let moto = moto_or_skip!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    network(&clients.ec2).await;
+    let iam = clients.iam.clone();
+    create_role(&iam, "KarpenterNodeRole").await;
+    create_role(&iam, "OtherNodeRole").await;
+    let (server, provider) = provider(clients.clone()).await;
+    let ctx = Arc::new(Context {
+        client: server.client(),
+        provider: Arc::clone(&provider),
+    });
+    let api: Api<EC2NodeClass> = Api::all(server.client());
+
+    let mut class = node_class("role-based", json!([{"alias": "al2023@latest"}]));
+    class.spec.instance_profile = None;
+    class.spec.role = Some("KarpenterNodeRole".into());
+    create_node_class(&server, &class).await;
+    let class = reconciled(&api, "role-based", &ctx).await;
+    let name = provider.instance_profiles().name("role-based");
+    assert!(name.starts_with("test-cluster_"), "{name}");
+    assert_eq!(
+        class.status.as_ref().unwrap().instance_profile.as_deref(),
+        Some(name.as_str())
+    );
+    assert_eq!(condition(&class, "InstanceProfileReady").0, ConditionStatus::True);
+    assert!(class.is_ready());
+    let (roles, tags) = instance_profile(&iam, &name).await.unwrap();
+    assert_eq!(roles, ["KarpenterNodeRole"]);
+    assert_eq!(tags["karpenter.k8s.aws/ec2nodeclass"], "role-based");
+    assert_eq!(tags["kubernetes.io/cluster/test-cluster"], "owned");
+    assert_eq!(tags["karpenter.sh/managed-by"], CLUSTER);
+    assert_eq!(tags["eks:eks-cluster-name"], CLUSTER);
+    let listed = iam
+        .list_instance_profiles()
+        .path_prefix("/karpenter/us-west-2/test-cluster/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.instance_profiles().len(), 1);
+
+    // A different role replaces the old one in the same profile (adopted, not recreated).
+    let mut changed = class.clone();
+    changed.spec.role = Some("arn:aws:iam::123456789012:role/OtherNodeRole".into());
+    api.replace("role-based", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    let class = reconciled(&api, "role-based", &ctx).await;
+    assert_eq!(
+        class.status.as_ref().unwrap().instance_profile.as_deref(),
+        Some(name.as_str())
+    );
+    assert_eq!(instance_profile(&iam, &name).await.unwrap().0, ["OtherNodeRole"]);
+
+    // A missing role: InstanceProfileReady False, saying why.
+    let mut missing = node_class("missing-role", json!([{"alias": "al2023@latest"}]));
+    missing.spec.instance_profile = None;
+    missing.spec.role = Some("NoSuchRole".into());
+    create_node_class(&server, &missing).await;
+    let missing = reconciled(&api, "missing-role", &ctx).await;
+    let (status, reason, message) = condition(&missing, "InstanceProfileReady");
+    assert_eq!(
+        (status, reason.as_str()),
+        (ConditionStatus::False, "InstanceProfileCreationFailed")
+    );
+    assert!(message.contains("NoSuchRole"), "{message}");
+
+    // A profile whose class is gone is garbage-collected; those of existing classes stay.
+    provider
+        .instance_profiles()
+        .ensure("deleted-while-down", "KarpenterNodeRole")
+        .await
+        .unwrap();
+    let stray = provider.instance_profiles().name("deleted-while-down");
+    assert!(instance_profile(&iam, &stray).await.is_some());
+    let deleted = garbage_collect_instance_profiles(&server.client(), &provider)
+        .await
+        .unwrap();
+    assert_eq!(deleted, std::slice::from_ref(&stray));
+    assert!(instance_profile(&iam, &stray).await.is_none());
+    assert!(instance_profile(&iam, &name).await.is_some());
+
+    // Deleting the class deletes its profile, then releases the finalizer.
+    api.delete("role-based", &DeleteParams::default()).await.unwrap();
+    let deleting = api.get("role-based").await.unwrap();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    reconcile(Arc::new(deleting), Arc::clone(&ctx)).await.unwrap();
+    assert!(instance_profile(&iam, &name).await.is_none());
+    assert!(api.get_opt("role-based").await.unwrap().is_none());
 }
