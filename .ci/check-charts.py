@@ -277,10 +277,10 @@ SETTING_ENV = {
     "leaderElectionName": "LEADER_ELECTION_NAME",
     "kubeClientQPS": "KUBE_CLIENT_QPS",
     "kubeClientBurst": "KUBE_CLIENT_BURST",
+    "clusterCABundle": "CLUSTER_CA_BUNDLE",
 }
 # Upstream's settings the values accept but the controller does not read: no variable may be set for them.
 UNREAD_SETTING_ENV = {
-    "clusterCABundle": "CLUSTER_CA_BUNDLE",
     "eksControlPlane": "EKS_CONTROL_PLANE",
     "enableZonalShift": "ENABLE_ZONAL_SHIFT",
     "disableDryRun": "DISABLE_DRY_RUN",
@@ -469,6 +469,7 @@ RBAC_SOURCES = {
     "clusterrole-core.yaml": "clusterrole-core.yaml",
     "clusterrole-aws.yaml": "clusterrole-aws.yaml",
     "role.yaml": "role.yaml",
+    "role-dns.yaml": "role-dns.yaml",
 }
 
 

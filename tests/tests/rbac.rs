@@ -53,6 +53,8 @@ const ROLES: &[(&str, Scope, bool)] = &[
     // the Kubernetes API calls of crates/karpenter-aws (nodeclass/controller.rs, node_classes.rs) by hand.
     ("clusterrole-aws.yaml", Scope::Cluster, false),
     ("role.yaml", Scope::Namespace(RELEASE_NAMESPACE), true),
+    // The AWS provider reads the kube-dns Service at start-up (clusterDNS for user data): AWS only, as above.
+    ("role-dns.yaml", Scope::Namespace("kube-system"), false),
 ];
 
 struct Role {

@@ -17,9 +17,13 @@ pub struct AwsArgs {
     /// --cloud-provider aws).
     #[arg(long, env = "CLUSTER_NAME", default_value = "")]
     pub cluster_name: String,
-    /// The API server URL nodes join (absolute URL); default: discovered.
+    /// The API server URL nodes join (absolute URL); default: the controller's own kubeconfig or in-cluster
+    /// configuration (inside a cluster that is the `kubernetes` Service, which new nodes cannot reach: set it).
     #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
     pub cluster_endpoint: String,
+    /// The cluster's CA bundle (base64 of the PEM) nodes trust; default: from the controller's configuration.
+    #[arg(long, env = "CLUSTER_CA_BUNDLE", default_value = "")]
+    pub cluster_ca_bundle: String,
     /// No calls to endpoints only reachable from the internet (the Pricing API): static prices are used.
     #[arg(long, env = "ISOLATED_VPC", action = ArgAction::Set, default_value_t = false,
           num_args = 0..=1, default_missing_value = "true")]

@@ -91,6 +91,7 @@ fn aws_settings(args: &AwsArgs) -> karpenter_aws::AwsSettings {
     karpenter_aws::AwsSettings {
         cluster_name: args.cluster_name.clone(),
         cluster_endpoint: some(&args.cluster_endpoint),
+        cluster_ca_bundle: some(&args.cluster_ca_bundle),
         isolated_vpc: args.isolated_vpc,
         vm_memory_overhead_percent: args.vm_memory_overhead_percent,
         interruption_queue: some(&args.interruption_queue),
