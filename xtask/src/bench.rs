@@ -1,4 +1,5 @@
-//! `cargo xtask bench schedule [--json] [--pods N]`: the scheduling benchmarks of benchmarks.md, run through
+//! `cargo xtask bench schedule [--json] [--pods N]` (`bench disrupt` and `bench controller` are in their own
+//! modules): the scheduling benchmarks of benchmarks.md, run through
 //! the same path the CLI takes (Kubernetes objects -> `Snapshot` -> `build_schedule_inputs` -> `schedule`).
 //!
 //! - upstream's `scheduling_benchmark_test.go` (§1.1): the 400-type fake catalog, the five-class diverse pods
@@ -14,6 +15,8 @@
 
 mod bounds;
 mod catalogs;
+mod controller;
+mod controller_cluster;
 mod disrupt;
 mod disrupt_workloads;
 mod report;
@@ -59,6 +62,26 @@ pub enum BenchCommand {
         #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
         nodes: Option<usize>,
     },
+    /// The controller's figures: peak memory of the release `karpenter controller --cloud-provider kwok`
+    /// against a simulated cluster of 5000 nodes and 150,000 pods, and the time from the end of the batch
+    /// window to the NodeClaims created for 10,000 pending pods.
+    Controller {
+        /// Print one JSON object per run per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Nodes of the memory run (30 pods each; default 5000).
+        #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+        nodes: Option<usize>,
+        /// Pending pods of the provisioning runs (default 10000).
+        #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+        pending: Option<usize>,
+        /// Skip the memory run.
+        #[arg(long)]
+        skip_memory: bool,
+        /// Skip the provisioning runs.
+        #[arg(long)]
+        skip_provision: bool,
+    },
 }
 
 /// Diverse-pod sizes of upstream's BenchmarkScheduling{1000,5000,10000,20000}.
@@ -72,6 +95,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.command {
         BenchCommand::Schedule { json, pods } => run_schedule(*json, *pods),
         BenchCommand::Disrupt { json, nodes } => disrupt::run(*json, *nodes),
+        BenchCommand::Controller {
+            json,
+            nodes,
+            pending,
+            skip_memory,
+            skip_provision,
+        } => controller::run(&controller::Options {
+            json: *json,
+            nodes: *nodes,
+            pending: *pending,
+            skip_memory: *skip_memory,
+            skip_provision: *skip_provision,
+        }),
     }
 }
 

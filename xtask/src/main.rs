@@ -1,5 +1,5 @@
 //! Project tasks: `cargo xtask crds [--check]`, `cargo xtask docs [--check]`, `cargo xtask catalog [--check]`,
-//! `cargo xtask bench schedule` and `cargo xtask bench disrupt`.
+//! `cargo xtask bench schedule`, `cargo xtask bench disrupt` and `cargo xtask bench controller`.
 
 use std::path::{Path, PathBuf};
 
@@ -34,8 +34,8 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Benchmarks: `bench schedule [--json] [--pods N]`, `bench disrupt [--json] [--nodes N]`, always timed in a
-    /// release build.
+    /// Benchmarks: `bench schedule [--json] [--pods N]`, `bench disrupt [--json] [--nodes N]`, `bench controller
+    /// [--json]`, always timed in a release build.
     Bench(bench::BenchArgs),
     /// Build the embedded AWS instance-type catalog from ../shared/data/aws.
     Catalog {

@@ -163,7 +163,7 @@ pub fn run(json: bool, nodes: Option<usize>) -> Result<()> {
 }
 
 /// Builds the release `karpenter` binary the 5000-node rows run; returns its path.
-fn build_karpenter() -> Result<PathBuf> {
+pub(super) fn build_karpenter() -> Result<PathBuf> {
     let root = crate::workspace_root();
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--release", "--quiet", "--package", "karpenter"])

@@ -214,7 +214,7 @@ fn spread_pod(spread: u32, j: usize, plain_app: &str, node_name: &str) -> (Strin
 /// tolerations, probes, env, container statuses, conditions, ...), so the snapshot loader is measured on
 /// objects of a real pod's size (about 3 KB of JSON), not on the few fields decisions read.
 /// `requests` is (CPU in millicores, memory in bytes).
-fn kubectl_pod(name: &str, n: usize, app: &str, mut spec: Value, requests: (i64, i64)) -> Value {
+pub(super) fn kubectl_pod(name: &str, n: usize, app: &str, mut spec: Value, requests: (i64, i64)) -> Value {
     let (cpu, mem) = requests;
     let requests = json!({"cpu": format!("{cpu}m"), "memory": format!("{}Mi", mem / MIB)});
     let replica_set = format!("{app}-5d8f7b9c4");
