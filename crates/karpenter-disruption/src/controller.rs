@@ -419,26 +419,39 @@ impl DisruptionController {
     /// DisruptionBlocked and Unconsolidatable events on the Nodes and NodeClaims the pass left alone for a
     /// reason worth telling (see [`crate::blocked_events`]), deduplicated.
     async fn report_blocked(&self, inputs: &DisruptionInputs, result: &PassResult) {
+        // At most this many events per tick: on a large, steady cluster every node may be blocked, and events
+        // are for people, not worth thousands of API calls a pass. Nodes not reported now are on later ticks
+        // (the recorder skips the ones reported within its window).
+        const MAX_EVENTS_PER_TICK: usize = 100;
+        let mut published = 0;
         for (n, why) in &result.blocked {
+            if published >= MAX_EVENTS_PER_TICK {
+                break;
+            }
             let Some(reason) = event_reason(why) else { continue };
             let view = &inputs.view.nodes[*n];
             let message = match reason {
                 DISRUPTION_BLOCKED => format!("Cannot disrupt: {why}"),
                 _ => format!("Cannot consolidate: {why}"),
             };
-            if let Some(node) = self.state.nodes.get(&view.name) {
-                self.events
+            if let Some(node) = self.state.nodes.get(&view.name)
+                && self
+                    .events
                     .warn(&Node::object_ref(&node, &()), reason, &message)
-                    .await;
+                    .await
+            {
+                published += 1;
             }
             if let Some(claim) = view
                 .node_claim
                 .as_deref()
                 .and_then(|c| self.state.node_claims.get(c))
-            {
-                self.events
+                && self
+                    .events
                     .warn(&NodeClaim::object_ref(&claim, &()), reason, &message)
-                    .await;
+                    .await
+            {
+                published += 1;
             }
         }
     }

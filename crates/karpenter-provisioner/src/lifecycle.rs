@@ -18,7 +18,11 @@
 //!   minutes after the launch, is deleted (the terminator removes any instance) and its pods are provisioned
 //!   again.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use jiff::Timestamp;
 use k8s_openapi::{
@@ -101,19 +105,32 @@ impl Lifecycle {
     /// Moves every claim one step; errors are logged per claim so one bad claim does not stall the rest.
     pub async fn pass(&self) -> LifecyclePass {
         let mut done = LifecyclePass::default();
+        // Nodes by provider ID, once per pass (a lookup per claim over every node would be quadratic).
+        let nodes: HashMap<String, Arc<Node>> = self
+            .state
+            .nodes
+            .filter(|_| true)
+            .into_iter()
+            .filter_map(|n| Some((n.spec.as_ref()?.provider_id.clone()?, n)))
+            .collect();
         for claim in self.state.node_claims.all() {
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             let name = claim.name_any();
-            if let Err(error) = self.step(&claim, &mut done).await {
+            if let Err(error) = self.step(&claim, &nodes, &mut done).await {
                 tracing::warn!(nodeclaim = %name, category = error.category(), %error, "lifecycle step failed");
             }
         }
         done
     }
 
-    async fn step(&self, claim: &NodeClaim, done: &mut LifecyclePass) -> Result<(), ProvisionerError> {
+    async fn step(
+        &self,
+        claim: &NodeClaim,
+        nodes: &HashMap<String, Arc<Node>>,
+        done: &mut LifecyclePass,
+    ) -> Result<(), ProvisionerError> {
         let name = claim.name_any();
         let status = claim.status.clone().unwrap_or_default();
         let now = self.clock.now();
@@ -127,7 +144,7 @@ impl Lifecycle {
         let is_true = |t: &str| {
             find_condition(&status.conditions, t).is_some_and(|c| c.status == ConditionStatus::True)
         };
-        let Some(node) = self.node_for(&provider_id) else {
+        let Some(node) = nodes.get(&provider_id).cloned() else {
             let launched = find_condition(&status.conditions, conditions::LAUNCHED)
                 .filter(|c| c.status == ConditionStatus::True)
                 .map(|c| c.last_transition_time.0);
@@ -338,15 +355,6 @@ impl Lifecycle {
             json!({"status": {"nodeName": node.name_any(), "conditions": conditions}}),
         )
         .await
-    }
-
-    fn node_for(&self, provider_id: &str) -> Option<Arc<Node>> {
-        self.state.nodes.all().into_iter().find(|n| {
-            n.spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .is_some_and(|p| p == provider_id)
-        })
     }
 
     async fn patch_status(&self, name: &str, patch: serde_json::Value) -> Result<(), ProvisionerError> {

@@ -23,7 +23,12 @@ pub struct DedupedRecorder {
     clock: Arc<dyn Clock>,
     /// (object uid or name, reason, message) to when it was last published.
     published: Mutex<HashMap<(String, String, String), Timestamp>>,
+    /// The size at which expired entries are next dropped (doubling, so pruning costs O(1) per call overall).
+    prune_at: std::sync::atomic::AtomicUsize,
 }
+
+/// The smallest size at which the deduplication map is pruned.
+const PRUNE_MIN: usize = 1024;
 
 impl DedupedRecorder {
     pub fn new(client: Client, clock: Arc<dyn Clock>) -> Self {
@@ -35,6 +40,7 @@ impl DedupedRecorder {
             recorder: Recorder::new(client, reporter),
             clock,
             published: Mutex::new(HashMap::new()),
+            prune_at: std::sync::atomic::AtomicUsize::new(PRUNE_MIN),
         }
     }
 
@@ -51,11 +57,21 @@ impl DedupedRecorder {
         let window = SignedDuration::try_from(DEDUPE_WINDOW).unwrap_or(SignedDuration::MAX);
         {
             let mut published = self.published.lock().await;
-            published.retain(|_, at| now.duration_since(*at) < window);
-            if published.contains_key(&key) {
+            if published
+                .get(&key)
+                .is_some_and(|at| now.duration_since(*at) < window)
+            {
                 return false;
             }
             published.insert(key, now);
+            // Forget expired entries now and then, not on every call: a pass may report thousands of nodes.
+            if published.len() >= self.prune_at.load(std::sync::atomic::Ordering::Relaxed) {
+                published.retain(|_, at| now.duration_since(*at) < window);
+                self.prune_at.store(
+                    (published.len() * 2).max(PRUNE_MIN),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
         }
         let event = Event {
             type_: EventType::Warning,
