@@ -178,6 +178,9 @@ pub enum DisruptionReason {
     Underutilized,
     Empty,
     Drifted,
+    /// Node repair (the NodeRepair gate): how many unhealthy nodes may be replaced at once. As upstream's
+    /// in-progress "node repair as voluntary disruption" design; a budget without reasons limits it too.
+    Unhealthy,
 }
 
 impl DisruptionReason {
@@ -186,6 +189,7 @@ impl DisruptionReason {
             Self::Underutilized => "Underutilized",
             Self::Empty => "Empty",
             Self::Drifted => "Drifted",
+            Self::Unhealthy => "Unhealthy",
         }
     }
 }

@@ -88,9 +88,22 @@ impl NodeRepairController {
         let now = self.clock.now();
         let nodes = self.state.nodes.all();
         let claims = self.state.node_claims.all();
+        let budgets: std::collections::HashMap<String, Option<Vec<karpenter_api::nodepool::Budget>>> = self
+            .state
+            .node_pools
+            .all()
+            .iter()
+            .map(|p| {
+                (
+                    kube::ResourceExt::name_any(p.as_ref()),
+                    p.spec.disruption.budgets.clone(),
+                )
+            })
+            .collect();
         let plan = plan_repairs(
             nodes.iter().map(|n| &**n),
             claims.iter().map(|c| &**c),
+            &budgets,
             &self.cloud.repair_policies(),
             now,
         );

@@ -8,15 +8,21 @@
 //! the cluster. Unhealthy here means a condition matches a policy, whether or not its toleration has run out:
 //! a node that has only just gone NotReady is still a sign of trouble.
 //!
-//! Repair is forceful, like expiration: it does not wait for disruption budgets (the API has no `Unhealthy`
-//! budget reason) and does not honour `karpenter.sh/do-not-disrupt`, which guards only voluntary disruption.
+//! Within the breaker, the NodePool's disruption budgets for reason `Unhealthy` (and budgets without reasons, the
+//! default 10% among them) cap how many of its nodes are replaced at once, counting the nodes already being
+//! deleted; the earliest-due repairs go first, the others wait for a later pass. Repair does not honour
+//! `karpenter.sh/do-not-disrupt`, which guards only voluntary disruption.
 
 use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use karpenter_api::{labels, nodeclaim::NodeClaim};
-use karpenter_core::cloudprovider::RepairPolicy;
+use karpenter_api::{
+    labels,
+    nodeclaim::NodeClaim,
+    nodepool::{Budget, DisruptionReason},
+};
+use karpenter_core::{cloudprovider::RepairPolicy, disruption::budgets::allowed_disruptions};
 use kube::ResourceExt;
 
 use crate::health::{Unhealthy, unhealthy};
@@ -34,7 +40,16 @@ pub struct Repair {
     pub why: Unhealthy,
 }
 
-/// A NodePool (or, for `node_pool: None`, the cluster) whose repairs the circuit breaker holds back.
+/// What holds a group's repairs back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldBy {
+    /// More than 20% of the nodes are unhealthy.
+    CircuitBreaker,
+    /// The NodePool's budgets for reason Unhealthy allow no more now.
+    Budget,
+}
+
+/// A NodePool (or, for `node_pool: None`, the cluster) whose repairs are held back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockedGroup {
     pub node_pool: Option<String>,
@@ -42,6 +57,7 @@ pub struct BlockedGroup {
     pub total: usize,
     /// Repairs that are due but held back.
     pub held: Vec<Repair>,
+    pub by: HeldBy,
 }
 
 impl BlockedGroup {
@@ -51,10 +67,16 @@ impl BlockedGroup {
             Some(pool) => format!("NodePool {pool}"),
             None => "the cluster".to_string(),
         };
-        format!(
-            "{} of {} nodes in {scope} are unhealthy, more than {UNHEALTHY_PERCENT_LIMIT}%: node repair is paused",
-            self.unhealthy, self.total
-        )
+        match self.by {
+            HeldBy::CircuitBreaker => format!(
+                "{} of {} nodes in {scope} are unhealthy, more than {UNHEALTHY_PERCENT_LIMIT}%: node repair is paused",
+                self.unhealthy, self.total
+            ),
+            HeldBy::Budget => format!(
+                "the disruption budgets of {scope} allow no more repairs now ({} unhealthy of {} nodes)",
+                self.unhealthy, self.total
+            ),
+        }
     }
 }
 
@@ -76,6 +98,8 @@ pub fn unhealthy_allowed(total: usize) -> usize {
 struct Group {
     total: usize,
     unhealthy: usize,
+    /// Nodes being deleted (their NodeClaim or the Node), which use up the budget.
+    deleting: usize,
     due: Vec<Repair>,
 }
 
@@ -84,6 +108,7 @@ struct Group {
 pub fn plan_repairs<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
     claims: impl IntoIterator<Item = &'a NodeClaim>,
+    budgets: &HashMap<String, Option<Vec<Budget>>>,
     policies: &[RepairPolicy],
     now: Timestamp,
 ) -> RepairPlan {
@@ -109,6 +134,15 @@ pub fn plan_repairs<'a>(
         let pool = node.labels().get(labels::NODEPOOL_LABEL).cloned();
         let group = groups.entry(pool.clone()).or_default();
         group.total += 1;
+        let claim = claim_by_node.get(node.name_any().as_str()).copied().or_else(|| {
+            let id = node.spec.as_ref()?.provider_id.as_deref()?;
+            claim_by_provider_id.get(id).copied()
+        });
+        let deleting = node.metadata.deletion_timestamp.is_some()
+            || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+        if deleting {
+            group.deleting += 1;
+        }
         let Some(why) = unhealthy(node, policies, now) else {
             continue;
         };
@@ -117,12 +151,8 @@ pub fn plan_repairs<'a>(
             plan.next_due = Some(plan.next_due.map_or(why.repair_at, |d| d.min(why.repair_at)));
             continue;
         }
-        let claim = claim_by_node.get(node.name_any().as_str()).copied().or_else(|| {
-            let id = node.spec.as_ref()?.provider_id.as_deref()?;
-            claim_by_provider_id.get(id).copied()
-        });
         let Some(claim) = claim else { continue };
-        if claim.metadata.deletion_timestamp.is_some() || node.metadata.deletion_timestamp.is_some() {
+        if deleting {
             continue;
         }
         group.due.push(Repair {
@@ -147,10 +177,43 @@ pub fn plan_repairs<'a>(
                 unhealthy,
                 total,
                 held: group.due,
+                by: HeldBy::CircuitBreaker,
             });
-        } else {
-            plan.repairs.extend(group.due);
+            continue;
         }
+        let mut due = group.due;
+        let allowed = match &pool {
+            Some(name) => {
+                let pool_budgets = budgets.get(name).and_then(|b| b.as_deref());
+                allowed_disruptions(
+                    pool_budgets,
+                    DisruptionReason::Unhealthy,
+                    total,
+                    group.deleting,
+                    now,
+                )
+                .0
+            }
+            // Nodes without a NodePool have no budgets.
+            None => due.len(),
+        };
+        if due.len() > allowed {
+            due.sort_by(|a, b| {
+                a.why
+                    .repair_at
+                    .cmp(&b.why.repair_at)
+                    .then_with(|| a.node.cmp(&b.node))
+            });
+            let held = due.split_off(allowed);
+            plan.blocked.push(BlockedGroup {
+                node_pool: pool,
+                unhealthy,
+                total,
+                held,
+                by: HeldBy::Budget,
+            });
+        }
+        plan.repairs.extend(due);
     }
     plan
 }
@@ -216,6 +279,46 @@ mod tests {
     }
 
     #[test]
+    fn budgets_for_unhealthy_cap_repairs_at_once_and_count_nodes_already_deleting() {
+        let budget = |nodes: &str, reasons: Option<Vec<DisruptionReason>>| Budget {
+            nodes: Some(nodes.into()),
+            reasons,
+            ..Budget::default()
+        };
+        let (nodes, mut claims) = pool("a", 10, 2);
+        let late = at("2026-01-01T01:00:00Z");
+        let one = HashMap::from([(
+            "a".to_string(),
+            Some(vec![budget("1", Some(vec![DisruptionReason::Unhealthy]))]),
+        )]);
+        let plan = plan_repairs(&nodes, &claims, &one, &policies(), late);
+        assert_eq!(plan.repairs.len(), 1, "{plan:?}");
+        assert_eq!(plan.blocked.len(), 1);
+        assert_eq!(plan.blocked[0].by, HeldBy::Budget);
+        assert_eq!(plan.blocked[0].held.len(), 1);
+        assert!(plan.blocked[0].message().contains("budgets"));
+
+        // A budget for other reasons only leaves repair unlimited (within the breaker).
+        let drift_only = HashMap::from([(
+            "a".to_string(),
+            Some(vec![budget("0", Some(vec![DisruptionReason::Drifted]))]),
+        )]);
+        assert_eq!(
+            plan_repairs(&nodes, &claims, &drift_only, &policies(), late)
+                .repairs
+                .len(),
+            2
+        );
+
+        // A healthy node being deleted uses the budget up.
+        claims[9].metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(late));
+        let plan = plan_repairs(&nodes, &claims, &one, &policies(), late);
+        assert!(plan.repairs.is_empty(), "{plan:?}");
+        assert_eq!(plan.blocked[0].held.len(), 2);
+    }
+
+    #[test]
     fn twenty_percent_rounds_up() {
         assert_eq!(unhealthy_allowed(0), 0);
         assert_eq!(unhealthy_allowed(1), 1);
@@ -227,7 +330,13 @@ mod tests {
     #[test]
     fn a_node_unhealthy_past_its_toleration_is_repaired_through_its_claim() {
         let (nodes, claims) = pool("a", 5, 1);
-        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T00:30:00Z"));
+        let plan = plan_repairs(
+            &nodes,
+            &claims,
+            &HashMap::new(),
+            &policies(),
+            at("2026-01-01T00:30:00Z"),
+        );
         let repaired: Vec<(&str, &str)> = plan
             .repairs
             .iter()
@@ -240,7 +349,13 @@ mod tests {
     #[test]
     fn within_its_toleration_a_node_waits_and_the_plan_says_until_when() {
         let (nodes, claims) = pool("a", 5, 1);
-        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T00:29:59Z"));
+        let plan = plan_repairs(
+            &nodes,
+            &claims,
+            &HashMap::new(),
+            &policies(),
+            at("2026-01-01T00:29:59Z"),
+        );
         assert!(plan.repairs.is_empty());
         assert_eq!(plan.next_due, Some(at("2026-01-01T00:30:00Z")));
     }
@@ -251,7 +366,13 @@ mod tests {
         let (b_nodes, b_claims) = pool("b", 5, 1);
         nodes.extend(b_nodes);
         claims.extend(b_claims);
-        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T01:00:00Z"));
+        let plan = plan_repairs(
+            &nodes,
+            &claims,
+            &HashMap::new(),
+            &policies(),
+            at("2026-01-01T01:00:00Z"),
+        );
         assert_eq!(plan.blocked.len(), 1);
         let blocked = &plan.blocked[0];
         assert_eq!(
@@ -272,7 +393,13 @@ mod tests {
         let (mut nodes, mut claims) = pool("a", 9, 0);
         nodes.push(node("loose-0", None, "False"));
         claims.push(claim("loose-0-claim", "loose-0"));
-        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T01:00:00Z"));
+        let plan = plan_repairs(
+            &nodes,
+            &claims,
+            &HashMap::new(),
+            &policies(),
+            at("2026-01-01T01:00:00Z"),
+        );
         assert_eq!(
             plan.repairs.len(),
             1,
@@ -285,7 +412,13 @@ mod tests {
             node("x", Some("a"), "True"),
         ];
         let claims = vec![claim("c0", "loose-0"), claim("c1", "loose-1")];
-        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T01:00:00Z"));
+        let plan = plan_repairs(
+            &nodes,
+            &claims,
+            &HashMap::new(),
+            &policies(),
+            at("2026-01-01T01:00:00Z"),
+        );
         assert!(plan.repairs.is_empty());
         assert_eq!(
             plan.blocked[0].message(),
@@ -298,9 +431,21 @@ mod tests {
         let (nodes, mut claims) = pool("a", 5, 1);
         claims[0].metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(T0)));
-        let plan = plan_repairs(&nodes, &claims, &policies(), at("2026-01-01T01:00:00Z"));
+        let plan = plan_repairs(
+            &nodes,
+            &claims,
+            &HashMap::new(),
+            &policies(),
+            at("2026-01-01T01:00:00Z"),
+        );
         assert!(plan.repairs.is_empty() && plan.blocked.is_empty());
-        let plan = plan_repairs(&nodes, &[], &policies(), at("2026-01-01T01:00:00Z"));
+        let plan = plan_repairs(
+            &nodes,
+            &[],
+            &HashMap::new(),
+            &policies(),
+            at("2026-01-01T01:00:00Z"),
+        );
         assert!(plan.repairs.is_empty() && plan.blocked.is_empty());
     }
 }
