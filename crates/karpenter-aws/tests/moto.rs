@@ -242,20 +242,6 @@ async fn aws_error_codes_map_to_stable_categories() {
     assert!(provider_error.is_not_found());
 }
 
-/// The harness's insufficient-capacity rules (see harness.py), written through the SSM API.
-async fn set_ice(clients: &karpenter_aws::AwsClients, rules: &str) {
-    clients
-        .ssm
-        .put_parameter()
-        .name("/moto-harness/ice")
-        .value(rules)
-        .r#type(aws_sdk_ssm::types::ParameterType::String)
-        .overwrite(true)
-        .send()
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_offerings_unavailable() {
     use karpenter_api::ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus, SecurityGroup};
@@ -263,6 +249,8 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
         LaunchOverride, LaunchRequest, LaunchTemplateSpec, create_fleet, ensure_launch_template,
     };
     use karpenter_core::cloudprovider::CloudProviderError;
+
+    use fixtures::set_ice;
 
     let moto = moto_or_skip!(&["m5.large", "c5.large"]);
     let clients = moto.clients("us-west-2").await;
@@ -455,13 +443,7 @@ async fn interruption_messages_are_received_parsed_and_deleted() {
         .unwrap();
     assert!(queue.url().ends_with("/karpenter-test"), "{}", queue.url());
 
-    let event = |source: &str, detail_type: &str, detail: &str| {
-        format!(
-            r#"{{"version": "0", "id": "e", "detail-type": "{detail_type}", "source": "{source}",
-                "account": "123456789012", "time": "2026-12-02T12:00:00Z", "region": "us-west-2",
-                "resources": [], "detail": {detail}}}"#
-        )
-    };
+    use fixtures::{event, send_messages};
     let bodies = [
         event(
             "aws.ec2",
@@ -492,16 +474,7 @@ async fn interruption_messages_are_received_parsed_and_deleted() {
         ),
         "this is not an event".to_string(),
     ];
-    for body in &bodies {
-        clients
-            .sqs
-            .send_message()
-            .queue_url(queue.url())
-            .message_body(body)
-            .send()
-            .await
-            .unwrap();
-    }
+    send_messages(&clients.sqs, queue.url(), &bodies).await;
 
     let mut seen = Vec::new();
     for _ in 0..10 {

@@ -142,26 +142,6 @@ impl DisruptionController {
         }
     }
 
-    /// Ticks until the future is dropped; a failed tick is logged and the next one retries.
-    pub async fn run(&self) {
-        loop {
-            match self.tick().await {
-                Ok(Tick::Started(c)) => {
-                    tracing::info!(method = %c.method, candidates = ?c.candidates, replacements = ?c.replacements, "disrupting")
-                }
-                Ok(Tick::RolledBack { command, why }) => {
-                    tracing::warn!(method = %command.method, %why, "disruption rolled back");
-                }
-                Ok(Tick::Abandoned { method, why }) => {
-                    tracing::info!(%method, %why, "disruption abandoned after validation");
-                }
-                Ok(_) => {}
-                Err(error) => tracing::warn!(category = error.category(), %error, "disruption tick failed"),
-            }
-            tokio::time::sleep(self.settings.interval).await;
-        }
-    }
-
     /// The command being carried out, if any.
     pub async fn in_flight(&self) -> Option<InFlight> {
         self.in_flight.lock().await.clone()

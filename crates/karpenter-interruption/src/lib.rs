@@ -10,10 +10,8 @@
 //! deleted in `karpenter_nodeclaims_disrupted_total{reason="interrupted"}`. Marking an interrupted spot offering
 //! unavailable is the source's part (it knows the provider's offering cache).
 
-use std::sync::Arc;
-
 use karpenter_api::nodeclaim::NodeClaim;
-use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind, InterruptionSource};
+use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind};
 use karpenter_state::ClusterState;
 use kube::{Api, Client, ResourceExt, api::DeleteParams};
 
@@ -49,32 +47,13 @@ fn same_instance(provider_id: &str, event_id: &str) -> bool {
 pub struct InterruptionController {
     client: Client,
     state: ClusterState,
-    source: Arc<dyn InterruptionSource>,
 }
 
 impl InterruptionController {
-    pub fn new(client: Client, state: ClusterState, source: Arc<dyn InterruptionSource>) -> Self {
-        Self {
-            client,
-            state,
-            source,
-        }
-    }
-
-    /// Handles messages until the source closes. A message that fails is logged; the next ones go on.
-    pub async fn run(&self) {
-        while let Some(events) = self.source.receive().await {
-            for event in events {
-                match self.handle(&event).await {
-                    Ok(handled) => {
-                        tracing::info!(provider_id = %event.provider_id, kind = ?event.kind, ?handled, "interruption")
-                    }
-                    Err(error) => {
-                        tracing::warn!(provider_id = %event.provider_id, %error, "interruption not handled")
-                    }
-                }
-            }
-        }
+    /// Messages are fed to [`InterruptionController::handle`] by the operator's loop over the source
+    /// (`karpenter_operator::controllers`), which also records what was done.
+    pub fn new(client: Client, state: ClusterState) -> Self {
+        Self { client, state }
     }
 
     pub async fn handle(&self, event: &InterruptionEvent) -> Result<Handled, kube::Error> {

@@ -2,7 +2,7 @@
 //! simulate` and the end-to-end tests all start them through [`controller_tasks`], so what is tested is what
 //! runs.
 
-use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc};
+use std::{future::Future, pin::Pin, sync::Arc};
 
 use karpenter_core::{
     clock::Clock,
@@ -86,32 +86,31 @@ fn consolidation_type(method: &str) -> &'static str {
     }
 }
 
+/// Upstream's `decision` label: a command that launches replacements replaces, else it deletes.
+fn decision(command: &InFlight) -> &'static str {
+    if command.replacements.is_empty() {
+        "delete"
+    } else {
+        "replace"
+    }
+}
+
 /// Counts a started command in the disruption metrics.
 fn record_disruption(state: &ClusterState, command: &InFlight) {
     let m = metrics();
     let reason = disruption_reason(&command.method);
     m.voluntary_disruption_decisions
         .get_or_create(&DecisionLabels {
-            decision: if command.replacements.is_empty() {
-                "delete"
-            } else {
-                "replace"
-            }
-            .into(),
+            decision: decision(command).into(),
             reason: reason.into(),
             consolidation_type: consolidation_type(&command.method).into(),
         })
         .inc();
-    let claims: BTreeMap<String, _> = state
-        .node_claims
-        .all()
-        .into_iter()
-        .map(|c| (c.name_any(), c))
-        .collect();
     for (claim, _) in &command.candidates {
+        let claim = state.node_claims.get(claim);
         let label = |key: &str| {
-            claims
-                .get(claim)
+            claim
+                .as_ref()
                 .and_then(|c| c.labels().get(key).cloned())
                 .unwrap_or_default()
         };
@@ -228,8 +227,7 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
                         metrics()
                             .voluntary_disruption_queue_failures
                             .get_or_create(&DecisionLabels {
-                                decision: if command.replacements.is_empty() { "delete" } else { "replace" }
-                                    .into(),
+                                decision: decision(&command).into(),
                                 reason: disruption_reason(&command.method).into(),
                                 consolidation_type: consolidation_type(&command.method).into(),
                             })
@@ -257,8 +255,7 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         }),
     ));
     if let Some(source) = parts.interruption.clone() {
-        let interruption =
-            InterruptionController::new(parts.client.clone(), parts.state.clone(), Arc::clone(&source));
+        let interruption = InterruptionController::new(parts.client.clone(), parts.state.clone());
         let observer = parts.observer.clone();
         tasks.push((
             "interruption",

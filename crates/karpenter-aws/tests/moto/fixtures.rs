@@ -141,3 +141,24 @@ pub async fn set_ice(clients: &karpenter_aws::AwsClients, rules: &str) {
         .await
         .unwrap();
 }
+
+/// An EventBridge envelope around `detail`, as the interruption queue receives it.
+pub fn event(source: &str, detail_type: &str, detail: &str) -> String {
+    format!(
+        r#"{{"version": "0", "id": "e", "detail-type": "{detail_type}", "source": "{source}",
+            "account": "123456789012", "time": "2026-12-02T12:00:00Z", "region": "us-west-2",
+            "resources": [], "detail": {detail}}}"#
+    )
+}
+
+/// Sends every body to the queue at `queue_url`.
+pub async fn send_messages(sqs: &aws_sdk_sqs::Client, queue_url: &str, bodies: &[String]) {
+    for body in bodies {
+        sqs.send_message()
+            .queue_url(queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+}

@@ -12,15 +12,8 @@ use karpenter_aws::interruption_source::SqsInterruptionSource;
 use karpenter_aws::{InterruptionQueue, UnavailableOfferings};
 use karpenter_core::cloudprovider::{InterruptionKind, InterruptionSource};
 
+use crate::fixtures::{event, send_messages};
 use crate::moto_or_skip;
-
-fn event(source: &str, detail_type: &str, detail: &str) -> String {
-    format!(
-        r#"{{"version": "0", "id": "e", "detail-type": "{detail_type}", "source": "{source}",
-            "account": "123456789012", "time": "2026-12-02T12:00:00Z", "region": "us-west-2",
-            "resources": [], "detail": {detail}}}"#
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
@@ -101,16 +94,7 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
         ),
         "this is not an event".to_string(),
     ];
-    for body in &bodies {
-        clients
-            .sqs
-            .send_message()
-            .queue_url(queue.url())
-            .message_body(body)
-            .send()
-            .await
-            .unwrap();
-    }
+    send_messages(&clients.sqs, queue.url(), &bodies).await;
 
     let unavailable = Arc::new(UnavailableOfferings::default());
     let source = SqsInterruptionSource::new(
