@@ -22,7 +22,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_api::common::{ConditionStatus, ResourceList};
 use karpenter_api::ec2nodeclass::{
-    AmiFamily, EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus, conditions, fnv1a64,
+    AmiFamily, EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus, conditions,
 };
 use karpenter_api::labels::{
     AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL,
@@ -150,24 +150,6 @@ pub fn record_catalog_metrics(catalog: &[CatalogInstanceType]) {
                 .set(offering.price);
         }
     }
-}
-
-/// The launch template's name: a hash of everything it holds, so a changed class or AMI gets a new template
-/// and an unchanged one reuses its template.
-fn launch_template_name(cluster_name: &str, spec: &LaunchTemplateSpec) -> String {
-    let key = format!(
-        "{cluster_name}\n{}\n{}\n{:?}\n{:?}\n{:?}\n{:?}\n{}/{}/{}",
-        spec.name,
-        spec.image_id,
-        spec.security_group_ids,
-        spec.instance_profile,
-        spec.user_data,
-        spec.tags,
-        spec.http_tokens,
-        spec.http_put_response_hop_limit,
-        spec.http_endpoint_enabled
-    );
-    format!("karpenter.k8s.aws/{:016x}", fnv1a64(key.as_bytes()))
 }
 
 impl AwsCloudProvider {
@@ -480,6 +462,7 @@ impl AwsCloudProvider {
                 labels: kubelet_labels(&labels),
                 taints: taints.clone(),
                 custom: node_class.spec.user_data.as_deref(),
+                instance_store_raid0: node_class.spec.instance_store_raid0(),
             };
             let user_data = userdata::generate(family, &input).map_err(|e| CloudProviderError::Create {
                 reason: "UserDataGenerationFailed".into(),
@@ -489,19 +472,24 @@ impl AwsCloudProvider {
                 record_user_data_size(&class_name, data.len());
             }
             let mut template =
-                LaunchTemplateSpec::from_node_class(String::new(), node_class, &plan.image_id)?;
+                LaunchTemplateSpec::from_node_class(node_class, &plan.image_id, &self.settings.cluster_name)?;
             template.user_data = user_data.map(|d| userdata::base64_encode(d.as_bytes()));
-            template.name = launch_template_name(&self.settings.cluster_name, &template);
             let name = ensure_launch_template(&self.clients.ec2, &template)
                 .await
-                .map_err(|e| match e {
-                    AwsError::Throttled { .. } | AwsError::Unreachable { .. } => {
-                        CloudProviderError::Transient(e.to_string())
+                .map_err(|e| {
+                    let message = format!(
+                        "EC2NodeClass {class_name}: launch template {}: {e}",
+                        template.name()
+                    );
+                    match e {
+                        AwsError::Throttled { .. } | AwsError::Unreachable { .. } => {
+                            CloudProviderError::Transient(message)
+                        }
+                        _ => CloudProviderError::Create {
+                            reason: "LaunchTemplateCreationFailed".into(),
+                            message,
+                        },
                     }
-                    other => CloudProviderError::Create {
-                        reason: "LaunchTemplateCreationFailed".into(),
-                        message: other.to_string(),
-                    },
                 })?;
             templates.insert(max_pods, name.clone());
             o.launch_template_name = Some(name);
@@ -773,29 +761,5 @@ mod tests {
             text.contains(r#"karpenter_ec2nodeclasses_userdata_bytes{nodeclass="metrics-test"} 1234"#),
             "{text}"
         );
-    }
-
-    #[test]
-    fn launch_templates_are_named_by_content() {
-        let spec = LaunchTemplateSpec {
-            name: String::new(),
-            image_id: "ami-1".into(),
-            security_group_ids: vec!["sg-1".into()],
-            instance_profile: Some("nodes".into()),
-            user_data: None,
-            tags: BTreeMap::new(),
-            http_tokens: "required".into(),
-            http_put_response_hop_limit: 1,
-            http_endpoint_enabled: true,
-        };
-        let name = launch_template_name("prod", &spec);
-        assert!(name.starts_with("karpenter.k8s.aws/"), "{name}");
-        assert_eq!(name, launch_template_name("prod", &spec));
-        let other = LaunchTemplateSpec {
-            image_id: "ami-2".into(),
-            ..spec.clone()
-        };
-        assert_ne!(name, launch_template_name("prod", &other));
-        assert_ne!(name, launch_template_name("dev", &spec));
     }
 }

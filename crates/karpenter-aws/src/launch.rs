@@ -1,5 +1,5 @@
-//! Launching one instance: a launch template derived from an EC2NodeClass, and an instant CreateFleet over
-//! the cheapest offerings a NodeClaim allows. Offerings that come back with a capacity error are marked
+//! Launching one instance: an instant CreateFleet over the cheapest offerings a NodeClaim allows, through
+//! the launch templates of [`crate::launch_template`]. Offerings that come back with a capacity error are marked
 //! unavailable; when nothing launched for lack of capacity the error is core's
 //! `CloudProviderError::InsufficientCapacity`, which makes the next scheduling round pick something else.
 //!
@@ -13,147 +13,22 @@ use std::time::Instant;
 use aws_sdk_ec2::types::{
     FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
     FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceType,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateTagSpecificationRequest, OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType,
-    SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest,
+    OnDemandOptionsRequest, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
+    TargetCapacitySpecificationRequest,
 };
-use karpenter_api::ec2nodeclass::EC2NodeClass;
 use karpenter_core::cloudprovider::{CloudProviderError, UnavailableOffering};
 
 use crate::error::{AwsError, is_unfulfillable_capacity_code};
 use crate::instance_types::CAPACITY_TYPE_SPOT;
 use crate::unavailable_offerings::UnavailableOfferings;
 
-/// What a launch template holds: the part of an EC2NodeClass (and its resolved status) an instance needs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LaunchTemplateSpec {
-    pub name: String,
-    pub image_id: String,
-    pub security_group_ids: Vec<String>,
-    pub instance_profile: Option<String>,
-    /// Base64, as EC2 takes it.
-    pub user_data: Option<String>,
-    pub tags: BTreeMap<String, String>,
-    /// IMDS: `required` (IMDSv2 only, upstream's default) or `optional`.
-    pub http_tokens: String,
-    pub http_put_response_hop_limit: i32,
-    pub http_endpoint_enabled: bool,
-}
-
-impl LaunchTemplateSpec {
-    /// The template for `node_class` launching `image_id`. The security groups and instance profile come from
-    /// the status the EC2NodeClass controller resolved; without them the class is not ready to launch.
-    pub fn from_node_class(
-        name: impl Into<String>,
-        node_class: &EC2NodeClass,
-        image_id: impl Into<String>,
-    ) -> Result<Self, CloudProviderError> {
-        let class_name = node_class.metadata.name.clone().unwrap_or_default();
-        let not_ready = |reason: &str| CloudProviderError::NodeClassNotReady {
-            name: class_name.clone(),
-            reason: reason.to_string(),
-        };
-        let status = node_class
-            .status
-            .as_ref()
-            .ok_or_else(|| not_ready("no status yet"))?;
-        if status.security_groups.is_empty() {
-            return Err(not_ready("no security groups resolved"));
-        }
-        let metadata = node_class.spec.metadata_options.as_ref();
-        Ok(Self {
-            name: name.into(),
-            image_id: image_id.into(),
-            security_group_ids: status.security_groups.iter().map(|g| g.id.clone()).collect(),
-            instance_profile: status.instance_profile.clone(),
-            // The class's own user data; the CloudProvider replaces it with the generated document.
-            user_data: node_class
-                .spec
-                .user_data
-                .as_deref()
-                .map(|data| crate::userdata::base64_encode(data.as_bytes())),
-            tags: node_class.spec.tags.clone().unwrap_or_default(),
-            http_tokens: metadata
-                .and_then(|m| m.http_tokens.clone())
-                .unwrap_or_else(|| "required".into()),
-            http_put_response_hop_limit: metadata
-                .and_then(|m| m.http_put_response_hop_limit)
-                .and_then(|limit| i32::try_from(limit).ok())
-                .unwrap_or(1),
-            http_endpoint_enabled: metadata
-                .and_then(|m| m.http_endpoint.as_deref())
-                .is_none_or(|endpoint| endpoint == "enabled"),
-        })
-    }
-}
+// Launch templates lived here first; callers still find them under this path.
+pub use crate::launch_template::{LaunchTemplateSpec, ensure_launch_template};
 
 fn tags(map: &BTreeMap<String, String>) -> Vec<Tag> {
     map.iter()
         .map(|(key, value)| Tag::builder().key(key).value(value).build())
         .collect()
-}
-
-/// Creates the launch template unless one of that name exists. Returns its name.
-pub async fn ensure_launch_template(
-    ec2: &aws_sdk_ec2::Client,
-    spec: &LaunchTemplateSpec,
-) -> Result<String, AwsError> {
-    let mut data = RequestLaunchTemplateData::builder()
-        .image_id(&spec.image_id)
-        .set_security_group_ids(Some(spec.security_group_ids.clone()))
-        .metadata_options(
-            LaunchTemplateInstanceMetadataOptionsRequest::builder()
-                .http_tokens(LaunchTemplateHttpTokensState::from(spec.http_tokens.as_str()))
-                .http_put_response_hop_limit(spec.http_put_response_hop_limit)
-                .http_endpoint(if spec.http_endpoint_enabled {
-                    LaunchTemplateInstanceMetadataEndpointState::Enabled
-                } else {
-                    LaunchTemplateInstanceMetadataEndpointState::Disabled
-                })
-                .build(),
-        );
-    if let Some(profile) = &spec.instance_profile {
-        data = data.iam_instance_profile(
-            LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
-                .name(profile)
-                .build(),
-        );
-    }
-    if let Some(user_data) = &spec.user_data {
-        data = data.user_data(user_data);
-    }
-    if !spec.tags.is_empty() {
-        data = data.tag_specifications(
-            LaunchTemplateTagSpecificationRequest::builder()
-                .resource_type(ResourceType::Instance)
-                .set_tags(Some(tags(&spec.tags)))
-                .build(),
-        );
-    }
-    let mut create = ec2
-        .create_launch_template()
-        .launch_template_name(&spec.name)
-        .launch_template_data(data.build());
-    // EC2 rejects a TagSpecification without tags.
-    if !spec.tags.is_empty() {
-        create = create.tag_specifications(
-            TagSpecification::builder()
-                .resource_type(ResourceType::LaunchTemplate)
-                .set_tags(Some(tags(&spec.tags)))
-                .build(),
-        );
-    }
-    let created = create.send().await;
-    match created {
-        Ok(_) => Ok(spec.name.clone()),
-        Err(err) => match AwsError::from_sdk("CreateLaunchTemplate", err) {
-            exists if exists.code() == Some("InvalidLaunchTemplateName.AlreadyExistsException") => {
-                Ok(spec.name.clone())
-            }
-            other => Err(other),
-        },
-    }
 }
 
 /// One offering to try: an instance type in a zone, through one of the zone's subnets.

@@ -18,8 +18,9 @@
 //! - [`settings`]: [`AwsSettings`] and their validation.
 //! - [`nodeclass`]: the EC2NodeClass controller (status, conditions, finalizer, hash annotations).
 //! - [`interruption_source`]: core's `InterruptionSource` over the SQS queue.
-//! - [`launch_plan`]: the offerings, subnets and AMIs one launch sends; [`launch`]: launch templates and
-//!   instant CreateFleet, with ICE handling; [`drift`]: AMI, subnet, security group and static-hash drift.
+//! - [`launch_plan`]: the offerings, subnets and AMIs one launch sends; [`launch_template`]: launch templates
+//!   (block devices, metadata options, tags, content-hashed names); [`launch`]: instant CreateFleet, with ICE
+//!   handling; [`drift`]: AMI, subnet, security group and static-hash drift.
 //! - [`node_classes`]: where EC2NodeClasses are read from and cached; [`capacity`]: a class's capacity settings.
 //! - [`userdata`]: the launch templates' user data per AMI family (AL2023 nodeadm, Bottlerocket TOML, AL2
 //!   bootstrap.sh, Windows PowerShell), merged with `spec.userData`.
@@ -38,7 +39,8 @@
 //! - [`interruption`]: the SQS EventBridge messages; [`interruption_queue`]: receiving and deleting them.
 //!
 //! Not done here: capacity reservations, placement groups, dry-run validation, launch template garbage
-//! collection, block device mappings and the remaining launch template fields.
+//! collection, and the launch template fields for `networkInterfaces` (EFA), `ipPrefixCount`,
+//! `connectionTracking` and `cpuOptions`.
 //!
 //! Tests: unit tests beside the code, and tests/moto.rs against a local moto server started per test by
 //! tests/moto/harness.py (python3 with `moto[server]==5.2.5` from .ci/requirements.txt; the tests skip, saying
@@ -58,6 +60,7 @@ pub mod interruption_queue;
 pub mod interruption_source;
 pub mod launch;
 pub mod launch_plan;
+pub mod launch_template;
 pub mod node_claim;
 pub mod node_classes;
 pub mod nodeclass;

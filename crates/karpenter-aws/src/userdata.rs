@@ -60,6 +60,9 @@ pub struct UserDataInput<'a> {
     pub taints: Vec<Taint>,
     /// `spec.userData`.
     pub custom: Option<&'a str>,
+    /// `spec.instanceStorePolicy: RAID0`: the node's bootstrap assembles its instance-store disks into one
+    /// array for containerd and the kubelet (AL2 and AL2023; the other families have no such switch).
+    pub instance_store_raid0: bool,
 }
 
 /// User data that cannot be generated.
@@ -478,10 +481,14 @@ pub fn al2023_node_config(input: &UserDataInput<'_>) -> String {
             json!([format!("--node-labels={}", labels_flag(&labels))]),
         );
     }
+    let mut spec = json!({"cluster": Value::Object(cluster), "kubelet": Value::Object(kubelet)});
+    if input.instance_store_raid0 {
+        spec["instance"] = json!({"localStorage": {"strategy": "RAID0"}});
+    }
     let document = json!({
         "apiVersion": "node.eks.aws/v1alpha1",
         "kind": "NodeConfig",
-        "spec": {"cluster": Value::Object(cluster), "kubelet": Value::Object(kubelet)},
+        "spec": spec,
     });
     // Keys are written sorted; a NodeConfig reads better with apiVersion and kind first.
     let mut out = String::from("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\n");
@@ -564,6 +571,9 @@ pub fn al2_script(input: &UserDataInput<'_>) -> String {
     if max_pods(input).is_some() {
         // The script's own max-pods table would otherwise override --max-pods.
         command.push_str(" \\\n  --use-max-pods false");
+    }
+    if input.instance_store_raid0 {
+        command.push_str(" \\\n  --local-disks raid0");
     }
     let _ = write!(
         command,

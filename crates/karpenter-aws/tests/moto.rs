@@ -11,6 +11,9 @@ mod fixtures;
 #[path = "moto/cloud_provider.rs"]
 mod cloud_provider;
 
+#[path = "moto/launch_template.rs"]
+mod launch_template;
+
 #[path = "moto/interruption_source.rs"]
 mod interruption_source;
 
@@ -295,7 +298,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
     let mut node_class = EC2NodeClass::new("default", EC2NodeClassSpec::default());
     node_class.spec.tags = Some(BTreeMap::from([("team".into(), "platform".into())]));
     assert!(matches!(
-        LaunchTemplateSpec::from_node_class("karpenter.k8s.aws/test", &node_class, &image_id),
+        LaunchTemplateSpec::from_node_class(&node_class, &image_id, "test"),
         Err(CloudProviderError::NodeClassNotReady { .. })
     ));
     node_class.status = Some(EC2NodeClassStatus {
@@ -306,9 +309,8 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
         instance_profile: Some("KarpenterNodeInstanceProfile".into()),
         ..Default::default()
     });
-    let template =
-        LaunchTemplateSpec::from_node_class("karpenter.k8s.aws/test", &node_class, &image_id).unwrap();
-    assert_eq!(template.http_tokens, "required");
+    let template = LaunchTemplateSpec::from_node_class(&node_class, &image_id, "test").unwrap();
+    assert_eq!(template.metadata_options.http_tokens, "required");
     let name = ensure_launch_template(ec2, &template).await.unwrap();
     assert_eq!(
         ensure_launch_template(ec2, &template).await.unwrap(),

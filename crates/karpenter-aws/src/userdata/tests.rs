@@ -35,6 +35,7 @@ fn input<'a>(
         ]),
         taints: vec![Taint::new("gpu", Some("true"), TaintEffect::NoSchedule)],
         custom,
+        instance_store_raid0: false,
     }
 }
 
@@ -316,6 +317,23 @@ fn the_kubelets_max_pods_wins_and_the_unregistered_taint_is_added_once() {
         "{config}"
     );
     assert_eq!(config.matches("karpenter.sh/unregistered").count(), 1);
+}
+
+#[test]
+fn raid0_instance_stores_are_assembled_by_al2_and_al2023_bootstrap() {
+    let cluster = cluster();
+    let kubelet = kubelet();
+    let mut input = input(&cluster, &kubelet, None);
+    assert!(!al2023_node_config(&input).contains("localStorage"));
+    assert!(!al2_script(&input).contains("--local-disks"));
+    input.instance_store_raid0 = true;
+    let config = al2023_node_config(&input);
+    assert!(
+        config.contains("  instance:\n    localStorage:\n      strategy: RAID0\n"),
+        "{config}"
+    );
+    let script = al2_script(&input);
+    assert!(script.contains(" \\\n  --local-disks raid0 \\\n"), "{script}");
 }
 
 #[test]

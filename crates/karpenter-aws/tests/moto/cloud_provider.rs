@@ -136,6 +136,7 @@ async fn a_node_claim_launches_through_the_cloud_provider_and_is_found_drifted_a
                 labels: [("karpenter.sh/nodepool".to_string(), "default".to_string())].into(),
                 taints: Vec::new(),
                 custom: None,
+                instance_store_raid0: false,
             },
         )
         .unwrap()

@@ -1,0 +1,146 @@
+//! Launch templates: what an EC2NodeClass (with its resolved status) and one AMI and user data make of an
+//! instance, as a [`LaunchTemplateSpec`], and the CreateLaunchTemplate request for it ([`request`]).
+//!
+//! The template carries the image, security groups (on a primary network interface when the class sets
+//! `associatePublicIPAddress`, since EC2 takes the public-IP switch only there), instance profile, user data,
+//! block devices (the class's, or the AMI family's defaults: [`block_devices`]), every metadata option with
+//! upstream's defaults, detailed monitoring, and tags for the instances, volumes and network interfaces it
+//! launches. Its name is a hash of all of that ([`LaunchTemplateSpec::name`]): a changed class or AMI yields
+//! a new template and an unchanged one reuses its template, so templates are never updated in place.
+//!
+//! Every template is tagged with the cluster (`kubernetes.io/cluster/<cluster>=owned`, `eks:eks-cluster-name`)
+//! and its class (`karpenter.k8s.aws/ec2nodeclass`), which is how the templates of a deleted class are found.
+
+pub mod block_devices;
+pub mod request;
+
+use std::collections::BTreeMap;
+
+use karpenter_api::ec2nodeclass::{EC2NodeClass, fnv1a64};
+use karpenter_api::labels::{AWS_EC2NODECLASS_LABEL, AWS_TAG_CLUSTER_PREFIX, AWS_TAG_EKS_CLUSTER_NAME};
+use karpenter_core::cloudprovider::CloudProviderError;
+use serde::Serialize;
+
+pub use block_devices::{BlockDeviceSpec, default_block_devices};
+pub use request::{ensure_launch_template, launch_template_data};
+
+/// Every launch template Karpenter creates is named `<prefix><hash>`.
+pub const NAME_PREFIX: &str = "karpenter.k8s.aws/";
+
+/// The instance metadata service options of a template, with the EC2NodeClass defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MetadataOptionsSpec {
+    /// `enabled` or `disabled`.
+    pub http_endpoint: String,
+    /// The IPv6 endpoint: `enabled` or `disabled`.
+    pub http_protocol_ipv6: String,
+    pub http_put_response_hop_limit: i32,
+    /// `required` (IMDSv2 only) or `optional`.
+    pub http_tokens: String,
+}
+
+/// What a launch template holds: the part of an EC2NodeClass (and its resolved status) an instance needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LaunchTemplateSpec {
+    pub image_id: String,
+    pub security_group_ids: Vec<String>,
+    pub instance_profile: Option<String>,
+    /// Base64, as EC2 takes it.
+    pub user_data: Option<String>,
+    /// On the template and on the instances, volumes and network interfaces it launches: the class's tags,
+    /// then the cluster and class tags.
+    pub tags: BTreeMap<String, String>,
+    pub metadata_options: MetadataOptionsSpec,
+    /// Empty leaves the AMI's own block devices (the Custom family without mappings).
+    pub block_devices: Vec<BlockDeviceSpec>,
+    pub detailed_monitoring: bool,
+    /// Set: the security groups go on a primary network interface with this public-IP switch.
+    pub associate_public_ip_address: Option<bool>,
+}
+
+/// The tags of every template of class `node_class` in `cluster_name`, over the class's own `class_tags`
+/// (which cannot use these keys: the CRD reserves them).
+pub fn template_tags(
+    cluster_name: &str,
+    node_class: &str,
+    class_tags: Option<&BTreeMap<String, String>>,
+) -> BTreeMap<String, String> {
+    let mut tags = class_tags.cloned().unwrap_or_default();
+    tags.insert(format!("{AWS_TAG_CLUSTER_PREFIX}{cluster_name}"), "owned".into());
+    tags.insert(AWS_TAG_EKS_CLUSTER_NAME.into(), cluster_name.into());
+    tags.insert(AWS_EC2NODECLASS_LABEL.into(), node_class.into());
+    tags
+}
+
+impl LaunchTemplateSpec {
+    /// The template for `node_class` of cluster `cluster_name` launching `image_id`, with the class's own
+    /// `spec.userData` (the CloudProvider replaces it with the generated document). The security groups and
+    /// instance profile come from the status the EC2NodeClass controller resolved; without security groups the
+    /// class is not ready to launch.
+    pub fn from_node_class(
+        node_class: &EC2NodeClass,
+        image_id: impl Into<String>,
+        cluster_name: &str,
+    ) -> Result<Self, CloudProviderError> {
+        let class_name = node_class.metadata.name.clone().unwrap_or_default();
+        let not_ready = |reason: String| CloudProviderError::NodeClassNotReady {
+            name: class_name.clone(),
+            reason,
+        };
+        let status = node_class
+            .status
+            .as_ref()
+            .ok_or_else(|| not_ready("no status yet".into()))?;
+        if status.security_groups.is_empty() {
+            return Err(not_ready("no security groups resolved".into()));
+        }
+        let spec = &node_class.spec;
+        let metadata = spec.metadata_options();
+        let hop_limit = metadata.http_put_response_hop_limit();
+        let metadata_options = MetadataOptionsSpec {
+            http_endpoint: metadata.http_endpoint().to_string(),
+            http_protocol_ipv6: metadata.http_protocol_ipv6().to_string(),
+            http_put_response_hop_limit: i32::try_from(hop_limit).map_err(|_| {
+                not_ready(format!(
+                    "spec.metadataOptions.httpPutResponseHopLimit {hop_limit} is out of range"
+                ))
+            })?,
+            http_tokens: metadata.http_tokens().to_string(),
+        };
+        let block_devices = if spec.block_device_mappings().is_empty() {
+            default_block_devices(spec.ami_family())
+        } else {
+            block_devices::from_mappings(spec.block_device_mappings()).map_err(not_ready)?
+        };
+        Ok(Self {
+            image_id: image_id.into(),
+            security_group_ids: status.security_groups.iter().map(|g| g.id.clone()).collect(),
+            instance_profile: status.instance_profile.clone(),
+            user_data: spec
+                .user_data
+                .as_deref()
+                .map(|data| crate::userdata::base64_encode(data.as_bytes())),
+            tags: template_tags(cluster_name, &class_name, spec.tags.as_ref()),
+            metadata_options,
+            block_devices,
+            detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
+            associate_public_ip_address: spec.associate_public_ip_address,
+        })
+    }
+
+    /// `karpenter.k8s.aws/<16 hex digits>`: FNV-1a-64 of the whole spec (the cluster is in its tags), so equal
+    /// specs share a name and any difference gives a new one.
+    pub fn name(&self) -> String {
+        // Serializing plain strings, numbers and BTreeMaps cannot fail; an empty key would still hash.
+        let content = serde_json::to_vec(self).unwrap_or_default();
+        format!("{NAME_PREFIX}{:016x}", fnv1a64(&content))
+    }
+
+    /// The class this template was made for (from its tags).
+    pub fn node_class(&self) -> Option<&str> {
+        self.tags.get(AWS_EC2NODECLASS_LABEL).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests;

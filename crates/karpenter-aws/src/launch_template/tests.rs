@@ -1,0 +1,289 @@
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{
+    LaunchTemplateHttpTokensState, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataProtocolIpv6, ResourceType, VolumeType,
+};
+use karpenter_api::ec2nodeclass::{
+    AmiFamily, AmiSelectorTerm, BlockDevice, BlockDeviceMapping, EC2NodeClassSpec, EC2NodeClassStatus,
+    MetadataOptions, SecurityGroup,
+};
+
+use super::*;
+
+fn class(spec: EC2NodeClassSpec) -> EC2NodeClass {
+    let mut class = EC2NodeClass::new("default", spec);
+    class.status = Some(EC2NodeClassStatus {
+        security_groups: vec![
+            SecurityGroup {
+                id: "sg-1".into(),
+                ..SecurityGroup::default()
+            },
+            SecurityGroup {
+                id: "sg-2".into(),
+                ..SecurityGroup::default()
+            },
+        ],
+        instance_profile: Some("prod_123".into()),
+        ..EC2NodeClassStatus::default()
+    });
+    class
+}
+
+fn alias(alias: &str) -> EC2NodeClassSpec {
+    EC2NodeClassSpec {
+        ami_selector_terms: vec![AmiSelectorTerm {
+            alias: Some(alias.into()),
+            ..AmiSelectorTerm::default()
+        }],
+        ..EC2NodeClassSpec::default()
+    }
+}
+
+fn spec_of(class: &EC2NodeClass) -> LaunchTemplateSpec {
+    LaunchTemplateSpec::from_node_class(class, "ami-1", "prod").unwrap()
+}
+
+#[test]
+fn an_unset_class_gets_upstreams_defaults() {
+    let spec = spec_of(&class(alias("al2023@latest")));
+    assert_eq!(
+        spec.metadata_options,
+        MetadataOptionsSpec {
+            http_endpoint: "enabled".into(),
+            http_protocol_ipv6: "disabled".into(),
+            http_put_response_hop_limit: 1,
+            http_tokens: "required".into(),
+        }
+    );
+    assert_eq!(spec.block_devices, default_block_devices(AmiFamily::AL2023));
+    assert!(!spec.detailed_monitoring);
+    assert_eq!(spec.associate_public_ip_address, None);
+    assert_eq!(spec.security_group_ids, ["sg-1", "sg-2"]);
+    assert_eq!(spec.instance_profile.as_deref(), Some("prod_123"));
+
+    let data = launch_template_data(&spec);
+    let devices = data.block_device_mappings();
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0].device_name(), Some("/dev/xvda"));
+    let ebs = devices[0].ebs().unwrap();
+    assert_eq!(
+        (ebs.volume_size(), ebs.volume_type(), ebs.encrypted()),
+        (Some(20), Some(&VolumeType::Gp3), Some(true))
+    );
+    let metadata = data.metadata_options().unwrap();
+    assert_eq!(
+        metadata.http_tokens(),
+        Some(&LaunchTemplateHttpTokensState::Required)
+    );
+    assert_eq!(metadata.http_put_response_hop_limit(), Some(1));
+    assert_eq!(
+        metadata.http_endpoint(),
+        Some(&LaunchTemplateInstanceMetadataEndpointState::Enabled)
+    );
+    assert_eq!(
+        metadata.http_protocol_ipv6(),
+        Some(&LaunchTemplateInstanceMetadataProtocolIpv6::Disabled)
+    );
+    assert_eq!(data.monitoring().and_then(|m| m.enabled()), Some(false));
+    assert_eq!(data.security_group_ids(), ["sg-1", "sg-2"]);
+    assert!(data.network_interfaces().is_empty());
+    assert_eq!(
+        data.iam_instance_profile().and_then(|p| p.name()),
+        Some("prod_123")
+    );
+}
+
+#[test]
+fn the_family_picks_the_default_devices_unless_the_class_sets_its_own() {
+    let devices = |spec| spec_of(&class(spec)).block_devices;
+    assert_eq!(devices(alias("bottlerocket@latest")).len(), 2);
+    assert_eq!(devices(alias("windows2022@latest"))[0].device_name, "/dev/sda1");
+    let custom = EC2NodeClassSpec {
+        ami_family: Some("Custom".into()),
+        ..alias("al2023@latest")
+    };
+    assert!(devices(custom.clone()).is_empty());
+    assert!(
+        launch_template_data(&spec_of(&class(custom)))
+            .block_device_mappings()
+            .is_empty(),
+        "no mappings: the AMI's own apply"
+    );
+
+    let own = EC2NodeClassSpec {
+        block_device_mappings: Some(vec![BlockDeviceMapping {
+            device_name: Some("/dev/xvda".into()),
+            ebs: Some(BlockDevice {
+                volume_size: Some("100Gi".into()),
+                volume_type: Some("io2".into()),
+                iops: Some(10_000),
+                throughput: Some(500),
+                encrypted: Some(true),
+                kms_key_id: Some("alias/nodes".into()),
+                delete_on_termination: Some(false),
+                snapshot_id: Some("snap-1".into()),
+                ..BlockDevice::default()
+            }),
+            root_volume: Some(true),
+        }]),
+        ..alias("bottlerocket@latest")
+    };
+    let data = launch_template_data(&spec_of(&class(own)));
+    let [device] = data.block_device_mappings() else {
+        panic!("one device, not the family's two: {data:?}");
+    };
+    let ebs = device.ebs().unwrap();
+    assert_eq!(ebs.volume_size(), Some(100));
+    assert_eq!(ebs.volume_type(), Some(&VolumeType::Io2));
+    assert_eq!(ebs.iops(), Some(10_000));
+    assert_eq!(ebs.throughput(), Some(500));
+    assert_eq!(ebs.kms_key_id(), Some("alias/nodes"));
+    assert_eq!(ebs.delete_on_termination(), Some(false));
+    assert_eq!(ebs.snapshot_id(), Some("snap-1"));
+}
+
+#[test]
+fn metadata_monitoring_and_public_ips_follow_the_class() {
+    let spec = EC2NodeClassSpec {
+        metadata_options: Some(MetadataOptions {
+            http_endpoint: Some("disabled".into()),
+            http_protocol_ipv6: Some("enabled".into()),
+            http_put_response_hop_limit: Some(2),
+            http_tokens: Some("optional".into()),
+        }),
+        detailed_monitoring: Some(true),
+        associate_public_ip_address: Some(false),
+        ..alias("al2023@latest")
+    };
+    let data = launch_template_data(&spec_of(&class(spec)));
+    let metadata = data.metadata_options().unwrap();
+    assert_eq!(
+        metadata.http_tokens(),
+        Some(&LaunchTemplateHttpTokensState::Optional)
+    );
+    assert_eq!(metadata.http_put_response_hop_limit(), Some(2));
+    assert_eq!(
+        metadata.http_endpoint(),
+        Some(&LaunchTemplateInstanceMetadataEndpointState::Disabled)
+    );
+    assert_eq!(
+        metadata.http_protocol_ipv6(),
+        Some(&LaunchTemplateInstanceMetadataProtocolIpv6::Enabled)
+    );
+    assert_eq!(data.monitoring().and_then(|m| m.enabled()), Some(true));
+    // The groups move onto the primary interface, which carries the public-IP switch.
+    assert!(data.security_group_ids().is_empty());
+    let [interface] = data.network_interfaces() else {
+        panic!("one interface: {data:?}");
+    };
+    assert_eq!(interface.device_index(), Some(0));
+    assert_eq!(interface.associate_public_ip_address(), Some(false));
+    assert_eq!(interface.groups(), ["sg-1", "sg-2"]);
+}
+
+#[test]
+fn templates_are_tagged_for_the_cluster_and_class_and_tag_what_they_launch() {
+    let spec = EC2NodeClassSpec {
+        tags: Some(BTreeMap::from([("team".into(), "ml".into())])),
+        ..alias("al2023@latest")
+    };
+    let template = spec_of(&class(spec));
+    assert_eq!(
+        template.tags,
+        BTreeMap::from([
+            ("eks:eks-cluster-name".to_string(), "prod".to_string()),
+            (
+                "karpenter.k8s.aws/ec2nodeclass".to_string(),
+                "default".to_string()
+            ),
+            ("kubernetes.io/cluster/prod".to_string(), "owned".to_string()),
+            ("team".to_string(), "ml".to_string()),
+        ])
+    );
+    assert_eq!(template.node_class(), Some("default"));
+    let data = launch_template_data(&template);
+    let resources: Vec<&ResourceType> = data
+        .tag_specifications()
+        .iter()
+        .filter_map(|t| t.resource_type())
+        .collect();
+    assert_eq!(
+        resources,
+        [
+            &ResourceType::Instance,
+            &ResourceType::Volume,
+            &ResourceType::NetworkInterface
+        ]
+    );
+    assert!(data.tag_specifications().iter().all(|t| t.tags().len() == 4));
+}
+
+#[test]
+fn the_name_changes_with_anything_in_the_template() {
+    let base = class(alias("al2023@latest"));
+    let name = spec_of(&base).name();
+    assert!(name.starts_with("karpenter.k8s.aws/"), "{name}");
+    assert_eq!(name.len(), "karpenter.k8s.aws/".len() + 16);
+    assert_eq!(spec_of(&base).name(), name, "stable for the same class");
+
+    let edits: [fn(&mut EC2NodeClassSpec); 6] = [
+        |s: &mut EC2NodeClassSpec| s.detailed_monitoring = Some(true),
+        |s: &mut EC2NodeClassSpec| s.associate_public_ip_address = Some(true),
+        |s: &mut EC2NodeClassSpec| {
+            s.metadata_options = Some(MetadataOptions {
+                http_put_response_hop_limit: Some(2),
+                ..MetadataOptions::default()
+            });
+        },
+        |s: &mut EC2NodeClassSpec| {
+            s.block_device_mappings = Some(vec![BlockDeviceMapping {
+                device_name: Some("/dev/xvda".into()),
+                ebs: Some(BlockDevice {
+                    volume_size: Some("21Gi".into()),
+                    ..BlockDevice::default()
+                }),
+                root_volume: None,
+            }]);
+        },
+        |s: &mut EC2NodeClassSpec| s.tags = Some(BTreeMap::from([("a".into(), "b".into())])),
+        |s: &mut EC2NodeClassSpec| s.user_data = Some("#!/bin/sh\n".into()),
+    ];
+    let mut changed = Vec::new();
+    for edit in edits {
+        let mut edited = base.clone();
+        edit(&mut edited.spec);
+        changed.push(spec_of(&edited).name());
+    }
+    let other_ami = LaunchTemplateSpec::from_node_class(&base, "ami-2", "prod").unwrap();
+    let other_cluster = LaunchTemplateSpec::from_node_class(&base, "ami-1", "dev").unwrap();
+    changed.extend([other_ami.name(), other_cluster.name()]);
+    changed.push(name);
+    let distinct: std::collections::BTreeSet<&String> = changed.iter().collect();
+    assert_eq!(distinct.len(), changed.len(), "{changed:?}");
+}
+
+#[test]
+fn a_class_without_resolved_security_groups_or_with_a_bad_device_cannot_launch() {
+    let mut unresolved = class(alias("al2023@latest"));
+    unresolved.status = None;
+    let err = LaunchTemplateSpec::from_node_class(&unresolved, "ami-1", "prod").unwrap_err();
+    assert_eq!(err.to_string(), "NodeClass default is not ready: no status yet");
+
+    let bad = class(EC2NodeClassSpec {
+        block_device_mappings: Some(vec![BlockDeviceMapping {
+            device_name: Some("/dev/xvda".into()),
+            ebs: Some(BlockDevice {
+                volume_size: Some("huge".into()),
+                ..BlockDevice::default()
+            }),
+            root_volume: None,
+        }]),
+        ..alias("al2023@latest")
+    });
+    let err = LaunchTemplateSpec::from_node_class(&bad, "ami-1", "prod").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "NodeClass default is not ready: spec.blockDeviceMappings[0].ebs.volumeSize \"huge\" is not a volume size"
+    );
+}
