@@ -3,8 +3,9 @@
 //! - `create`: reads the claim's EC2NodeClass (fresh, from the [`NodeClassSource`]); a missing, deleting or
 //!   not-Ready class is `NodeClassNotReady`. The class's status (AMIs, subnets, security groups, instance
 //!   profile) is used when the EC2NodeClass controller has written one, else the class is resolved here. Then
-//!   [`plan_launch`] picks the offerings, a launch template is ensured for the AMI, and an instant CreateFleet
-//!   launches one instance ([`crate::launch`]: capacity errors mark offerings unavailable and surface as
+//!   [`plan_launch`] picks the offerings, a launch template is ensured for the AMI (created at most once per
+//!   cache TTL; one found missing at launch is created again and the launch retried once), and an instant
+//!   CreateFleet launches one instance ([`crate::launch`]: capacity errors mark offerings unavailable and surface as
 //!   `InsufficientCapacity`). The claim comes back hydrated: provider ID `aws:///<zone>/<instance-id>`, the
 //!   instance type's single-valued labels plus zone, zone ID and capacity type, image, capacity and
 //!   allocatable, and the class's drift hash annotations.
@@ -45,10 +46,9 @@ use crate::instance::{
 };
 use crate::instance_profile::InstanceProfiles;
 use crate::instance_types::InstanceTypeProvider;
-use crate::launch::{
-    LaunchOverride, LaunchRequest, LaunchTemplateSpec, create_fleet, ensure_launch_template,
-};
+use crate::launch::{LaunchOverride, LaunchRequest, create_fleet};
 use crate::launch_plan::{LaunchPlan, plan_launch};
+use crate::launch_template::{LaunchTemplateCache, LaunchTemplateSpec, LaunchTemplates};
 use crate::node_claim::instance_to_node_claim;
 use crate::node_classes::{NodeClassCache, NodeClassSource};
 use crate::nodeclass::{resolve, status::compute_status};
@@ -58,6 +58,9 @@ use crate::tags::launch_tags;
 use crate::unavailable_offerings::UnavailableOfferings;
 use crate::userdata::{self, ClusterInfo, UserDataInput, kubelet_labels};
 use karpenter_metrics::{InstanceTypeLabels, InstanceTypeOfferingLabels, NodeClassLabels};
+
+/// CreateFleet's error code for a launch template that does not exist.
+const LAUNCH_TEMPLATE_NOT_FOUND: &str = "InvalidLaunchTemplateName.NotFoundException";
 
 /// The Kubernetes version AMI aliases resolve for until the API server has been asked.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
@@ -72,6 +75,7 @@ pub struct AwsCloudProvider {
     pricing: Arc<PricingProvider>,
     unavailable: Arc<UnavailableOfferings>,
     instances: Arc<InstanceCache>,
+    launch_template_cache: Arc<LaunchTemplateCache>,
     kubernetes_version: RwLock<String>,
 }
 
@@ -170,6 +174,7 @@ impl AwsCloudProvider {
             pricing: Arc::new(pricing),
             unavailable: Arc::new(UnavailableOfferings::default()),
             instances: Arc::new(InstanceCache::default()),
+            launch_template_cache: Arc::new(LaunchTemplateCache::default()),
             node_class_cache: Arc::new(NodeClassCache::default()),
             kubernetes_version: RwLock::new(version),
             settings,
@@ -331,7 +336,7 @@ impl AwsCloudProvider {
         let mut resolved_class = (*node_class).clone();
         resolved_class.status = Some(status.clone());
         let overrides = self
-            .launch_templates(claim, &resolved_class, &plan, &catalog)
+            .ensure_launch_templates(claim, &resolved_class, &plan, &catalog)
             .await?;
         let template_name = overrides
             .first()
@@ -353,7 +358,7 @@ impl AwsCloudProvider {
             node_class.spec.tags.as_ref(),
         );
         tags.insert(AWS_TAG_NODECLAIM.into(), claim_name);
-        let request = LaunchRequest {
+        let mut request = LaunchRequest {
             launch_template_name: template_name,
             capacity_type: plan.capacity_type.clone(),
             overrides,
@@ -364,7 +369,27 @@ impl AwsCloudProvider {
                 .filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?)))
                 .collect(),
         };
-        let launched = create_fleet(&self.clients.ec2, &request, &self.unavailable, Instant::now()).await?;
+        let launched =
+            match create_fleet(&self.clients.ec2, &request, &self.unavailable, Instant::now()).await {
+                Err(CloudProviderError::Create { reason, .. }) if reason == LAUNCH_TEMPLATE_NOT_FOUND => {
+                    // A cached template was deleted behind our back (by hand, or by another process's garbage
+                    // collection): forget the request's templates, create them again and try once more.
+                    let templates = self.launch_templates();
+                    templates.forget(&request.launch_template_name);
+                    for name in request
+                        .overrides
+                        .iter()
+                        .filter_map(|o| o.launch_template_name.as_ref())
+                    {
+                        templates.forget(name);
+                    }
+                    request.overrides = self
+                        .ensure_launch_templates(claim, &resolved_class, &plan, &catalog)
+                        .await?;
+                    create_fleet(&self.clients.ec2, &request, &self.unavailable, Instant::now()).await?
+                }
+                other => other?,
+            };
 
         let image_id = plan
             .overrides
@@ -388,6 +413,15 @@ impl AwsCloudProvider {
         self.instances.insert(instance.clone());
         let entry = catalog.iter().find(|t| t.name == launched.instance_type);
         Ok(self.hydrate(claim, &node_class, &status, &instance, entry))
+    }
+
+    /// The cluster's launch templates, through the cache launches share.
+    pub fn launch_templates(&self) -> LaunchTemplates {
+        LaunchTemplates::new(
+            self.clients.ec2.clone(),
+            self.settings.cluster_name.clone(),
+            Arc::clone(&self.launch_template_cache),
+        )
     }
 
     /// The instance profiles Karpenter manages for this cluster's role-based EC2NodeClasses.
@@ -426,7 +460,7 @@ impl AwsCloudProvider {
 
     /// Ensures the launch templates of `plan` and returns its overrides, each naming its template: one template
     /// per distinct user data, which differs by the max pods of the instance types (the AMI is set per override).
-    async fn launch_templates(
+    async fn ensure_launch_templates(
         &self,
         claim: &NodeClaim,
         node_class: &EC2NodeClass,
@@ -474,7 +508,9 @@ impl AwsCloudProvider {
             let mut template =
                 LaunchTemplateSpec::from_node_class(node_class, &plan.image_id, &self.settings.cluster_name)?;
             template.user_data = user_data.map(|d| userdata::base64_encode(d.as_bytes()));
-            let name = ensure_launch_template(&self.clients.ec2, &template)
+            let name = self
+                .launch_templates()
+                .ensure(&template, Instant::now())
                 .await
                 .map_err(|e| {
                     let message = format!(

@@ -10,9 +10,13 @@
 //!
 //! Every template is tagged with the cluster (`kubernetes.io/cluster/<cluster>=owned`, `eks:eks-cluster-name`)
 //! and its class (`karpenter.k8s.aws/ec2nodeclass`), which is how the templates of a deleted class are found.
+//! [`LaunchTemplates`] creates them at most once per [`cache`] TTL, deletes a class's templates with the class
+//! and garbage-collects unused ones ([`store`]).
 
 pub mod block_devices;
+pub mod cache;
 pub mod request;
+pub mod store;
 
 use std::collections::BTreeMap;
 
@@ -22,7 +26,9 @@ use karpenter_core::cloudprovider::CloudProviderError;
 use serde::Serialize;
 
 pub use block_devices::{BlockDeviceSpec, default_block_devices};
+pub use cache::LaunchTemplateCache;
 pub use request::{ensure_launch_template, launch_template_data};
+pub use store::{ClusterTemplate, LaunchTemplates};
 
 /// Every launch template Karpenter creates is named `<prefix><hash>`.
 pub const NAME_PREFIX: &str = "karpenter.k8s.aws/";

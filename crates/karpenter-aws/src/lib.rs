@@ -19,7 +19,7 @@
 //! - [`nodeclass`]: the EC2NodeClass controller (status, conditions, finalizer, hash annotations).
 //! - [`interruption_source`]: core's `InterruptionSource` over the SQS queue.
 //! - [`launch_plan`]: the offerings, subnets and AMIs one launch sends; [`launch_template`]: launch templates
-//!   (block devices, metadata options, tags, content-hashed names); [`launch`]: instant CreateFleet, with ICE
+//!   (block devices, metadata options, tags, content-hashed names), their cache and garbage collection; [`launch`]: instant CreateFleet, with ICE
 //!   handling; [`drift`]: AMI, subnet, security group and static-hash drift.
 //! - [`node_classes`]: where EC2NodeClasses are read from and cached; [`capacity`]: a class's capacity settings.
 //! - [`userdata`]: the launch templates' user data per AMI family (AL2023 nodeadm, Bottlerocket TOML, AL2
@@ -38,8 +38,7 @@
 //! - [`unavailable_offerings`]: offerings recently out of capacity.
 //! - [`interruption`]: the SQS EventBridge messages; [`interruption_queue`]: receiving and deleting them.
 //!
-//! Not done here: capacity reservations, placement groups, dry-run validation, launch template garbage
-//! collection, and the launch template fields for `networkInterfaces` (EFA), `ipPrefixCount`,
+//! Not done here: capacity reservations, placement groups, dry-run validation, and the launch template fields for `networkInterfaces` (EFA), `ipPrefixCount`,
 //! `connectionTracking` and `cpuOptions`.
 //!
 //! Tests: unit tests beside the code, and tests/moto.rs against a local moto server started per test by

@@ -160,6 +160,13 @@ impl AwsProvider {
                 name: "instancetype-and-pricing-refresh",
                 future: Box::pin(refresh_catalog(Arc::clone(&provider))),
             },
+            NamedTask {
+                name: "launchtemplate-garbage-collection",
+                future: Box::pin(controller::run_launch_template_gc(
+                    kube_client.clone(),
+                    Arc::clone(&provider),
+                )),
+            },
         ];
         if !settings.isolated_vpc {
             // IAM has no VPC endpoint: an isolated VPC cannot list profiles (upstream skips this there too).

@@ -1,7 +1,8 @@
 //! The EC2NodeClass controller: a kube-runtime `Controller` over EC2NodeClasses, also woken by NodeClaims
 //! (so a deleting class notices its last NodeClaim going). [`reconcile`] for one class:
-//! - being deleted: waits while NodeClaims still reference it, then deletes the instance profile Karpenter
-//!   made for its `spec.role` and removes the `karpenter.k8s.aws/termination` finalizer;
+//! - being deleted: waits while NodeClaims still reference it, then deletes its launch templates and the
+//!   instance profile Karpenter made for its `spec.role`, and removes the `karpenter.k8s.aws/termination`
+//!   finalizer;
 //! - otherwise: adds the finalizer, resolves the selector terms ([`super::resolve`]), creates or adopts the
 //!   instance profile for `spec.role` ([`crate::instance_profile`]), writes the status
 //!   ([`super::status::compute_status`]) through the status subresource when it changed, writes the
@@ -101,7 +102,8 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
             return Ok(Action::requeue(NODE_CLAIM_WAIT));
         }
         if has_finalizer {
-            // The instance profile Karpenter made for the role goes with the class.
+            // Its launch templates and the instance profile Karpenter made for the role go with the class.
+            ctx.provider.launch_templates().delete_class(&name).await?;
             if class.spec.instance_profile.is_none() && class.spec.role.is_some() {
                 ctx.provider.instance_profiles().delete(&name).await?;
             }
@@ -197,6 +199,37 @@ pub async fn run_instance_profile_gc(client: kube::Client, provider: Arc<AwsClou
         ticks.tick().await;
         if let Err(err) = garbage_collect_instance_profiles(&client, &provider).await {
             tracing::warn!(category = err.category(), error = %err, "garbage-collecting instance profiles");
+        }
+    }
+}
+
+/// How often unused launch templates are looked for.
+pub const LAUNCH_TEMPLATE_GC_INTERVAL: Duration = Duration::from_secs(300);
+
+/// Deletes the cluster's launch templates whose EC2NodeClass no longer exists, and those unused for the
+/// template cache's TTL ([`crate::launch_template::LaunchTemplates::garbage_collect`]). Returns their names.
+pub async fn garbage_collect_launch_templates(
+    client: &kube::Client,
+    provider: &AwsCloudProvider,
+) -> Result<Vec<String>, AwsError> {
+    let classes = Api::<EC2NodeClass>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let existing = classes.items.iter().map(ResourceExt::name_any).collect();
+    provider
+        .launch_templates()
+        .garbage_collect(&existing, std::time::Instant::now(), Timestamp::now())
+        .await
+}
+
+/// Runs [`garbage_collect_launch_templates`] every [`LAUNCH_TEMPLATE_GC_INTERVAL`].
+pub async fn run_launch_template_gc(client: kube::Client, provider: Arc<AwsCloudProvider>) {
+    let mut ticks = tokio::time::interval(LAUNCH_TEMPLATE_GC_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Err(err) = garbage_collect_launch_templates(&client, &provider).await {
+            tracing::warn!(category = err.category(), error = %err, "garbage-collecting launch templates");
         }
     }
 }

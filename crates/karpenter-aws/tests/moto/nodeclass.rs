@@ -249,6 +249,7 @@ async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
         [
             "ec2nodeclass",
             "instancetype-and-pricing-refresh",
+            "launchtemplate-garbage-collection",
             "instanceprofile-garbage-collection",
             "kubernetes-version-refresh"
         ]
