@@ -1,11 +1,14 @@
 //! Building the aws-sdk clients from aws-config: the region, an endpoint override (tests point every client at
 //! a local emulator), static credentials for tests, and the retry policy. The SDK's adaptive retry mode backs
 //! off exponentially with jitter on throttling and transient errors and rate-limits the client after
-//! throttling, which is the behaviour upstream gets from its SDK; we only choose the limits.
+//! throttling, which is the behaviour upstream gets from its SDK; we only choose the limits. Every client
+//! carries the [`SdkMetricsInterceptor`].
 
 use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig, retry::RetryConfig, timeout::TimeoutConfig};
+
+use crate::sdk_metrics::SdkMetricsInterceptor;
 
 /// The default number of attempts per call (first try included).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
@@ -132,14 +135,32 @@ impl AwsClients {
             .region()
             .map(|r| r.as_ref().to_string())
             .ok_or_else(|| crate::AwsError::Config("no AWS region configured (set AWS_REGION)".into()))?;
+        // Every client records the SDK request metrics.
         let pricing_config = aws_sdk_pricing::config::Builder::from(config)
             .region(Region::new(pricing_api_region(&region)))
+            .interceptor(SdkMetricsInterceptor)
             .build();
         Ok(Self {
-            ec2: aws_sdk_ec2::Client::new(config),
-            ssm: aws_sdk_ssm::Client::new(config),
-            sqs: aws_sdk_sqs::Client::new(config),
-            iam: aws_sdk_iam::Client::new(config),
+            ec2: aws_sdk_ec2::Client::from_conf(
+                aws_sdk_ec2::config::Builder::from(config)
+                    .interceptor(SdkMetricsInterceptor)
+                    .build(),
+            ),
+            ssm: aws_sdk_ssm::Client::from_conf(
+                aws_sdk_ssm::config::Builder::from(config)
+                    .interceptor(SdkMetricsInterceptor)
+                    .build(),
+            ),
+            sqs: aws_sdk_sqs::Client::from_conf(
+                aws_sdk_sqs::config::Builder::from(config)
+                    .interceptor(SdkMetricsInterceptor)
+                    .build(),
+            ),
+            iam: aws_sdk_iam::Client::from_conf(
+                aws_sdk_iam::config::Builder::from(config)
+                    .interceptor(SdkMetricsInterceptor)
+                    .build(),
+            ),
             pricing: aws_sdk_pricing::Client::from_conf(pricing_config),
             region,
         })

@@ -27,7 +27,8 @@
 //! - [`instance_profile`]: the instance profiles created for `spec.role`, deleted with their class and
 //!   garbage-collected when their class is gone.
 //! - [`ami`]: AMI aliases (al2023, al2, bottlerocket, windows20xx) resolved through the public SSM parameters.
-//! - [`client`]: aws-sdk clients from aws-config (region, endpoint override, credentials, retry policy).
+//! - [`client`]: aws-sdk clients from aws-config (region, endpoint override, credentials, retry policy), each
+//!   recording [`sdk_metrics`] (calls by service, operation and error code, and their durations).
 //! - [`error`]: [`AwsError`] with a stable `category()`, and its mapping into core's `CloudProviderError`.
 //! - [`instance`]: finding, listing and terminating the instances behind NodeClaims, and their cache.
 //! - [`node_claim`]: an instance as the NodeClaim `CloudProvider::get`/`list` answer with.
@@ -65,6 +66,7 @@ pub mod node_classes;
 pub mod nodeclass;
 pub mod pricing;
 pub mod runtime;
+pub mod sdk_metrics;
 pub mod security_groups;
 pub mod selectors;
 pub mod settings;

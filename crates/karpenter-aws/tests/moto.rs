@@ -14,6 +14,9 @@ mod cloud_provider;
 #[path = "moto/launch_template.rs"]
 mod launch_template;
 
+#[path = "moto/sdk_metrics.rs"]
+mod sdk_metrics;
+
 #[path = "moto/interruption_source.rs"]
 mod interruption_source;
 

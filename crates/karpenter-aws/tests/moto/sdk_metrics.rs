@@ -1,0 +1,71 @@
+//! The SDK request metrics against moto: every client the provider builds counts its calls by operation and
+//! outcome, and times them.
+
+use karpenter_aws::sdk_metrics::sdk_metrics;
+
+use crate::moto_or_skip;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_calls_are_counted_by_operation_and_error_code_and_timed() {
+    let moto = moto_or_skip!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let metrics = sdk_metrics();
+    // Other tests in this binary call the same operations concurrently, so only increases are asserted.
+    let count = |service: &str, operation: &str, code: &str| metrics.request_count(service, operation, code);
+
+    let ok = count("EC2", "DescribeLaunchTemplates", "OK");
+    clients.ec2.describe_launch_templates().send().await.unwrap();
+    assert!(count("EC2", "DescribeLaunchTemplates", "OK") > ok);
+
+    let not_found = count(
+        "EC2",
+        "DescribeLaunchTemplates",
+        "InvalidLaunchTemplateName.NotFoundException",
+    );
+    clients
+        .ec2
+        .describe_launch_templates()
+        .launch_template_names("karpenter.k8s.aws/missing")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        count(
+            "EC2",
+            "DescribeLaunchTemplates",
+            "InvalidLaunchTemplateName.NotFoundException"
+        ) > not_found
+    );
+
+    // A JSON-protocol service (SSM) and a query-compatible one (SQS) name their error codes too.
+    let parameter = count("SSM", "GetParameter", "ParameterNotFound");
+    clients
+        .ssm
+        .get_parameter()
+        .name("/karpenter/no-such-parameter")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(count("SSM", "GetParameter", "ParameterNotFound") > parameter);
+    let queue = count("SQS", "GetQueueUrl", "AWS.SimpleQueueService.NonExistentQueue");
+    clients
+        .sqs
+        .get_queue_url()
+        .queue_name("no-such-queue")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(count("SQS", "GetQueueUrl", "AWS.SimpleQueueService.NonExistentQueue") > queue);
+
+    let text = metrics.encode();
+    assert!(
+        text.contains(
+            r#"karpenter_cloudprovider_aws_sdk_request_duration_seconds_count{service="EC2",operation="DescribeLaunchTemplates"}"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"karpenter_cloudprovider_aws_sdk_requests_total{service="SSM",operation="GetParameter",code="ParameterNotFound"}"#),
+        "{text}"
+    );
+}
