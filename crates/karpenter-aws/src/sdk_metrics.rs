@@ -8,11 +8,9 @@
 //! - `karpenter_cloudprovider_aws_sdk_request_duration_seconds{service, operation}`: how long each call took,
 //!   retries and backoff included.
 //!
-//! Upstream exports similar series (`aws_sdk_go_request_*`) through a Go SDK middleware. They live in their own
-//! registry ([`sdk_metrics`]) because the process-wide one in karpenter-metrics has a fixed set of metrics; the
-//! operator's `/metrics` serves them by appending [`SdkMetrics::encode_series`].
+//! Upstream exports similar series (`aws_sdk_go_request_*`) through a Go SDK middleware. Both live in the
+//! process-wide registry of karpenter-metrics, so `/metrics` and docs/reference/metrics.md carry them.
 
-use std::sync::OnceLock;
 use std::time::Instant;
 
 use aws_smithy_runtime_api::box_error::BoxError;
@@ -23,103 +21,18 @@ use aws_smithy_runtime_api::client::interceptors::context::{
 use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use karpenter_metrics::{AwsSdkOperationLabels, AwsSdkRequestLabels, metrics};
 
-/// A call's service (`EC2`, `SSM`, ...) and operation (`CreateFleet`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SdkOperationLabels {
-    pub service: String,
-    pub operation: String,
-}
-
-/// A call and how it ended.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SdkRequestLabels {
-    pub service: String,
-    pub operation: String,
-    pub code: String,
-}
-
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
-
-/// 10 ms to about 80 s, doubling: API calls take tens of milliseconds, CreateFleet and retried calls seconds.
-fn duration_histogram() -> Histogram {
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-        0.01, 2.0, 14,
-    ))
-}
-
-/// The SDK request metrics and their registry.
-pub struct SdkMetrics {
-    registry: Registry,
-    pub requests: Family<SdkRequestLabels, Counter>,
-    pub duration_seconds: HistogramFamily<SdkOperationLabels>,
-}
-
-impl std::fmt::Debug for SdkMetrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SdkMetrics").finish_non_exhaustive()
-    }
-}
-
-impl SdkMetrics {
-    fn new() -> Self {
-        let requests = Family::default();
-        let duration_seconds = Family::new_with_constructor(duration_histogram as fn() -> Histogram);
-        let mut registry = Registry::default();
-        // Counters are registered without `_total`; the encoder adds it.
-        registry.register(
-            "karpenter_cloudprovider_aws_sdk_requests",
-            "AWS API calls by service, operation and outcome code (OK or AWS's error code).",
-            requests.clone(),
-        );
-        registry.register(
-            "karpenter_cloudprovider_aws_sdk_request_duration_seconds",
-            "Duration of AWS API calls, retries included, by service and operation.",
-            duration_seconds.clone(),
-        );
-        Self {
-            registry,
-            requests,
-            duration_seconds,
-        }
-    }
-
-    /// The OpenMetrics text of these metrics, ending in `# EOF`.
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
-        out
-    }
-
-    /// [`SdkMetrics::encode`] without the final `# EOF`, to be placed before another registry's.
-    pub fn encode_series(&self) -> String {
-        let text = self.encode();
-        text.strip_suffix("# EOF\n").unwrap_or(&text).to_string()
-    }
-
-    /// How many calls of `service`'s `operation` ended with `code`.
-    pub fn request_count(&self, service: &str, operation: &str, code: &str) -> u64 {
-        self.requests
-            .get_or_create(&SdkRequestLabels {
-                service: service.into(),
-                operation: operation.into(),
-                code: code.into(),
-            })
-            .get()
-    }
-}
-
-/// The process's SDK request metrics.
-pub fn sdk_metrics() -> &'static SdkMetrics {
-    static METRICS: OnceLock<SdkMetrics> = OnceLock::new();
-    METRICS.get_or_init(SdkMetrics::new)
+/// How many calls of `service`'s `operation` ended with `code` in this process.
+pub fn request_count(service: &str, operation: &str, code: &str) -> u64 {
+    metrics()
+        .cloudprovider_aws_sdk_requests
+        .get_or_create(&AwsSdkRequestLabels {
+            service: service.into(),
+            operation: operation.into(),
+            code: code.into(),
+        })
+        .get()
 }
 
 /// When the call started, kept in the call's config bag between the interceptor's hooks.
@@ -170,7 +83,7 @@ fn outcome(context: &FinalizerInterceptorContextRef<'_>) -> String {
     }
 }
 
-/// Records [`SdkMetrics`] for every call of the client it is registered on.
+/// Records the SDK request metrics for every call of the client it is registered on.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SdkMetricsInterceptor;
 
@@ -198,19 +111,19 @@ impl Intercept for SdkMetricsInterceptor {
             || ("unknown".to_string(), "unknown".to_string()),
             |m| (m.service().to_string(), m.name().to_string()),
         );
-        let metrics = sdk_metrics();
+        let metrics = metrics();
         if let Some(CallStarted(started)) = cfg.load::<CallStarted>() {
             metrics
-                .duration_seconds
-                .get_or_create(&SdkOperationLabels {
+                .cloudprovider_aws_sdk_request_duration_seconds
+                .get_or_create(&AwsSdkOperationLabels {
                     service: service.clone(),
                     operation: operation.clone(),
                 })
                 .observe(started.elapsed().as_secs_f64());
         }
         metrics
-            .requests
-            .get_or_create(&SdkRequestLabels {
+            .cloudprovider_aws_sdk_requests
+            .get_or_create(&AwsSdkRequestLabels {
                 service,
                 operation,
                 code: outcome(context),
@@ -284,24 +197,22 @@ mod tests {
     }
 
     #[test]
-    fn the_registry_exports_upstream_style_names() {
-        let metrics = sdk_metrics();
-        metrics
-            .requests
-            .get_or_create(&SdkRequestLabels {
+    fn calls_are_exported_under_upstream_style_names() {
+        metrics()
+            .cloudprovider_aws_sdk_requests
+            .get_or_create(&AwsSdkRequestLabels {
                 service: "EC2".into(),
                 operation: "UnitTestOperation".into(),
                 code: "OK".into(),
             })
             .inc();
-        let text = metrics.encode();
+        assert_eq!(request_count("EC2", "UnitTestOperation", "OK"), 1);
+        let text = metrics().encode();
         assert!(
             text.contains(
                 r#"karpenter_cloudprovider_aws_sdk_requests_total{service="EC2",operation="UnitTestOperation",code="OK"} 1"#
             ),
             "{text}"
         );
-        assert!(text.ends_with("# EOF\n"));
-        assert!(!metrics.encode_series().contains("# EOF"));
     }
 }

@@ -71,6 +71,22 @@ pub struct CloudProviderErrorLabels {
     pub error: String,
 }
 
+/// One AWS API call: its service (`EC2`, `SSM`, ...) and operation (`CreateFleet`).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AwsSdkOperationLabels {
+    pub service: String,
+    pub operation: String,
+}
+
+/// One AWS API call and how it ended: `OK`, AWS's error code, the HTTP status, or `Timeout`,
+/// `ConnectionError`, `ClientError` when no answer came.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AwsSdkRequestLabels {
+    pub service: String,
+    pub operation: String,
+    pub code: String,
+}
+
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
     /// `delete` or `replace`.

@@ -53,6 +53,8 @@ pub struct Metrics {
     pub pods_drained: Family<ReasonLabels, Counter>,
     pub cloudprovider_duration_seconds: HistogramFamily<CloudProviderLabels>,
     pub cloudprovider_errors: Family<CloudProviderErrorLabels, Counter>,
+    pub cloudprovider_aws_sdk_requests: Family<AwsSdkRequestLabels, Counter>,
+    pub cloudprovider_aws_sdk_request_duration_seconds: HistogramFamily<AwsSdkOperationLabels>,
     pub voluntary_disruption_decisions: Family<DecisionLabels, Counter>,
     pub voluntary_disruption_decision_evaluation_duration_seconds: HistogramFamily<EvaluationLabels>,
     pub voluntary_disruption_eligible_nodes: Family<ReasonLabels, Gauge>,
@@ -113,6 +115,8 @@ impl Metrics {
             pods_drained: Family::default(),
             cloudprovider_duration_seconds: histograms(),
             cloudprovider_errors: Family::default(),
+            cloudprovider_aws_sdk_requests: Family::default(),
+            cloudprovider_aws_sdk_request_duration_seconds: histograms(),
             voluntary_disruption_decisions: Family::default(),
             voluntary_disruption_decision_evaluation_duration_seconds: histograms(),
             voluntary_disruption_eligible_nodes: Family::default(),
@@ -195,6 +199,16 @@ impl Metrics {
             &m.cloudprovider_duration_seconds,
         );
         b.add("karpenter_cloudprovider_errors", "Number of errors returned by cloud provider method calls, by controller, method, provider and error.", &m.cloudprovider_errors);
+        b.add(
+            "karpenter_cloudprovider_aws_sdk_requests",
+            "Number of AWS API calls, by service, operation and outcome code (OK or the AWS error code).",
+            &m.cloudprovider_aws_sdk_requests,
+        );
+        b.add(
+            "karpenter_cloudprovider_aws_sdk_request_duration_seconds",
+            "Duration of AWS API calls, retries included, by service and operation.",
+            &m.cloudprovider_aws_sdk_request_duration_seconds,
+        );
         b.add(
             "karpenter_voluntary_disruption_decisions",
             "Number of disruption decisions performed, by decision, reason and consolidation type.",

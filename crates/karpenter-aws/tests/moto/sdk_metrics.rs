@@ -1,7 +1,7 @@
 //! The SDK request metrics against moto: every client the provider builds counts its calls by operation and
 //! outcome, and times them.
 
-use karpenter_aws::sdk_metrics::sdk_metrics;
+use karpenter_aws::sdk_metrics::request_count;
 
 use crate::moto_or_skip;
 
@@ -9,9 +9,8 @@ use crate::moto_or_skip;
 async fn sdk_calls_are_counted_by_operation_and_error_code_and_timed() {
     let moto = moto_or_skip!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let metrics = sdk_metrics();
     // Other tests in this binary call the same operations concurrently, so only increases are asserted.
-    let count = |service: &str, operation: &str, code: &str| metrics.request_count(service, operation, code);
+    let count = request_count;
 
     let ok = count("EC2", "DescribeLaunchTemplates", "OK");
     clients.ec2.describe_launch_templates().send().await.unwrap();
@@ -57,7 +56,7 @@ async fn sdk_calls_are_counted_by_operation_and_error_code_and_timed() {
         .unwrap_err();
     assert!(count("SQS", "GetQueueUrl", "AWS.SimpleQueueService.NonExistentQueue") > queue);
 
-    let text = metrics.encode();
+    let text = karpenter_metrics::metrics().encode();
     assert!(
         text.contains(
             r#"karpenter_cloudprovider_aws_sdk_request_duration_seconds_count{service="EC2",operation="DescribeLaunchTemplates"}"#
