@@ -12,4 +12,5 @@ pub mod provisioning;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;
+pub mod sharing;
 pub mod snapshot;

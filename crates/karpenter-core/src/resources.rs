@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub, SubAssign};
 
-use crate::snapshot::compact_pod::{CompactContainer, CompactPodSpec};
+use crate::snapshot::compact_pod::{CompactContainer, CompactPodTemplate};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_api::quantity::{QuantityError, format_milli, parse_milli};
 
@@ -520,7 +520,7 @@ fn is_pod_level_resource(name: &str) -> bool {
 }
 
 /// Whether any container or init container names `name` in its requests or limits.
-fn containers_name(spec: &CompactPodSpec, name: &str) -> bool {
+fn containers_name(spec: &CompactPodTemplate, name: &str) -> bool {
     spec.containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
@@ -545,7 +545,10 @@ fn containers_name(spec: &CompactPodSpec, name: &str) -> bool {
 /// 5. `pods` is 1.
 ///
 /// Requests, never limits, except that a container limit with no request defaults the request to it.
-pub fn pod_requests(spec: &CompactPodSpec, table: &mut ResourceTable) -> Result<Resources, ResourceError> {
+pub fn pod_requests(
+    spec: &CompactPodTemplate,
+    table: &mut ResourceTable,
+) -> Result<Resources, ResourceError> {
     let mut total = Resources::zero();
     for c in &spec.containers {
         total += &container_requests(c, table).map_err(|e| e.at(|| format!("container {:?}", c.name)))?;

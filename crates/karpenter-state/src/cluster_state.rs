@@ -1,6 +1,11 @@
 //! [`ClusterState`]: one projected store per kind decisions read, the synced gate, and snapshots.
 
-use std::{fmt::Debug, future::Future, pin::Pin, sync::Arc};
+use std::{
+    fmt::Debug,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, LazyLock, Mutex, PoisonError},
+};
 
 use futures::future::join_all;
 use k8s_openapi::api::{
@@ -13,7 +18,7 @@ use karpenter_api::{
     capacitybuffer::CapacityBuffer, ec2nodeclass::EC2NodeClass, nodeclaim::NodeClaim,
     nodeoverlay::NodeOverlay, nodepool::NodePool,
 };
-use karpenter_core::snapshot::{CompactPod, Snapshot};
+use karpenter_core::snapshot::{CompactPod, PodSharing, Snapshot};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -61,6 +66,16 @@ fn project_node(node: Node) -> Node {
     node
 }
 
+/// A watched Pod as the cache keeps it: compact, with its template shared with the other replicas of its
+/// workload (one copy of their labels, owners, containers' resources, tolerations, affinity and conditions
+/// instead of one per pod).
+fn project_pod(pod: Pod) -> CompactPod {
+    static SHARING: LazyLock<Mutex<PodSharing>> = LazyLock::new(Mutex::default);
+    let mut pod = CompactPod::from(pod);
+    pod.share(&mut SHARING.lock().unwrap_or_else(PoisonError::into_inner));
+    pod
+}
+
 type Watch = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Watches every object of kind `K` in the cluster into `store`, without managedFields.
@@ -91,7 +106,7 @@ impl ClusterState {
                 Api::<Pod>::all(client.clone()),
                 self.pods.clone(),
                 "Pod",
-                CompactPod::from,
+                project_pod,
             )) as Watch,
             Box::pin(reflect(
                 Api::<Node>::all(client.clone()),

@@ -14,6 +14,12 @@ mod json_stream;
 mod schedule;
 mod simulate;
 
+/// jemalloc instead of glibc's malloc: with a cache of 150,000 pods turning over, glibc keeps freed memory in
+/// fragmented arenas and the controller's RSS grows far past its live heap.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "karpenter",

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
-use crate::snapshot::compact_pod::{CompactContainer as Container, CompactPodSpec as PodSpec};
+use crate::snapshot::compact_pod::{CompactContainer as Container, CompactPodTemplate as PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use proptest::prelude::*;
 

@@ -13,8 +13,8 @@ pub mod topology;
 
 pub use nodes::{ClaimMetadata, ExistingNode, NodePoolTemplate};
 pub use pod::{
-    AffinityTerm, HostPort, LabelSelector, Labels, NamespaceScope, Pod, PreferencePolicy, Relaxation,
-    SelectorExpression, SelectorOperator, SpreadConstraint, Taint, TaintEffect, Toleration,
+    AffinityTerm, HostPort, LabelSelector, Labels, NamespaceScope, Pod, PodShape, PreferencePolicy,
+    Relaxation, SelectorExpression, SelectorOperator, SpreadConstraint, Taint, TaintEffect, Toleration,
 };
 pub use scheduler::{
     BoundPod, Launch, MinValuesPolicy, NewNodeClaim, SchedulingInput, SchedulingResults, SchedulingSettings,

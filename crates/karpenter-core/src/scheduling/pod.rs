@@ -2,6 +2,8 @@
 //! requirements (required terms as alternatives), tolerations, topology constraints and the preferences that may
 //! be relaxed one at a time, in upstream's order.
 
+use std::sync::Arc;
+
 use crate::{
     requirements::{Requirements, Symbol},
     resources::Resources,
@@ -183,11 +185,48 @@ impl HostPort {
     }
 }
 
-/// A pod to place, with its constraints.
+/// A pod to place: its id and its constraints. The constraints are shared ([`PodShape`]): the replicas of a
+/// workload convert to equal shapes, and a cluster of 150,000 pods then holds a few hundred shapes instead of
+/// 150,000 copies. Fields read through `Deref`; writing one (`DerefMut`) copies a shared shape first.
 #[derive(Debug, Clone)]
 pub struct Pod {
     /// `namespace/name`.
     pub id: String,
+    shape: Arc<PodShape>,
+}
+
+impl Pod {
+    pub fn new(id: impl Into<String>, shape: PodShape) -> Self {
+        Self::shared(id, Arc::new(shape))
+    }
+
+    /// A pod with a shape other pods may share.
+    pub fn shared(id: impl Into<String>, shape: Arc<PodShape>) -> Self {
+        Self { id: id.into(), shape }
+    }
+
+    pub fn shape(&self) -> &Arc<PodShape> {
+        &self.shape
+    }
+}
+
+impl std::ops::Deref for Pod {
+    type Target = PodShape;
+
+    fn deref(&self) -> &PodShape {
+        &self.shape
+    }
+}
+
+impl std::ops::DerefMut for Pod {
+    fn deref_mut(&mut self) -> &mut PodShape {
+        Arc::make_mut(&mut self.shape)
+    }
+}
+
+/// A pod's constraints: everything scheduling reads but its id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodShape {
     pub namespace: Symbol,
     pub labels: Labels,
     pub requests: Resources,

@@ -194,24 +194,26 @@ impl Fx {
         let ns = self.sym("default");
         let app = self.sym("app");
         let value = self.sym(name);
-        Pod {
-            id: format!("default/{name}"),
-            namespace: ns,
-            labels: Labels::new(vec![(app, value)]),
-            requests: Self::res(cpu_milli, mem_mi << 20, 1),
-            base_requirements: Requirements::new(),
-            required_terms: Vec::new(),
-            preferred_terms: Vec::new(),
-            tolerations: Vec::new(),
-            spread: Vec::new(),
-            affinity: Vec::new(),
-            anti_affinity: Vec::new(),
-            preferred_affinity: Vec::new(),
-            preferred_anti_affinity: Vec::new(),
-            host_ports: Vec::new(),
-            csi_volumes: Vec::new(),
-            priority: 0,
-        }
+        Pod::new(
+            format!("default/{name}"),
+            PodShape {
+                namespace: ns,
+                labels: Labels::new(vec![(app, value)]),
+                requests: Self::res(cpu_milli, mem_mi << 20, 1),
+                base_requirements: Requirements::new(),
+                required_terms: Vec::new(),
+                preferred_terms: Vec::new(),
+                tolerations: Vec::new(),
+                spread: Vec::new(),
+                affinity: Vec::new(),
+                anti_affinity: Vec::new(),
+                preferred_affinity: Vec::new(),
+                preferred_anti_affinity: Vec::new(),
+                host_ports: Vec::new(),
+                csi_volumes: Vec::new(),
+                priority: 0,
+            },
+        )
     }
 
     fn selector(&mut self, key: &str, value: &str) -> LabelSelector {

@@ -60,7 +60,7 @@ use crate::{
 
 use context::Context;
 
-pub use compact_pod::CompactPod;
+pub use compact_pod::{CompactPod, CompactPodTemplate, PodSharing};
 
 pub use disruption_inputs::{ClaimInfo, DisruptionInputs, PoolInfo, build_disruption_inputs};
 pub use disruption_view::build_cluster_view;

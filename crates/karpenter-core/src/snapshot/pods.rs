@@ -7,7 +7,8 @@
 
 use std::{
     cmp::Reverse,
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
 };
 
 use k8s_openapi::api::core::v1::PodAffinityTerm;
@@ -16,7 +17,7 @@ use karpenter_api::labels;
 use crate::{
     requirements::{Operator, Requirements, Symbol},
     resources::{Resources, pod_requests},
-    scheduling::{AffinityTerm, HostPort, Labels, Pod, SelectorOperator, SpreadConstraint},
+    scheduling::{AffinityTerm, HostPort, Labels, Pod, PodShape, SelectorOperator, SpreadConstraint},
 };
 
 use super::{
@@ -155,6 +156,8 @@ pub(super) struct PodConverter<'a, 's> {
     namespaces: &'a NamespaceIndex<'s>,
     volumes: &'a VolumeIndex<'s>,
     namespace_cache: HashMap<String, Vec<Symbol>>,
+    /// The distinct shapes converted so far.
+    shapes: HashSet<Arc<PodShape>>,
 }
 
 impl<'a, 's> PodConverter<'a, 's> {
@@ -163,6 +166,7 @@ impl<'a, 's> PodConverter<'a, 's> {
             namespaces,
             volumes,
             namespace_cache: HashMap::new(),
+            shapes: HashSet::new(),
         }
     }
 
@@ -290,8 +294,7 @@ impl<'a, 's> PodConverter<'a, 's> {
                 .iter()
                 .map(|(d, id)| (cx.interner.intern(d), id.as_str())),
         );
-        Ok(Pod {
-            id: pod_id(pod),
+        let shape = PodShape {
             namespace: cx.interner.intern(namespace),
             labels: pod_labels_of(pod_labels, cx),
             requests,
@@ -307,7 +310,18 @@ impl<'a, 's> PodConverter<'a, 's> {
             host_ports: host_ports(spec, cx),
             csi_volumes,
             priority: spec.priority.unwrap_or(0),
-        })
+        };
+        Ok(Pod::shared(pod_id(pod), self.share(shape)))
+    }
+
+    /// `shape`, or an equal one converted before (the replicas of a workload), so they share one allocation.
+    fn share(&mut self, shape: PodShape) -> Arc<PodShape> {
+        if let Some(existing) = self.shapes.get(&shape) {
+            return Arc::clone(existing);
+        }
+        let shape = Arc::new(shape);
+        self.shapes.insert(Arc::clone(&shape));
+        shape
     }
 
     fn spread(
