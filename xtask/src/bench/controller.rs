@@ -11,7 +11,9 @@
 //! [`STOP_TIMEOUT`]). peak_rss_bytes is the child's VmHWM read from /proc just before the signal (what
 //! getrusage's ru_maxrss would report for it); rss_at_ready_bytes its VmRSS when /readyz first answered 200;
 //! cpu_seconds its user + system time. The controller's log (stdout and stderr) goes to
-//! target/bench/controller.log.
+//! target/bench/controller.log. To see where the memory goes, `KARPENTER_BENCH_WRAPPER="heaptrack -o
+//! target/bench/controller"` runs the controller under that command (the row's memory figures are then the
+//! wrapper's; read the profile with `heaptrack_print`).
 //!
 //! **Provisioning latency** (rows `provision-<workload>-<N>`): an API server holding one general-purpose
 //! NodePool and N pending pods (`PodScheduled=False`, `Unschedulable`), a `ClusterState` synced on it through
@@ -398,7 +400,21 @@ fn bench_dir() -> Result<PathBuf> {
 fn spawn_controller(karpenter: &Path, kubeconfig: &Path, metrics: u16, probes: u16) -> Result<Controller> {
     let log_path = bench_dir()?.join("controller.log");
     let log = fs::File::create(&log_path).with_context(|| format!("cannot write {}", log_path.display()))?;
-    let child = Command::new(karpenter)
+    // A profiling aid (see the module documentation).
+    let wrapper: Vec<String> = std::env::var("KARPENTER_BENCH_WRAPPER")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(karpenter);
+            c
+        }
+        None => Command::new(karpenter),
+    };
+    let child = command
         .args([
             "controller",
             "--cloud-provider",
