@@ -6,29 +6,34 @@
 
 use karpenter_core::snapshot::CompactPod;
 
+/// Cheapest test first: the provisioner asks this of every pod in the cache whenever pods change, and nearly
+/// all of them are bound.
 pub fn is_provisionable(pod: &CompactPod) -> bool {
     let bound = pod
         .spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
-    let terminal = matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    );
-    let daemon = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet");
-    let unschedulable = pod
-        .status
+    if bound || pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    let terminal = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+    let unschedulable = status
+        .conditions
         .as_ref()
-        .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
         .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
-    !bound && !terminal && !daemon && pod.metadata.deletion_timestamp.is_none() && unschedulable
+    let daemon = || {
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "DaemonSet")
+    };
+    !terminal && unschedulable && !daemon()
 }
 
 #[cfg(test)]
