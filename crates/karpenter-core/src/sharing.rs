@@ -50,21 +50,8 @@ fn debug_hash<T: Debug>(value: &T) -> u64 {
 }
 
 impl<T: Debug + PartialEq> ShareCache<T> {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// `value`, or an equal value shared before.
-    pub fn share(&mut self, value: T) -> Arc<T> {
-        let hash = debug_hash(&value);
-        if let Some(found) = self.find(hash, &value) {
-            return found;
-        }
-        self.insert(hash, Arc::new(value))
-    }
-
     /// `value`, or an equal value shared before (then `value` itself is dropped).
-    pub fn share_arc(&mut self, value: Arc<T>) -> Arc<T> {
+    pub fn share(&mut self, value: Arc<T>) -> Arc<T> {
         let hash = debug_hash(&*value);
         if let Some(found) = self.find(hash, &value) {
             return found;
@@ -115,26 +102,26 @@ mod tests {
 
     #[test]
     fn equal_values_share_one_allocation_and_unused_ones_are_swept() {
-        let mut cache = ShareCache::new();
-        let a = cache.share(vec!["cpu".to_string(), "250m".to_string()]);
-        let b = cache.share(vec!["cpu".to_string(), "250m".to_string()]);
-        let c = cache.share_arc(Arc::new(vec!["cpu".to_string(), "1".to_string()]));
+        let mut cache = ShareCache::default();
+        let a = cache.share(Arc::new(vec!["cpu".to_string(), "250m".to_string()]));
+        let b = cache.share(Arc::new(vec!["cpu".to_string(), "250m".to_string()]));
+        let c = cache.share(Arc::new(vec!["cpu".to_string(), "1".to_string()]));
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(cache.len(), 2);
         drop(c);
         cache.sweep();
         assert_eq!(cache.len(), 1, "the value no one holds is gone");
-        let d = cache.share(vec!["cpu".to_string(), "250m".to_string()]);
+        let d = cache.share(Arc::new(vec!["cpu".to_string(), "250m".to_string()]));
         assert!(Arc::ptr_eq(&a, &d), "the held value is still shared");
     }
 
     #[test]
     fn the_cache_sweeps_itself_as_it_grows() {
-        let mut cache = ShareCache::new();
+        let mut cache = ShareCache::default();
         for i in 0..10 * FIRST_SWEEP {
             // Each value is dropped at once, so every sweep finds the cache empty.
-            drop(cache.share(i));
+            drop(cache.share(Arc::new(i)));
         }
         assert!(cache.len() <= FIRST_SWEEP, "{} entries", cache.len());
     }

@@ -304,12 +304,12 @@ impl CompactPod {
     /// Replaces this pod's shareable parts (metadata group, template, conditions) with equal ones already in
     /// `sharing`, held by other pods (the replicas of its workload), so each is stored once.
     pub fn share(&mut self, sharing: &mut PodSharing) {
-        self.metadata.group = sharing.groups.share_arc(std::mem::take(&mut self.metadata.group));
+        self.metadata.group = sharing.groups.share(Arc::clone(&self.metadata.group));
         if let Some(spec) = self.spec.as_mut() {
-            spec.template = sharing.templates.share_arc(std::mem::take(&mut spec.template));
+            spec.template = sharing.templates.share(Arc::clone(&spec.template));
         }
         if let Some(conditions) = self.status.as_mut().and_then(|s| s.conditions.as_mut()) {
-            *conditions = sharing.conditions.share_arc(std::mem::take(conditions));
+            *conditions = sharing.conditions.share(Arc::clone(conditions));
         }
     }
 }
@@ -373,31 +373,10 @@ impl From<PodSpec> for CompactPodTemplate {
 }
 
 impl From<&PodSpec> for CompactPodSpec {
-    /// For pod templates (DaemonSets, CapacityBuffers), which stay whole in the snapshot.
+    /// For pod templates (DaemonSets, CapacityBuffers), which stay whole in the snapshot; there are few of them,
+    /// so a copy of the whole spec is cheap.
     fn from(spec: &PodSpec) -> Self {
-        Self {
-            node_name: spec.node_name.clone(),
-            template: Arc::new(CompactPodTemplate {
-                node_selector: spec.node_selector.clone(),
-                affinity: spec.affinity.clone().map(Box::new),
-                tolerations: spec.tolerations.clone(),
-                topology_spread_constraints: spec.topology_spread_constraints.clone(),
-                priority: spec.priority,
-                host_network: spec.host_network,
-                termination_grace_period_seconds: spec.termination_grace_period_seconds,
-                containers: spec.containers.iter().map(CompactContainer::from).collect(),
-                init_containers: spec
-                    .init_containers
-                    .as_ref()
-                    .map(|cs| cs.iter().map(CompactContainer::from).collect()),
-                resources: spec.resources.clone(),
-                overhead: spec.overhead.clone(),
-                volumes: spec
-                    .volumes
-                    .as_ref()
-                    .and_then(|vs| keep_claim_volumes(vs.iter().cloned().map(CompactVolume::from))),
-            }),
-        }
+        spec.clone().into()
     }
 }
 
@@ -408,17 +387,6 @@ impl From<Container> for CompactContainer {
             resources: c.resources,
             ports: c.ports,
             restart_policy: c.restart_policy,
-        }
-    }
-}
-
-impl From<&Container> for CompactContainer {
-    fn from(c: &Container) -> Self {
-        Self {
-            name: c.name.clone(),
-            resources: c.resources.clone(),
-            ports: c.ports.clone(),
-            restart_policy: c.restart_policy.clone(),
         }
     }
 }
