@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node};
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node, events::v1::Event};
 use karpenter_api::{
     common::{ConditionStatus, find_condition},
     labels,
     nodeclaim::{NodeClaim, conditions},
 };
-use karpenter_e2e::{Harness, TestResult, apply_deployment, apply_nodepool, until_running};
+use karpenter_e2e::{Harness, TestResult, apply_deployment, apply_nodepool, running_pods, until_running};
 use kube::{
     Api,
     api::{ListParams, Patch, PatchParams},
@@ -82,6 +82,32 @@ async fn a_deployment_scaled_from_zero_gets_nodes_and_runs() -> TestResult {
             .and_then(|s| s.taints.clone())
             .unwrap_or_default();
         assert!(taints.iter().all(|t| t.key != labels::UNREGISTERED_TAINT_KEY));
+    }
+
+    // Each pod was told where it was going: one Nominated event naming a NodeClaim that was created.
+    let claim_names: Vec<String> = claims
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    let events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await?;
+    for pod in running_pods(&client, "app=web").await? {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let nominated: Vec<&Event> = events
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("Nominated"))
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str()))
+            .collect();
+        assert_eq!(nominated.len(), 1, "one Nominated event on pod {name}");
+        let note = nominated[0].note.clone().unwrap_or_default();
+        let claim = note.strip_prefix("Pod should schedule on: nodeclaim/");
+        assert!(
+            claim.is_some_and(|c| claim_names.iter().any(|n| n == c)),
+            "pod {name} nominated to an existing NodeClaim: {note}"
+        );
     }
 
     // Once every pod runs, time passing launches nothing more: no duplicate launches for pods already placed.

@@ -6,6 +6,7 @@
 //! - [`lifecycle`]: takes each NodeClaim through launch (the cloud provider's `create`), registration (its Node
 //!   appears: labels and taints synced, `karpenter.sh/unregistered` removed) and initialization (the Node is
 //!   Ready and its startup taints are gone), recording upstream's conditions on the NodeClaim;
+//! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for;
 //! - [`pending`]: which pods the provisioner acts on;
 //! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted.
 
@@ -17,6 +18,7 @@ pub mod lifecycle;
 pub mod nodepool_conditions;
 pub mod nodepool_resources;
 pub mod nodepool_status;
+pub mod nominations;
 pub mod pending;
 pub mod provisioner;
 

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use futures::{StreamExt, stream};
 use karpenter_api::{label_policy::LabelPolicy, nodeclaim::NodeClaim};
 use karpenter_core::{
     cloudprovider::CloudProvider,
@@ -16,44 +16,19 @@ use karpenter_state::ClusterState;
 use kube::{
     Api, Client,
     api::{PostParams, ResourceExt},
-    runtime::events::{Event, EventType, Recorder, Reporter},
 };
 
-use crate::{ProvisionerError, batcher::BatchWindow, catalog::catalog_for, pending::is_provisionable};
+use crate::{
+    ProvisionerError,
+    batcher::BatchWindow,
+    catalog::catalog_for,
+    nominations::{self, Nomination},
+    pending::is_provisionable,
+};
 
-/// A `Nominated` event on each pod (`namespace/name`) naming the NodeClaim made for it, as upstream's
-/// provisioner emits (`kubectl describe pod` shows where it is going).
-async fn nominate(client: Client, nominations: Vec<(String, String)>) {
-    let recorder = Recorder::new(
-        client,
-        Reporter {
-            controller: "karpenter".into(),
-            instance: None,
-        },
-    );
-    for (pod, claim) in nominations {
-        let Some((namespace, name)) = pod.split_once('/') else {
-            continue;
-        };
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(namespace.into()),
-            name: Some(name.into()),
-            ..ObjectReference::default()
-        };
-        let event = Event {
-            type_: EventType::Normal,
-            reason: "Nominated".into(),
-            note: Some(format!("Pod should schedule on: nodeclaim/{claim}")),
-            action: "Nominated".into(),
-            secondary: None,
-        };
-        if let Err(error) = recorder.publish(&event, &reference).await {
-            tracing::debug!(%pod, %error, "nomination event not sent");
-        }
-    }
-}
+/// NodeClaims created at once: a batch of 10,000 pods asks for thousands, and one at a time the round would
+/// wait out thousands of API round trips (upstream creates them in parallel too).
+const CREATE_CONCURRENCY: usize = 16;
 
 /// How the provisioner runs.
 #[derive(Debug, Clone)]
@@ -190,8 +165,8 @@ impl Provisioner {
             .iter()
             .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
             .collect();
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
-        let mut nominations = Vec::new();
+        // Build every object first, then create them concurrently; results come back in order.
+        let mut planned = Vec::with_capacity(results.new_node_claims.len());
         for claim in &results.new_node_claims {
             let Some(template) = inputs.input.templates.get(claim.template) else {
                 continue;
@@ -208,25 +183,56 @@ impl Provisioner {
                 },
                 claim,
             );
-            let created = api.create(&PostParams::default(), &object).await?;
+            planned.push((object, template.name.as_str(), claim));
+        }
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let params = PostParams::default();
+        // Collected first: a closure inside the stream would make this future's Send-ness depend on
+        // higher-ranked lifetimes the compiler cannot prove.
+        let creates: Vec<_> = planned
+            .iter()
+            .map(|(object, ..)| api.create(&params, object))
+            .collect();
+        let outcomes: Vec<_> = stream::iter(creates).buffered(CREATE_CONCURRENCY).collect().await;
+        let mut nominations = Vec::new();
+        let mut first_error = None;
+        for ((_, pool, claim), outcome) in planned.iter().zip(outcomes) {
+            let created = match outcome {
+                Ok(created) => created,
+                Err(error) => {
+                    tracing::warn!(controller = "provisioner", nodepool = %pool, %error, "creating a NodeClaim failed");
+                    first_error.get_or_insert(error);
+                    continue;
+                }
+            };
             metrics
                 .nodeclaims_created
                 .get_or_create(&karpenter_metrics::NodeClaimCreatedLabels {
                     reason: "provisioning".into(),
-                    nodepool: template.name.clone(),
+                    nodepool: (*pool).to_string(),
                     min_values_relaxed: claim.min_values_relaxed.to_string(),
                 })
                 .inc();
-            let pods = claim
-                .pods
-                .iter()
-                .filter_map(|p| inputs.pod_names.get(*p).cloned());
-            nominations.extend(pods.map(|pod| (pod, created.name_any())));
-            round.created.push(created.name_any());
+            let name = created.name_any();
+            nominations.extend(
+                claim
+                    .pods
+                    .iter()
+                    .filter_map(|p| inputs.pod_names.get(*p).cloned())
+                    .map(|pod| Nomination {
+                        pod,
+                        node_claim: name.clone(),
+                    }),
+            );
+            round.created.push(name);
         }
         if !nominations.is_empty() {
             // Events are informational: sent beside the next round, never slowing this one down.
-            tokio::spawn(nominate(self.client.clone(), nominations));
+            tokio::spawn(nominations::publish(self.client.clone(), nominations));
+        }
+        // The NodeClaims that were created stand (their pods are nominated); the next round retries the rest.
+        if let Some(error) = first_error {
+            return Err(error.into());
         }
         Ok(round)
     }
