@@ -6,12 +6,17 @@
 //!   [`plan_launch`] picks the offerings, a launch template is ensured for the AMI (created at most once per
 //!   cache TTL; one found missing at launch is created again and the launch retried once), and an instant
 //!   CreateFleet launches one instance ([`crate::launch`]: capacity errors mark offerings unavailable and surface as
-//!   `InsufficientCapacity`). The claim comes back hydrated: provider ID `aws:///<zone>/<instance-id>`, the
-//!   instance type's single-valued labels plus zone, zone ID and capacity type, image, capacity and
-//!   allocatable, and the class's drift hash annotations.
+//!   `InsufficientCapacity`). A reserved launch first takes one instance of its capacity reservation from the
+//!   shared [`ReservationAvailability`] (planning again without the reservation when another launch took its
+//!   last one), and keeps it counted once launched. The claim comes back hydrated: provider ID
+//!   `aws:///<zone>/<instance-id>`, the instance type's single-valued labels plus zone, zone ID and capacity
+//!   type (and, in a reservation, its id and type labels), image, capacity and allocatable, and the class's
+//!   drift hash annotations.
 //! - `delete`, `get`, `list`: by provider ID and by the cluster's tags; NodeClaimNotFound once terminated.
 //! - `instance_types`: the discovered types under the NodePool's class's capacity settings, priced, with
-//!   recently out-of-capacity offerings and zones without a subnet of the class unavailable.
+//!   recently out-of-capacity offerings and zones without a subnet of the class unavailable, and with the
+//!   ReservedCapacity gate on a `reserved` offering per capacity reservation of the class
+//!   ([`crate::capacity_reservations::offerings`]).
 //! - Drift ([`crate::drift`]) from the caches of classes and instances the calls above keep.
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,9 +31,10 @@ use karpenter_api::ec2nodeclass::{
     AmiFamily, EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus, conditions,
 };
 use karpenter_api::labels::{
-    AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL,
-    AWS_GROUP, AWS_TAG_NODECLAIM, AWS_ZONE_ID_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL,
-    NODEPOOL_LABEL, ZONE_LABEL,
+    AWS_CAPACITY_RESERVATION_ID_LABEL, AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL,
+    AWS_CAPACITY_RESERVATION_TYPE_LABEL, AWS_EC2NODECLASS_HASH_ANNOTATION,
+    AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL, AWS_GROUP, AWS_TAG_NODECLAIM,
+    AWS_ZONE_ID_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL, ZONE_LABEL,
 };
 use karpenter_api::nodeclaim::{NodeClaim, NodeClaimStatus};
 use karpenter_api::nodepool::NodePool;
@@ -38,6 +44,8 @@ use karpenter_core::cloudprovider::{CloudProvider, CloudProviderError, NodeClass
 use karpenter_core::disruption::drift::DriftProvider;
 
 use crate::capacity::capacity_settings;
+use crate::capacity_reservations::offerings::{add_reserved_offerings, withdraw_reservation};
+use crate::capacity_reservations::{ReservationAvailability, ReservationSlot, reservation_type_label};
 use crate::client::AwsClients;
 use crate::drift::drift_reason;
 use crate::error::AwsError;
@@ -51,7 +59,8 @@ use crate::launch_plan::{LaunchPlan, plan_launch};
 use crate::launch_template::{LaunchTemplateCache, LaunchTemplateSpec, LaunchTemplates};
 use crate::node_claim::instance_to_node_claim;
 use crate::node_classes::{NodeClassCache, NodeClassSource};
-use crate::nodeclass::{resolve, status::compute_status};
+use crate::nodeclass::resolve;
+use crate::nodeclass::status::{Resolution, compute_status};
 use crate::pricing::PricingProvider;
 use crate::settings::AwsSettings;
 use crate::tags::launch_tags;
@@ -74,6 +83,7 @@ pub struct AwsCloudProvider {
     instance_types: Arc<InstanceTypeProvider>,
     pricing: Arc<PricingProvider>,
     unavailable: Arc<UnavailableOfferings>,
+    reservations: Arc<ReservationAvailability>,
     instances: Arc<InstanceCache>,
     launch_template_cache: Arc<LaunchTemplateCache>,
     kubernetes_version: RwLock<String>,
@@ -173,6 +183,7 @@ impl AwsCloudProvider {
             instance_types: Arc::new(InstanceTypeProvider::new(clients.region.clone())),
             pricing: Arc::new(pricing),
             unavailable: Arc::new(UnavailableOfferings::default()),
+            reservations: Arc::new(ReservationAvailability::default()),
             instances: Arc::new(InstanceCache::default()),
             launch_template_cache: Arc::new(LaunchTemplateCache::default()),
             node_class_cache: Arc::new(NodeClassCache::default()),
@@ -193,6 +204,24 @@ impl AwsCloudProvider {
 
     pub fn unavailable_offerings(&self) -> &Arc<UnavailableOfferings> {
         &self.unavailable
+    }
+
+    /// How many instances each capacity reservation can still take.
+    pub fn reservation_availability(&self) -> &Arc<ReservationAvailability> {
+        &self.reservations
+    }
+
+    /// Takes EC2's instance counts of the capacity reservations `resolution` found.
+    pub fn record_capacity_reservations(&self, resolution: &Resolution) {
+        if let Some(Ok(discovery)) = &resolution.capacity_reservations {
+            self.reservations.record_reported(
+                discovery
+                    .reservations
+                    .iter()
+                    .map(|r| (r.status.id.as_str(), r.available_instance_count)),
+                discovery.asked_at,
+            );
+        }
     }
 
     pub fn instance_cache(&self) -> &Arc<InstanceCache> {
@@ -243,14 +272,38 @@ impl AwsCloudProvider {
         spot.and(on_demand).map(|_| ())
     }
 
-    /// The class's instance types (every discovered type, available or not).
+    /// The class's instance types (every discovered type, available or not), with its capacity reservations
+    /// as reserved offerings.
     pub fn catalog_for(&self, node_class: &EC2NodeClass) -> Result<Vec<CatalogInstanceType>, AwsError> {
+        self.catalog_with(node_class, node_class.status.as_ref())
+    }
+
+    /// [`AwsCloudProvider::catalog_for`] with the class's reservations from `status` (a launch may have
+    /// resolved the class itself).
+    fn catalog_with(
+        &self,
+        node_class: &EC2NodeClass,
+        status: Option<&EC2NodeClassStatus>,
+    ) -> Result<Vec<CatalogInstanceType>, AwsError> {
+        let now = Instant::now();
         let mut catalog = self.instance_types.list(
             &capacity_settings(node_class, &self.settings),
             &self.pricing,
             &self.unavailable,
-            Instant::now(),
+            now,
         )?;
+        if self.settings.reserved_capacity
+            && let Some(status) = status
+        {
+            add_reserved_offerings(
+                &mut catalog,
+                &status.capacity_reservations,
+                &self.reservations,
+                &self.unavailable,
+                &self.pricing,
+                now,
+            );
+        }
         let zones = node_class.zones();
         // Before the class has subnets every zone is possible; after, only theirs.
         if !zones.is_empty() {
@@ -295,9 +348,11 @@ impl AwsCloudProvider {
             &self.clients,
             node_class,
             &self.kubernetes_version(),
+            self.settings.reserved_capacity,
             Timestamp::now(),
         )
         .await;
+        self.record_capacity_reservations(&resolution);
         resolution.instance_profile = self.ensure_instance_profile(node_class).await;
         if let Some(err) = resolution.error() {
             return Err(CloudProviderError::Transient(format!(
@@ -328,10 +383,10 @@ impl AwsCloudProvider {
             return Err(not_ready(&class_name, "EC2NodeClass is being deleted"));
         }
         let status = self.launch_status(&node_class).await?;
-        let catalog = self
-            .catalog_for(&node_class)
+        let mut catalog = self
+            .catalog_with(&node_class, Some(&status))
             .map_err(|e| not_ready(&class_name, e.to_string()))?;
-        let plan = plan_launch(claim, &catalog, &status.amis, &status.subnets)?;
+        let (plan, reservation_slot) = self.plan_and_take_reservation(claim, &mut catalog, &status)?;
 
         let mut resolved_class = (*node_class).clone();
         resolved_class.status = Some(status.clone());
@@ -361,6 +416,7 @@ impl AwsCloudProvider {
         let mut request = LaunchRequest {
             launch_template_name: template_name,
             capacity_type: plan.capacity_type.clone(),
+            reservation: plan.reservation.clone(),
             overrides,
             tags: tags.clone(),
             zone_ids: status
@@ -390,6 +446,9 @@ impl AwsCloudProvider {
                 }
                 other => other?,
             };
+        if let Some(slot) = reservation_slot {
+            slot.launched(Instant::now());
+        }
 
         let image_id = plan
             .overrides
@@ -402,6 +461,7 @@ impl AwsCloudProvider {
             instance_type: launched.instance_type.clone(),
             zone: launched.zone.clone(),
             capacity_type: launched.capacity_type.clone(),
+            capacity_reservation_id: plan.reservation.as_ref().map(|r| r.id.clone()),
             state: "pending".into(),
             image_id: Some(image_id),
             launch_time: Some(Timestamp::now()),
@@ -413,6 +473,33 @@ impl AwsCloudProvider {
         self.instances.insert(instance.clone());
         let entry = catalog.iter().find(|t| t.name == launched.instance_type);
         Ok(self.hydrate(claim, &node_class, &status, &instance, entry))
+    }
+
+    /// The launch plan for `claim`; for a reserved plan also one instance of its reservation, taken so that
+    /// concurrent launches do not count on the same one. A reservation another launch emptied since `catalog`
+    /// was built is withdrawn from it and the claim planned again (each round withdraws one reservation).
+    fn plan_and_take_reservation(
+        &self,
+        claim: &NodeClaim,
+        catalog: &mut [CatalogInstanceType],
+        status: &EC2NodeClassStatus,
+    ) -> Result<(LaunchPlan, Option<ReservationSlot>), CloudProviderError> {
+        loop {
+            let plan = plan_launch(
+                claim,
+                catalog,
+                &status.amis,
+                &status.subnets,
+                &status.capacity_reservations,
+            )?;
+            let Some(target) = &plan.reservation else {
+                return Ok((plan, None));
+            };
+            match self.reservations.try_take(&target.id) {
+                Some(slot) => return Ok((plan, Some(slot))),
+                None => withdraw_reservation(catalog, &target.id),
+            }
+        }
     }
 
     /// The cluster's launch templates, through the cache launches share.
@@ -508,6 +595,7 @@ impl AwsCloudProvider {
             let mut template =
                 LaunchTemplateSpec::from_node_class(node_class, &plan.image_id, &self.settings.cluster_name)?;
             template.user_data = user_data.map(|d| userdata::base64_encode(d.as_bytes()));
+            template.capacity_reservation = plan.reservation.clone();
             let name = self
                 .launch_templates()
                 .ensure(&template, Instant::now())
@@ -554,6 +642,29 @@ impl AwsCloudProvider {
         labels.insert(INSTANCE_TYPE_LABEL.into(), instance.instance_type.clone());
         labels.insert(ZONE_LABEL.into(), instance.zone.clone());
         labels.insert(CAPACITY_TYPE_LABEL.into(), instance.capacity_type.clone());
+        // The type admits every reservation label once it has a reservation; the launch decides which apply.
+        for key in [
+            AWS_CAPACITY_RESERVATION_ID_LABEL,
+            AWS_CAPACITY_RESERVATION_TYPE_LABEL,
+            AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL,
+        ] {
+            labels.remove(key);
+        }
+        if let Some(reservation) = instance
+            .capacity_reservation_id
+            .as_ref()
+            .and_then(|id| status.capacity_reservations.iter().find(|r| r.id == *id))
+        {
+            labels.insert(AWS_CAPACITY_RESERVATION_ID_LABEL.into(), reservation.id.clone());
+            labels.insert(
+                AWS_CAPACITY_RESERVATION_TYPE_LABEL.into(),
+                reservation_type_label(reservation.reservation_type).into(),
+            );
+            labels.insert(
+                AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL.into(),
+                reservation.interruptible.to_string(),
+            );
+        }
         if let Some(zone_id) = status
             .subnets
             .iter()

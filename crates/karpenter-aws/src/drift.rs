@@ -121,6 +121,7 @@ mod tests {
             instance_type: "m5.large".into(),
             zone: "us-west-2a".into(),
             capacity_type: "spot".into(),
+            capacity_reservation_id: None,
             state: "running".into(),
             image_id: Some("ami-new".into()),
             launch_time: None,

@@ -34,6 +34,9 @@ pub const UNFULFILLABLE_CAPACITY_CODES: [&str; 6] = [
     "InsufficientFreeAddressesInSubnet",
 ];
 
+/// The EC2 error code of a launch into a capacity reservation that has no instances left.
+pub const RESERVATION_CAPACITY_EXCEEDED: &str = "ReservationCapacityExceeded";
+
 /// Everything that can go wrong in the AWS provider.
 #[derive(Debug, thiserror::Error)]
 pub enum AwsError {
@@ -175,6 +178,12 @@ pub fn is_unfulfillable_capacity_code(code: &str) -> bool {
     UNFULFILLABLE_CAPACITY_CODES.contains(&code)
 }
 
+/// Whether an EC2 error code on a launch into a capacity reservation means the reservation is full (or EC2
+/// lacks capacity for it): the reserved offering is then unavailable for a while.
+pub fn is_reservation_capacity_code(code: &str) -> bool {
+    code == RESERVATION_CAPACITY_EXCEEDED || is_unfulfillable_capacity_code(code)
+}
+
 /// The mapping for instance operations (get, list, delete): NotFound means the instance is gone, and so is a
 /// provider ID that names no EC2 instance (the NodeClaim has no instance of ours). Launches map their errors
 /// themselves (`launch::create_fleet`).
@@ -216,6 +225,9 @@ mod tests {
         assert_eq!(other.to_string(), "CreateFleet: InvalidParameterValue: bad");
         assert!(is_unfulfillable_capacity_code("InsufficientInstanceCapacity"));
         assert!(!is_unfulfillable_capacity_code("InvalidParameterValue"));
+        assert!(is_reservation_capacity_code("ReservationCapacityExceeded"));
+        assert!(is_reservation_capacity_code("InsufficientInstanceCapacity"));
+        assert!(!is_unfulfillable_capacity_code("ReservationCapacityExceeded"));
     }
 
     #[test]

@@ -10,6 +10,8 @@ use std::sync::{PoisonError, RwLock};
 use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
 use jiff::Timestamp;
 
+use karpenter_api::labels::CAPACITY_TYPE_RESERVED;
+
 use crate::error::AwsError;
 use crate::instance_types::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 
@@ -24,8 +26,10 @@ pub struct Ec2Instance {
     pub id: String,
     pub instance_type: String,
     pub zone: String,
-    /// `spot` or `on-demand`.
+    /// `spot`, `on-demand`, or `reserved` for an instance in a capacity reservation.
     pub capacity_type: String,
+    /// The capacity reservation the instance runs in.
+    pub capacity_reservation_id: Option<String>,
     /// pending, running, stopping, stopped or shutting-down.
     pub state: String,
     pub image_id: Option<String>,
@@ -58,10 +62,13 @@ impl Ec2Instance {
                 .to_string(),
             capacity_type: if instance.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
                 CAPACITY_TYPE_SPOT
+            } else if instance.capacity_reservation_id().is_some() {
+                CAPACITY_TYPE_RESERVED
             } else {
                 CAPACITY_TYPE_ON_DEMAND
             }
             .to_string(),
+            capacity_reservation_id: instance.capacity_reservation_id().map(str::to_string),
             state: state.as_str().to_string(),
             image_id: instance.image_id().map(str::to_string),
             launch_time: instance

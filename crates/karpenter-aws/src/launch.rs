@@ -5,21 +5,26 @@
 //!
 //! Follows upstream's `instance.Provider.Create` (pkg/providers/instance): spot uses the
 //! price-capacity-optimized allocation strategy, on-demand lowest-price; one TagSpecification each for the
-//! instance, its volumes and the fleet.
+//! instance, its volumes and the fleet. A launch into a capacity reservation ([`LaunchRequest::reservation`])
+//! asks for on-demand capacity (`capacity-block` for a capacity block) through a launch template that targets
+//! the reservation; when EC2 finds the reservation full (ReservationCapacityExceeded, or a capacity error) the
+//! reservation's offering is marked unavailable and the error is InsufficientCapacity for capacity type
+//! `reserved`, so the next round falls back to spot or on-demand.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use aws_sdk_ec2::types::{
-    FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
+    DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
     FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceType,
     OnDemandOptionsRequest, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
     TargetCapacitySpecificationRequest,
 };
 use karpenter_core::cloudprovider::{CloudProviderError, UnavailableOffering};
 
-use crate::error::{AwsError, is_unfulfillable_capacity_code};
-use crate::instance_types::CAPACITY_TYPE_SPOT;
+use crate::capacity_reservations::ReservationTarget;
+use crate::error::{AwsError, is_reservation_capacity_code, is_unfulfillable_capacity_code};
+use crate::instance_types::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 use crate::unavailable_offerings::UnavailableOfferings;
 
 // Launch templates lived here first; callers still find them under this path.
@@ -51,8 +56,10 @@ pub struct LaunchOverride {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchRequest {
     pub launch_template_name: String,
-    /// `spot` or `on-demand`.
+    /// `spot`, `on-demand` or `reserved`.
     pub capacity_type: String,
+    /// The capacity reservation a `reserved` launch targets (its launch templates name it too).
+    pub reservation: Option<ReservationTarget>,
     pub overrides: Vec<LaunchOverride>,
     /// Tags for the instance, its volumes and the fleet (karpenter.sh/nodepool, eks:eks-cluster-name, ...).
     pub tags: BTreeMap<String, String>,
@@ -96,6 +103,12 @@ pub async fn create_fleet(
         });
     }
     let spot = request.capacity_type == CAPACITY_TYPE_SPOT;
+    // EC2 knows no "reserved" capacity: a reservation is filled with on-demand (or capacity-block) capacity.
+    let target_capacity_type = match &request.reservation {
+        Some(r) if r.is_capacity_block() => DefaultTargetCapacityType::CapacityBlock,
+        Some(_) => DefaultTargetCapacityType::from(CAPACITY_TYPE_ON_DEMAND),
+        None => DefaultTargetCapacityType::from(request.capacity_type.as_str()),
+    };
     let mut overrides = request.overrides.clone();
     overrides.sort_by(|a, b| a.price.total_cmp(&b.price));
     // One launch template config per template, in the order of their cheapest override.
@@ -157,7 +170,7 @@ pub async fn create_fleet(
         .target_capacity_specification(
             TargetCapacitySpecificationRequest::builder()
                 .total_target_capacity(1)
-                .default_target_capacity_type(request.capacity_type.as_str().into())
+                .default_target_capacity_type(target_capacity_type)
                 .build(),
         )
         .set_tag_specifications((!tag_specifications.is_empty()).then_some(tag_specifications));
@@ -198,9 +211,10 @@ pub async fn create_fleet(
             .and_then(|o| o.instance_type())
             .map(|t| t.as_str().to_string());
         let zone = override_.and_then(|o| o.availability_zone()).map(str::to_string);
-        let capacity_type = error
-            .lifecycle()
-            .map_or(request.capacity_type.clone(), |l| l.as_str().to_string());
+        let capacity_type = match (&request.reservation, error.lifecycle()) {
+            (None, Some(lifecycle)) => lifecycle.as_str().to_string(),
+            _ => request.capacity_type.clone(),
+        };
         let zone_name = zone.clone().unwrap_or_default();
         record_launch_failure(
             &zone_name,
@@ -208,6 +222,17 @@ pub async fn create_fleet(
             &capacity_type,
             if code.is_empty() { "Unknown" } else { code },
         );
+        if let Some(reservation) = &request.reservation
+            && is_reservation_capacity_code(code)
+        {
+            unavailable.mark_reservation_unavailable(&reservation.id, now);
+            iced.push(UnavailableOffering {
+                instance_type: instance_type.unwrap_or_default(),
+                zone: zone_name,
+                capacity_type,
+            });
+            continue;
+        }
         match (is_unfulfillable_capacity_code(code), instance_type, zone) {
             (true, Some(instance_type), Some(zone)) => {
                 unavailable.mark_unavailable(&instance_type, &zone, &capacity_type, now);
@@ -240,9 +265,10 @@ pub async fn create_fleet(
                     .map(|o| o.zone.as_str())
             })?
             .to_string();
-        let capacity_type = instance
-            .lifecycle()
-            .map_or(request.capacity_type.clone(), |l| l.as_str().to_string());
+        let capacity_type = match (&request.reservation, instance.lifecycle()) {
+            (None, Some(lifecycle)) => lifecycle.as_str().to_string(),
+            _ => request.capacity_type.clone(),
+        };
         Some(LaunchedInstance {
             instance_id,
             instance_type,
@@ -254,8 +280,13 @@ pub async fn create_fleet(
         Some(instance) => Ok(instance),
         None if other_errors.is_empty() => Err(CloudProviderError::InsufficientCapacity {
             message: format!(
-                "no {} capacity for {}",
+                "no {} capacity{} for {}",
                 request.capacity_type,
+                request
+                    .reservation
+                    .as_ref()
+                    .map(|r| format!(" in capacity reservation {}", r.id))
+                    .unwrap_or_default(),
                 iced.iter()
                     .map(|o| format!("{} in {}", o.instance_type, o.zone))
                     .collect::<Vec<_>>()

@@ -2,15 +2,22 @@
 //! instance type's, narrowed to the offering's zone and capacity type, and the type's allocatable covers its
 //! requests), available, in a zone the EC2NodeClass has a subnet in, and runnable by one of the class's AMIs.
 //!
-//! Capacity type: spot when the claim allows it and a spot offering qualifies, else on-demand (upstream
-//! prefers reserved, then spot; capacity reservations are not handled here yet). Each override carries the
-//! AMI for its type (the first of the class's AMIs that runs it), so one fleet can mix architectures; the
-//! launch template holds the cheapest override's AMI. At most [`MAX_OVERRIDES`] overrides, cheapest first.
+//! Capacity type, as upstream: reserved when the claim allows it and a reserved offering (a capacity
+//! reservation of the class with instances left) qualifies, then spot, then on-demand. A reserved launch
+//! targets one reservation, the cheapest that qualifies, so it has exactly one override and its launch template
+//! names that reservation ([`LaunchPlan::reservation`]). A reserved offering carries its reservation's labels
+//! (`karpenter.k8s.aws/capacity-reservation-id` and `-type`) and the others carry none, so a claim that selects
+//! those labels gets only the reservations it names. Each override carries the AMI for its type (the first of
+//! the class's AMIs that runs it), so one fleet can mix architectures; the launch template holds the cheapest
+//! override's AMI. At most [`MAX_OVERRIDES`] overrides, cheapest first.
 
 use std::collections::BTreeMap;
 
-use karpenter_api::ec2nodeclass::{Ami, Subnet};
-use karpenter_api::labels::{CAPACITY_TYPE_LABEL, ZONE_LABEL};
+use karpenter_api::ec2nodeclass::{Ami, CapacityReservation, Subnet};
+use karpenter_api::labels::{
+    AWS_CAPACITY_RESERVATION_ID_LABEL, AWS_CAPACITY_RESERVATION_TYPE_LABEL, CAPACITY_TYPE_LABEL,
+    CAPACITY_TYPE_RESERVED, ZONE_LABEL,
+};
 use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_api::quantity::parse_milli;
 use karpenter_core::catalog::{CatalogInstanceType, Quantities};
@@ -19,6 +26,7 @@ use karpenter_core::instance_type;
 use karpenter_core::requirements::{LabelInterner, Requirement, Requirements};
 use karpenter_core::resources::ResourceTable;
 
+use crate::capacity_reservations::{ReservationTarget, reservation_type_label};
 use crate::instance_types::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 use crate::launch::LaunchOverride;
 use crate::subnets::{DiscoveredSubnet, subnets_for_launch};
@@ -36,6 +44,8 @@ pub struct LaunchPlan {
     pub overrides: Vec<LaunchOverride>,
     /// The subnet each zone launches into.
     pub subnets: BTreeMap<String, String>,
+    /// The capacity reservation a reserved launch targets.
+    pub reservation: Option<ReservationTarget>,
 }
 
 fn invalid(message: String) -> CloudProviderError {
@@ -82,15 +92,17 @@ struct Candidate {
     capacity_type: String,
     price: f64,
     image: usize,
+    reservation: Option<ReservationTarget>,
 }
 
-/// The plan for `claim` over `catalog` (the class's instance types), `amis` and `subnets` (its status).
-/// InsufficientCapacity when nothing qualifies.
+/// The plan for `claim` over `catalog` (the class's instance types, with its reserved offerings), and `amis`,
+/// `subnets` and `reservations` (its status). InsufficientCapacity when nothing qualifies.
 pub fn plan_launch(
     claim: &NodeClaim,
     catalog: &[CatalogInstanceType],
     amis: &[Ami],
     subnets: &[Subnet],
+    reservations: &[CapacityReservation],
 ) -> Result<LaunchPlan, CloudProviderError> {
     let mut interner = LabelInterner::new();
     let mut table = ResourceTable::default();
@@ -99,6 +111,8 @@ pub fn plan_launch(
     let requests = requests(claim)?;
     let zone_key = interner.intern_key(ZONE_LABEL);
     let capacity_type_key = interner.intern_key(CAPACITY_TYPE_LABEL);
+    let reservation_id_key = interner.intern_key(AWS_CAPACITY_RESERVATION_ID_LABEL);
+    let reservation_type_key = interner.intern_key(AWS_CAPACITY_RESERVATION_TYPE_LABEL);
     // An AMI whose requirements do not parse suits nothing rather than everything.
     let images: Vec<(usize, Requirements)> = amis
         .iter()
@@ -130,10 +144,22 @@ pub fn plan_launch(
         else {
             continue;
         };
+        let has_reservations = entry.offerings.iter().any(|o| o.reservation_id.is_some());
         for offering in entry.offerings.iter().filter(|o| o.available) {
-            if !launch_subnets.contains_key(&offering.zone) || offering.reservation_id.is_some() {
+            if !launch_subnets.contains_key(&offering.zone) {
                 continue;
             }
+            // A reserved offering needs its reservation in the class's status (for its kind).
+            let reservation = match &offering.reservation_id {
+                None => None,
+                Some(id) => match reservations.iter().find(|r| r.id == *id) {
+                    Some(r) => Some(ReservationTarget {
+                        id: id.clone(),
+                        reservation_type: r.reservation_type,
+                    }),
+                    None => continue,
+                },
+            };
             let mut narrowed = compiled.requirements.clone();
             narrowed.add(Requirement::in_values(
                 zone_key,
@@ -143,6 +169,25 @@ pub fn plan_launch(
                 capacity_type_key,
                 [interner.intern(&offering.capacity_type)],
             ));
+            // The reservation labels are the offering's, not the type's (which admits them all once the type
+            // has a reservation).
+            match &reservation {
+                Some(target) => {
+                    narrowed.add(Requirement::in_values(
+                        reservation_id_key,
+                        [interner.intern(&target.id)],
+                    ));
+                    narrowed.add(Requirement::in_values(
+                        reservation_type_key,
+                        [interner.intern(reservation_type_label(target.reservation_type))],
+                    ));
+                }
+                None if has_reservations => {
+                    narrowed.add(Requirement::does_not_exist(reservation_id_key));
+                    narrowed.add(Requirement::does_not_exist(reservation_type_key));
+                }
+                None => {}
+            }
             if narrowed.intersects(&wanted).is_ok() {
                 candidates.push(Candidate {
                     instance_type: entry.name.clone(),
@@ -150,11 +195,14 @@ pub fn plan_launch(
                     capacity_type: offering.capacity_type.clone(),
                     price: offering.price,
                     image,
+                    reservation,
                 });
             }
         }
     }
-    let capacity_type = if candidates.iter().any(|c| c.capacity_type == CAPACITY_TYPE_SPOT) {
+    let capacity_type = if candidates.iter().any(|c| c.reservation.is_some()) {
+        CAPACITY_TYPE_RESERVED
+    } else if candidates.iter().any(|c| c.capacity_type == CAPACITY_TYPE_SPOT) {
         CAPACITY_TYPE_SPOT
     } else {
         CAPACITY_TYPE_ON_DEMAND
@@ -165,7 +213,18 @@ pub fn plan_launch(
             .total_cmp(&b.price)
             .then_with(|| a.instance_type.cmp(&b.instance_type))
             .then_with(|| a.zone.cmp(&b.zone))
+            .then_with(|| {
+                a.reservation
+                    .as_ref()
+                    .map(|r| &r.id)
+                    .cmp(&b.reservation.as_ref().map(|r| &r.id))
+            })
     });
+    // One reservation per launch: its launch template targets it.
+    let reservation = candidates.first().and_then(|c| c.reservation.clone());
+    if reservation.is_some() {
+        candidates.truncate(1);
+    }
     let Some(image) = candidates.first().map(|c| c.image) else {
         return Err(CloudProviderError::InsufficientCapacity {
             message: format!(
@@ -198,6 +257,7 @@ pub fn plan_launch(
             .into_iter()
             .map(|(zone, subnet)| (zone, subnet.id))
             .collect(),
+        reservation,
     })
 }
 

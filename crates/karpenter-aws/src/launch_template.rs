@@ -4,9 +4,11 @@
 //! The template carries the image, security groups (on a primary network interface when the class sets
 //! `associatePublicIPAddress`, since EC2 takes the public-IP switch only there), instance profile, user data,
 //! block devices (the class's, or the AMI family's defaults: [`block_devices`]), every metadata option with
-//! upstream's defaults, detailed monitoring, and tags for the instances, volumes and network interfaces it
-//! launches. Its name is a hash of all of that ([`LaunchTemplateSpec::name`]): a changed class or AMI yields
-//! a new template and an unchanged one reuses its template, so templates are never updated in place.
+//! upstream's defaults, detailed monitoring, tags for the instances, volumes and network interfaces it
+//! launches, and for a launch into a capacity reservation the reservation it targets (a capacity block also
+//! with market type `capacity-block`), so each reservation has its own template. Its name is a hash of all of
+//! that ([`LaunchTemplateSpec::name`]): a changed class or AMI yields a new template and an unchanged one
+//! reuses its template, so templates are never updated in place.
 //!
 //! Every template is tagged with the cluster (`kubernetes.io/cluster/<cluster>=owned`, `eks:eks-cluster-name`)
 //! and its class (`karpenter.k8s.aws/ec2nodeclass`), which is how the templates of a deleted class are found.
@@ -24,6 +26,8 @@ use karpenter_api::ec2nodeclass::{EC2NodeClass, fnv1a64};
 use karpenter_api::labels::{AWS_EC2NODECLASS_LABEL, AWS_TAG_CLUSTER_PREFIX, AWS_TAG_EKS_CLUSTER_NAME};
 use karpenter_core::cloudprovider::CloudProviderError;
 use serde::Serialize;
+
+use crate::capacity_reservations::ReservationTarget;
 
 pub use block_devices::{BlockDeviceSpec, default_block_devices};
 pub use cache::LaunchTemplateCache;
@@ -62,6 +66,10 @@ pub struct LaunchTemplateSpec {
     pub detailed_monitoring: bool,
     /// Set: the security groups go on a primary network interface with this public-IP switch.
     pub associate_public_ip_address: Option<bool>,
+    /// The capacity reservation instances launch into. Left out of the name's hash when unset, so templates
+    /// without one keep the names they had before reservations existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation: Option<ReservationTarget>,
 }
 
 /// The tags of every template of class `node_class` in `cluster_name`, over the class's own `class_tags`
@@ -131,6 +139,7 @@ impl LaunchTemplateSpec {
             block_devices,
             detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
             associate_public_ip_address: spec.associate_public_ip_address,
+            capacity_reservation: None,
         })
     }
 

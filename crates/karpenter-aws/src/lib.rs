@@ -3,7 +3,7 @@
 //!
 //! # Entry point for the binary
 //! ```text
-//! let settings = AwsSettings { cluster_name, interruption_queue, .. };   // from flags/env; see settings.rs
+//! let settings = AwsSettings { cluster_name, reserved_capacity, .. };   // flags/env (FEATURE_GATES); settings.rs
 //! let runtime = AwsProvider::start(settings, kube_client).await?;        // validates, connects, discovers
 //! let cloud: Arc<dyn CloudProvider> = runtime.cloud_provider_dyn();
 //! let interruptions: Option<Arc<dyn InterruptionSource>> = runtime.interruption_source_dyn();
@@ -22,6 +22,9 @@
 //!   (block devices, metadata options, tags, content-hashed names), their cache and garbage collection; [`launch`]: instant CreateFleet, with ICE
 //!   handling; [`drift`]: AMI, subnet, security group and static-hash drift.
 //! - [`node_classes`]: where EC2NodeClasses are read from and cached; [`capacity`]: a class's capacity settings.
+//! - [`capacity_reservations`]: on-demand capacity reservations and capacity blocks (ReservedCapacity gate):
+//!   discovery into `status.capacityReservations`, the instances each can still take, `reserved` offerings;
+//!   launches into them go through [`launch_plan`], [`launch_template`] and [`launch`].
 //! - [`userdata`]: the launch templates' user data per AMI family (AL2023 nodeadm, Bottlerocket TOML, AL2
 //!   bootstrap.sh, Windows PowerShell), merged with `spec.userData`.
 //! - [`instance_profile`]: the instance profiles created for `spec.role`, deleted with their class and
@@ -36,11 +39,13 @@
 //! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
 //! - [`selectors`], [`subnets`], [`security_groups`]: what an EC2NodeClass's selector terms select.
 //! - [`tags`]: the tags on what Karpenter launches.
-//! - [`unavailable_offerings`]: offerings recently out of capacity.
+//! - [`unavailable_offerings`]: offerings recently out of capacity, and capacity reservations found full.
 //! - [`interruption`]: the SQS EventBridge messages; [`interruption_queue`]: receiving and deleting them.
 //!
-//! Not done here: capacity reservations, placement groups, dry-run validation, and the launch template fields for `networkInterfaces` (EFA), `ipPrefixCount`,
-//! `connectionTracking` and `cpuOptions`.
+//! Not done here: placement groups, dry-run validation, and the launch template fields for `networkInterfaces`
+//! (EFA), `ipPrefixCount`, `connectionTracking` and `cpuOptions`. Of capacity reservations: demoting NodeClaims
+//! whose reservation ended to on-demand, draining capacity blocks before they end, CapacityReservationDrift,
+//! and the capacity reservation interruption event.
 //!
 //! Tests: unit tests beside the code, and tests/moto.rs against a local moto server started per test by
 //! tests/moto/harness.py (python3 with `moto[server]==5.2.5` from .ci/requirements.txt; the tests skip, saying
@@ -48,6 +53,7 @@
 
 pub mod ami;
 pub mod capacity;
+pub mod capacity_reservations;
 pub mod client;
 pub mod cloud_provider;
 pub mod drift;

@@ -1,6 +1,7 @@
 //! An EC2 instance as a NodeClaim, for `CloudProvider::get` and `list` (garbage collection compares them with
 //! the cluster's NodeClaims). Follows upstream's `instanceToNodeClaim`: labels from the instance type's
-//! single-valued requirements, then zone, capacity type and the NodePool from the instance's tag; capacity and
+//! single-valued requirements, then zone, capacity type (`reserved` in a capacity reservation, with the
+//! reservation's id label) and the NodePool from the instance's tag; capacity and
 //! allocatable from the instance type (zero amounts left out); the launch time as creation time; a deletion
 //! timestamp when the instance is shutting down; provider ID and image.
 
@@ -10,7 +11,10 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::common::{NodeClassReference, ResourceList};
-use karpenter_api::labels::{AWS_EC2NODECLASS_LABEL, AWS_TAG_NODECLAIM, CAPACITY_TYPE_LABEL, NODEPOOL_LABEL};
+use karpenter_api::labels::{
+    AWS_CAPACITY_RESERVATION_ID_LABEL, AWS_EC2NODECLASS_LABEL, AWS_TAG_NODECLAIM, CAPACITY_TYPE_LABEL,
+    NODEPOOL_LABEL,
+};
 use karpenter_api::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 use karpenter_api::quantity::format_milli;
 use karpenter_core::catalog::{CatalogInstanceType, Quantities, RequirementOperator};
@@ -47,6 +51,9 @@ pub fn instance_to_node_claim(
     }
     labels.insert(LABEL_ZONE.to_string(), instance.zone.clone());
     labels.insert(CAPACITY_TYPE_LABEL.to_string(), instance.capacity_type.clone());
+    if let Some(reservation) = &instance.capacity_reservation_id {
+        labels.insert(AWS_CAPACITY_RESERVATION_ID_LABEL.to_string(), reservation.clone());
+    }
     if let Some(node_pool) = instance.tags.get(NODEPOOL_LABEL) {
         labels.insert(NODEPOOL_LABEL.to_string(), node_pool.clone());
     }
@@ -99,6 +106,7 @@ mod tests {
             instance_type: "m5.large".into(),
             zone: "us-east-1a".into(),
             capacity_type: "spot".into(),
+            capacity_reservation_id: None,
             state: state.into(),
             image_id: Some("ami-0abc".into()),
             launch_time: Some("2026-12-02T12:00:00Z".parse().unwrap()),
@@ -146,5 +154,13 @@ mod tests {
         assert_eq!(terminating.metadata.deletion_timestamp, Some(Time(now)));
         assert_eq!(terminating.status.as_ref().unwrap().capacity, None);
         assert_eq!(terminating.metadata.labels.as_ref().unwrap().len(), 3);
+
+        let mut reserved = instance("running");
+        reserved.capacity_type = "reserved".into();
+        reserved.capacity_reservation_id = Some("cr-0123".into());
+        let claim = instance_to_node_claim(&reserved, Some(m5), now);
+        let labels = claim.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["karpenter.sh/capacity-type"], "reserved");
+        assert_eq!(labels["karpenter.k8s.aws/capacity-reservation-id"], "cr-0123");
     }
 }

@@ -47,6 +47,10 @@ pub struct AwsSettings {
     pub endpoint_override: Option<String>,
     /// The Kubernetes minor version AMI aliases resolve for (`1.33`); None asks the API server.
     pub kubernetes_version: Option<String>,
+    /// The `ReservedCapacity` feature gate of `FEATURE_GATES` (on by default, as upstream's beta gate):
+    /// EC2NodeClasses resolve their `capacityReservationSelectorTerms` (and get a CapacityReservationsReady
+    /// condition), and their reservations become `reserved` offerings that launches use first.
+    pub reserved_capacity: bool,
 }
 
 impl Default for AwsSettings {
@@ -67,6 +71,7 @@ impl Default for AwsSettings {
             region: None,
             endpoint_override: None,
             kubernetes_version: None,
+            reserved_capacity: true,
         }
     }
 }

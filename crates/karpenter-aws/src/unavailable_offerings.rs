@@ -1,6 +1,7 @@
-//! Offerings a launch recently found without capacity (InsufficientInstanceCapacity and friends). They are
-//! reported unavailable for a while (upstream: 3 minutes) so the next scheduling round picks something else,
-//! then tried again. Time is passed in, so tests and the simulator control it.
+//! Offerings a launch recently found without capacity (InsufficientInstanceCapacity and friends), and capacity
+//! reservations a launch found full (ReservationCapacityExceeded). They are reported unavailable for a while
+//! (upstream: 3 minutes) so the next scheduling round picks something else, then tried again. Time is passed
+//! in, so tests and the simulator control it.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -9,8 +10,14 @@ use std::time::{Duration, Instant};
 /// How long an offering stays unavailable after a capacity error.
 pub const UNAVAILABLE_OFFERING_TTL: Duration = Duration::from_secs(180);
 
-/// (instance type, zone, capacity type).
-type OfferingKey = (String, String, String);
+/// What is unavailable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum OfferingKey {
+    /// An instance type in a zone with a capacity type.
+    Offering(String, String, String),
+    /// A capacity reservation (its reserved offering), by id.
+    Reservation(String),
+}
 
 /// The cache; cheap to share behind an `Arc`.
 #[derive(Debug)]
@@ -33,29 +40,47 @@ impl UnavailableOfferings {
         }
     }
 
-    /// Marks an offering unavailable from `now` for the TTL.
-    pub fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str, now: Instant) {
+    fn mark(&self, key: OfferingKey, now: Instant) {
         let mut until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
         until.retain(|_, expiry| *expiry > now);
-        until.insert(
-            (
+        until.insert(key, now + self.ttl);
+    }
+
+    fn is_marked(&self, key: &OfferingKey, now: Instant) -> bool {
+        let until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
+        until.get(key).is_some_and(|expiry| *expiry > now)
+    }
+
+    /// Marks an offering unavailable from `now` for the TTL.
+    pub fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str, now: Instant) {
+        self.mark(
+            OfferingKey::Offering(
                 instance_type.to_string(),
                 zone.to_string(),
                 capacity_type.to_string(),
             ),
-            now + self.ttl,
+            now,
         );
     }
 
     pub fn is_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str, now: Instant) -> bool {
-        let until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
-        until
-            .get(&(
+        self.is_marked(
+            &OfferingKey::Offering(
                 instance_type.to_string(),
                 zone.to_string(),
                 capacity_type.to_string(),
-            ))
-            .is_some_and(|expiry| *expiry > now)
+            ),
+            now,
+        )
+    }
+
+    /// Marks capacity reservation `id` (its reserved offering) unavailable from `now` for the TTL.
+    pub fn mark_reservation_unavailable(&self, id: &str, now: Instant) {
+        self.mark(OfferingKey::Reservation(id.to_string()), now);
+    }
+
+    pub fn is_reservation_unavailable(&self, id: &str, now: Instant) -> bool {
+        self.is_marked(&OfferingKey::Reservation(id.to_string()), now)
     }
 
     /// How many offerings are unavailable at `now`.
@@ -85,5 +110,16 @@ mod tests {
         let later = t0 + UNAVAILABLE_OFFERING_TTL;
         assert!(!cache.is_unavailable("m5.large", "us-west-2a", "spot", later));
         assert!(cache.is_empty(later));
+    }
+
+    #[test]
+    fn a_full_reservation_is_unavailable_apart_from_its_instance_types_other_offerings() {
+        let cache = UnavailableOfferings::default();
+        let t0 = Instant::now();
+        cache.mark_reservation_unavailable("cr-1", t0);
+        assert!(cache.is_reservation_unavailable("cr-1", t0));
+        assert!(!cache.is_reservation_unavailable("cr-2", t0));
+        assert!(!cache.is_unavailable("m5.large", "us-west-2a", "reserved", t0));
+        assert!(!cache.is_reservation_unavailable("cr-1", t0 + UNAVAILABLE_OFFERING_TTL));
     }
 }

@@ -1,5 +1,6 @@
 //! karpenter-aws against moto (tests/moto/harness.py): instance types and their capacity, prices and their
-//! fallback, error mapping, and launches through CreateFleet. Each test runs its own server.
+//! fallback, error mapping, launches through CreateFleet, and capacity reservations. Each test runs its own
+//! server.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -22,6 +23,9 @@ mod interruption_source;
 
 #[path = "moto/nodeclass.rs"]
 mod nodeclass;
+
+#[path = "moto/capacity_reservations.rs"]
+mod capacity_reservations;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -324,6 +328,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
     let request = LaunchRequest {
         launch_template_name: name,
         capacity_type: "spot".into(),
+        reservation: None,
         overrides: vec![
             LaunchOverride {
                 instance_type: "m5.large".into(),

@@ -86,7 +86,7 @@ fn catalog(path: Option<&PathBuf>) -> Result<CatalogFile> {
 
 /// The AWS provider's settings from its flags (validated by the provider, naming the variable).
 #[cfg(feature = "aws")]
-fn aws_settings(args: &AwsArgs) -> karpenter_aws::AwsSettings {
+fn aws_settings(args: &AwsArgs, reserved_capacity: bool) -> karpenter_aws::AwsSettings {
     let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
     karpenter_aws::AwsSettings {
         cluster_name: args.cluster_name.clone(),
@@ -100,6 +100,7 @@ fn aws_settings(args: &AwsArgs) -> karpenter_aws::AwsSettings {
         subnet_refresh_interval: args.subnet_refresh_interval,
         region: args.aws_region.clone(),
         endpoint_override: args.aws_endpoint_url.clone(),
+        reserved_capacity,
         ..karpenter_aws::AwsSettings::default()
     }
 }
@@ -137,7 +138,11 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
         }
         #[cfg(feature = "aws")]
         CloudProviderKind::Aws => {
-            let runtime = karpenter_aws::AwsProvider::start(aws_settings(&args.aws), client.clone()).await?;
+            let runtime = karpenter_aws::AwsProvider::start(
+                aws_settings(&args.aws, args.settings.feature_gates.reserved_capacity),
+                client.clone(),
+            )
+            .await?;
             interruption = runtime.interruption_source_dyn();
             let cloud = runtime.cloud_provider_dyn();
             provider_tasks.extend(runtime.tasks.into_iter().map(|t| (t.name, t.future)));

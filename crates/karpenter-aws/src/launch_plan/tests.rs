@@ -1,3 +1,4 @@
+use karpenter_api::ec2nodeclass::CapacityReservationType;
 use karpenter_core::catalog::{AwsCapacitySettings, aws_catalog};
 use serde_json::json;
 
@@ -57,7 +58,7 @@ fn spot_when_allowed_in_the_subnets_zones_with_an_ami_that_runs_the_type() {
                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}]),
         json!({"cpu": "1"}),
     );
-    let plan = plan_launch(&claim, &catalog(), &amd64_ami(), &subnets()).unwrap();
+    let plan = plan_launch(&claim, &catalog(), &amd64_ami(), &subnets(), &[]).unwrap();
     assert_eq!(plan.capacity_type, "spot");
     assert_eq!(plan.image_id, "ami-amd64");
     assert!(
@@ -87,7 +88,7 @@ fn on_demand_when_the_claim_says_so_and_requests_must_fit() {
                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2b"]}]),
         json!({"cpu": "3", "memory": "4Gi"}),
     );
-    let plan = plan_launch(&on_demand, &catalog(), &amd64_ami(), &subnets()).unwrap();
+    let plan = plan_launch(&on_demand, &catalog(), &amd64_ami(), &subnets(), &[]).unwrap();
     assert_eq!(plan.capacity_type, "on-demand");
     let chosen: Vec<(&str, &str)> = plan
         .overrides
@@ -100,9 +101,9 @@ fn on_demand_when_the_claim_says_so_and_requests_must_fit() {
         json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES}]),
         json!({"cpu": "100"}),
     );
-    let err = plan_launch(&too_big, &catalog(), &amd64_ami(), &subnets()).unwrap_err();
+    let err = plan_launch(&too_big, &catalog(), &amd64_ami(), &subnets(), &[]).unwrap_err();
     assert_eq!(err.category(), "InsufficientCapacity");
-    let no_subnets = plan_launch(&on_demand, &catalog(), &amd64_ami(), &[]).unwrap_err();
+    let no_subnets = plan_launch(&on_demand, &catalog(), &amd64_ami(), &[], &[]).unwrap_err();
     assert_eq!(no_subnets.category(), "InsufficientCapacity");
 }
 
@@ -118,7 +119,7 @@ fn unavailable_offerings_are_skipped() {
         json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}]),
         json!({}),
     );
-    let plan = plan_launch(&claim, &catalog, &amd64_ami(), &subnets()).unwrap();
+    let plan = plan_launch(&claim, &catalog, &amd64_ami(), &subnets(), &[]).unwrap();
     assert_eq!(plan.capacity_type, "on-demand");
 }
 
@@ -130,7 +131,7 @@ fn each_override_carries_the_ami_that_runs_its_type() {
                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2a"]}]),
         json!({}),
     );
-    let plan = plan_launch(&claim, &catalog(), &[ami("amd64"), ami("arm64")], &subnets()).unwrap();
+    let plan = plan_launch(&claim, &catalog(), &[ami("amd64"), ami("arm64")], &subnets(), &[]).unwrap();
     let images: Vec<(&str, Option<&str>)> = plan
         .overrides
         .iter()
@@ -148,4 +149,122 @@ fn each_override_carries_the_ami_that_runs_its_type() {
         plan.image_id, "ami-arm64",
         "the template takes the cheapest override's"
     );
+}
+
+fn reservation(id: &str, zone: &str, reservation_type: CapacityReservationType) -> CapacityReservation {
+    CapacityReservation {
+        availability_zone: zone.into(),
+        id: id.into(),
+        instance_type: "m5.large".into(),
+        owner_id: "123456789012".into(),
+        reservation_type,
+        ..Default::default()
+    }
+}
+
+/// The catalog with m5.large's reservations added, each with `available` instances.
+fn reserved_catalog(reservations: &[CapacityReservation], available: i64) -> Vec<CatalogInstanceType> {
+    use crate::capacity_reservations::ReservationAvailability;
+    use crate::capacity_reservations::offerings::add_reserved_offerings;
+    use crate::pricing::PricingProvider;
+    use crate::unavailable_offerings::UnavailableOfferings;
+
+    let availability = ReservationAvailability::default();
+    availability.record_reported(
+        reservations.iter().map(|r| (r.id.as_str(), available)),
+        std::time::Instant::now(),
+    );
+    let mut catalog = catalog();
+    add_reserved_offerings(
+        &mut catalog,
+        reservations,
+        &availability,
+        &UnavailableOfferings::default(),
+        &PricingProvider::new("us-west-2", false).unwrap(),
+        std::time::Instant::now(),
+    );
+    catalog
+}
+
+#[test]
+fn a_reservation_with_room_is_launched_into_alone_before_spot() {
+    let reservations = [
+        reservation("cr-b", "us-west-2b", CapacityReservationType::Default),
+        reservation("cr-block", "us-west-2a", CapacityReservationType::CapacityBlock),
+    ];
+    let catalog = reserved_catalog(&reservations, 1);
+    let any = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES},
+               {"key": "karpenter.sh/capacity-type", "operator": "In",
+                "values": ["reserved", "spot", "on-demand"]}]),
+        json!({"cpu": "1"}),
+    );
+    let plan = plan_launch(&any, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap();
+    assert_eq!(plan.capacity_type, "reserved");
+    assert_eq!(plan.overrides.len(), 1, "one reservation per launch");
+    assert_eq!(plan.overrides[0].instance_type, "m5.large");
+    let target = plan.reservation.as_ref().unwrap();
+    assert_eq!(
+        plan.overrides[0].zone,
+        reservations
+            .iter()
+            .find(|r| r.id == target.id)
+            .unwrap()
+            .availability_zone
+    );
+
+    // A claim may name the reservation, or the kind, it wants.
+    let block = claim(
+        json!([{"key": "karpenter.k8s.aws/capacity-reservation-type", "operator": "In",
+                "values": ["capacity-block"]},
+               {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved"]}]),
+        json!({}),
+    );
+    let plan = plan_launch(&block, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap();
+    let target = plan.reservation.unwrap();
+    assert_eq!(target.id, "cr-block");
+    assert!(target.is_capacity_block());
+    assert_eq!(plan.overrides[0].zone, "us-west-2a");
+    let by_id = claim(
+        json!([{"key": "karpenter.k8s.aws/capacity-reservation-id", "operator": "In", "values": ["cr-b"]}]),
+        json!({}),
+    );
+    let plan = plan_launch(&by_id, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap();
+    assert_eq!(plan.reservation.unwrap().id, "cr-b");
+
+    // Without reserved capacity allowed, the reservations are left alone.
+    let spot = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES},
+               {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}]),
+        json!({}),
+    );
+    let plan = plan_launch(&spot, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap();
+    assert_eq!((plan.capacity_type.as_str(), plan.reservation), ("spot", None));
+    assert!(plan.overrides.len() > 1);
+}
+
+#[test]
+fn full_reservations_fall_back_to_spot_and_on_demand() {
+    let reservations = [reservation(
+        "cr-b",
+        "us-west-2b",
+        CapacityReservationType::Default,
+    )];
+    let catalog = reserved_catalog(&reservations, 0);
+    let any = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]},
+               {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}]),
+        json!({}),
+    );
+    let plan = plan_launch(&any, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap();
+    assert_eq!(
+        (plan.capacity_type.as_str(), plan.reservation),
+        ("on-demand", None)
+    );
+    let only_reserved = claim(
+        json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved"]}]),
+        json!({}),
+    );
+    let err = plan_launch(&only_reserved, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap_err();
+    assert_eq!(err.category(), "InsufficientCapacity");
 }

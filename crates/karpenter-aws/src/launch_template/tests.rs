@@ -287,3 +287,41 @@ fn a_class_without_resolved_security_groups_or_with_a_bad_device_cannot_launch()
         "NodeClass default is not ready: spec.blockDeviceMappings[0].ebs.volumeSize \"huge\" is not a volume size"
     );
 }
+
+#[test]
+fn a_reserved_launch_template_targets_its_reservation() {
+    use crate::capacity_reservations::ReservationTarget;
+    use karpenter_api::ec2nodeclass::CapacityReservationType;
+
+    let plain = spec_of(&class(alias("al2023@latest")));
+    let data = launch_template_data(&plain);
+    assert!(data.capacity_reservation_specification().is_none());
+    assert!(data.instance_market_options().is_none());
+
+    let mut reserved = plain.clone();
+    reserved.capacity_reservation = Some(ReservationTarget {
+        id: "cr-0123".into(),
+        reservation_type: CapacityReservationType::Default,
+    });
+    let data = launch_template_data(&reserved);
+    assert_eq!(
+        data.capacity_reservation_specification()
+            .and_then(|s| s.capacity_reservation_target())
+            .and_then(|t| t.capacity_reservation_id()),
+        Some("cr-0123")
+    );
+    assert!(data.instance_market_options().is_none(), "on-demand capacity");
+    assert_ne!(reserved.name(), plain.name(), "one template per reservation");
+
+    let mut block = reserved.clone();
+    block.capacity_reservation = Some(ReservationTarget {
+        id: "cr-0123".into(),
+        reservation_type: CapacityReservationType::CapacityBlock,
+    });
+    let data = launch_template_data(&block);
+    assert_eq!(
+        data.instance_market_options().and_then(|o| o.market_type()),
+        Some(&aws_sdk_ec2::types::MarketType::CapacityBlock)
+    );
+    assert_ne!(block.name(), reserved.name());
+}

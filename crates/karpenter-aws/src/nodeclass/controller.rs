@@ -3,12 +3,14 @@
 //! - being deleted: waits while NodeClaims still reference it, then deletes its launch templates and the
 //!   instance profile Karpenter made for its `spec.role`, and removes the `karpenter.k8s.aws/termination`
 //!   finalizer;
-//! - otherwise: adds the finalizer, resolves the selector terms ([`super::resolve`]), creates or adopts the
-//!   instance profile for `spec.role` ([`crate::instance_profile`]), writes the status
+//! - otherwise: adds the finalizer, resolves the selector terms ([`super::resolve`]; capacity reservations
+//!   only with the ReservedCapacity gate on, their instance counts then handed to the CloudProvider), creates
+//!   or adopts the instance profile for `spec.role` ([`crate::instance_profile`]), writes the status
 //!   ([`super::status::compute_status`]) through the status subresource when it changed, writes the
 //!   `karpenter.k8s.aws/ec2nodeclass-hash` and `-hash-version` annotations, hands the class to the
 //!   CloudProvider's cache (launches and drift read it), and requeues after the refresh interval (upstream
-//!   re-resolves subnets every minute and AMIs every few).
+//!   re-resolves subnets every minute and AMIs every few; a class with capacity reservation terms every minute,
+//!   which keeps the reservations' instance counts current).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +31,7 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::capacity_reservations::CAPACITY_RESERVATION_REFRESH;
 use crate::cloud_provider::AwsCloudProvider;
 use crate::error::AwsError;
 
@@ -128,13 +131,16 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
     }
 
     let now = Timestamp::now();
+    let settings = ctx.provider.settings();
     let mut resolution = super::resolve(
         ctx.provider.clients(),
         &class,
         &ctx.provider.kubernetes_version(),
+        settings.reserved_capacity,
         now,
     )
     .await;
+    ctx.provider.record_capacity_reservations(&resolution);
     resolution.instance_profile = ctx.provider.ensure_instance_profile(&class).await;
     let status = super::status::compute_status(&class, &resolution, now);
     if class.status.as_ref() != Some(&status) {
@@ -162,18 +168,24 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
             .await?;
     }
 
+    let has_reservation_terms = class
+        .spec
+        .capacity_reservation_selector_terms
+        .as_ref()
+        .is_some_and(|terms| !terms.is_empty());
     class.status = Some(status);
     ctx.provider.node_class_cache().insert(class);
     if let Some(err) = resolution.into_error() {
         // The status says what failed; the error makes the controller retry sooner.
         return Err(err);
     }
-    let settings = ctx.provider.settings();
-    Ok(Action::requeue(
-        settings
-            .subnet_refresh_interval
-            .min(settings.ami_refresh_interval),
-    ))
+    let mut requeue = settings
+        .subnet_refresh_interval
+        .min(settings.ami_refresh_interval);
+    if settings.reserved_capacity && has_reservation_terms {
+        requeue = requeue.min(CAPACITY_RESERVATION_REFRESH);
+    }
+    Ok(Action::requeue(requeue))
 }
 
 /// How often instance profiles of deleted EC2NodeClasses are looked for.

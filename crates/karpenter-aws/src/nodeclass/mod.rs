@@ -1,5 +1,6 @@
 //! The EC2NodeClass controller and what it computes: each class's selector terms resolved into
-//! `status.amis`, `status.subnets`, `status.securityGroups` and `status.instanceProfile`, with its conditions
+//! `status.amis`, `status.subnets`, `status.securityGroups`, `status.capacityReservations` (with the
+//! ReservedCapacity feature gate on) and `status.instanceProfile`, with its conditions
 //! ([`status`]), written through the status subresource; the `karpenter.k8s.aws/termination` finalizer, held
 //! while NodeClaims still use the class; the drift hash annotations ([`controller`]).
 //!
@@ -13,16 +14,19 @@ pub mod status;
 use jiff::Timestamp;
 use karpenter_api::ec2nodeclass::EC2NodeClass;
 
+use crate::capacity_reservations::discover_capacity_reservations;
 use crate::client::AwsClients;
 use crate::security_groups::discover_security_groups;
 use crate::subnets::discover_subnets;
 use status::Resolution;
 
-/// Looks up everything `node_class` selects, for Kubernetes `k8s_version` (AMI aliases).
+/// Looks up everything `node_class` selects, for Kubernetes `k8s_version` (AMI aliases); its capacity
+/// reservations only with `reserved_capacity` (the feature gate) on.
 pub async fn resolve(
     clients: &AwsClients,
     node_class: &EC2NodeClass,
     k8s_version: &str,
+    reserved_capacity: bool,
     now: Timestamp,
 ) -> Resolution {
     let spec = &node_class.spec;
@@ -38,10 +42,20 @@ pub async fn resolve(
         .await
         .map(|found| found.iter().map(|s| s.to_status()).collect());
     let security_groups = discover_security_groups(&clients.ec2, &spec.security_group_selector_terms).await;
+    let capacity_reservations = if reserved_capacity {
+        let terms = spec
+            .capacity_reservation_selector_terms
+            .as_deref()
+            .unwrap_or_default();
+        Some(discover_capacity_reservations(&clients.ec2, terms, now).await)
+    } else {
+        None
+    };
     Resolution {
         amis,
         subnets,
         security_groups,
+        capacity_reservations,
         instance_profile: None,
     }
 }

@@ -1,7 +1,10 @@
 //! What an EC2NodeClass resolves to, and the status written from it: the resolved AMIs, subnets, security
-//! groups and instance profile, and one condition per dependent (AMIsReady, SubnetsReady, SecurityGroupsReady,
-//! InstanceProfileReady, ValidationSucceeded) plus Ready. A dependent that selected nothing is False with the
-//! upstream reason and a message naming the selector terms, so `kubectl describe` says what to fix.
+//! groups, capacity reservations and instance profile, and one condition per dependent (AMIsReady,
+//! SubnetsReady, SecurityGroupsReady, InstanceProfileReady, ValidationSucceeded, and CapacityReservationsReady
+//! with the ReservedCapacity feature gate on) plus Ready. A dependent that selected nothing is False with the
+//! upstream reason and a message naming the selector terms, so `kubectl describe` says what to fix. For
+//! capacity reservations that is any single term selecting nothing (no terms at all is fine: the class simply
+//! uses none).
 //!
 //! Instance profiles: `spec.instanceProfile` is used as it is; for `spec.role` the controller creates one
 //! ([`crate::instance_profile`]) and the resolution carries its name, or why it could not.
@@ -14,6 +17,7 @@ use karpenter_api::ec2nodeclass::{
 };
 use serde::Serialize;
 
+use crate::capacity_reservations::ReservationDiscovery;
 use crate::error::AwsError;
 
 /// Reason of a role-based class's InstanceProfileReady before its instance profile was created.
@@ -26,6 +30,8 @@ pub const SPEC_VALIDATION_FAILED: &str = "SpecValidationFailed";
 pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
 /// Reason of a dependent whose lookup failed (throttling, permissions, an unreachable endpoint).
 pub const RESOLUTION_FAILED: &str = "ResolutionFailed";
+/// Reason of CapacityReservationsReady when a capacity reservation selector term selected nothing.
+pub const CAPACITY_RESERVATIONS_NOT_FOUND: &str = "CapacityReservationsNotFound";
 
 /// The outcome of resolving each part of a class; an `Err` is a failed lookup, not an empty match.
 #[derive(Debug)]
@@ -33,6 +39,8 @@ pub struct Resolution {
     pub amis: Result<Vec<Ami>, AwsError>,
     pub subnets: Result<Vec<Subnet>, AwsError>,
     pub security_groups: Result<Vec<SecurityGroup>, AwsError>,
+    /// None with the ReservedCapacity feature gate off (no CapacityReservationsReady condition then).
+    pub capacity_reservations: Option<Result<ReservationDiscovery, AwsError>>,
     /// The instance profile created for `spec.role`; None when there is none to create (`spec.instanceProfile`
     /// is set) or it was not attempted.
     pub instance_profile: Option<Result<String, AwsError>>,
@@ -45,6 +53,7 @@ impl Resolution {
             self.amis.as_ref().err(),
             self.subnets.as_ref().err(),
             self.security_groups.as_ref().err(),
+            self.capacity_reservations.as_ref().and_then(|r| r.as_ref().err()),
             self.instance_profile.as_ref().and_then(|p| p.as_ref().err()),
         ]
         .into_iter()
@@ -58,6 +67,7 @@ impl Resolution {
             self.amis.err(),
             self.subnets.err(),
             self.security_groups.err(),
+            self.capacity_reservations.and_then(Result::err),
             self.instance_profile.and_then(Result::err),
         ]
         .into_iter()
@@ -177,6 +187,32 @@ pub fn compute_status(
             previous.security_groups.clone()
         }
     };
+    let capacity_reservations = match &resolution.capacity_reservations {
+        None => Vec::new(),
+        Some(Ok(discovery)) => {
+            conditions_out.push(condition(
+                conditions::CAPACITY_RESERVATIONS_READY,
+                discovery.unmatched_terms.is_empty(),
+                CAPACITY_RESERVATIONS_NOT_FOUND,
+                format!(
+                    "CapacityReservationSelector did not match any CapacityReservations: {}",
+                    terms_json(&discovery.unmatched_terms)
+                ),
+                generation,
+            ));
+            discovery.reservations.iter().map(|r| r.status.clone()).collect()
+        }
+        Some(Err(err)) => {
+            conditions_out.push(condition(
+                conditions::CAPACITY_RESERVATIONS_READY,
+                false,
+                RESOLUTION_FAILED,
+                err.to_string(),
+                generation,
+            ));
+            previous.capacity_reservations.clone()
+        }
+    };
     let instance_profile = match (&spec.instance_profile, &resolution.instance_profile) {
         (Some(profile), _) => {
             conditions_out.push(condition(
@@ -257,7 +293,7 @@ pub fn compute_status(
     EC2NodeClassStatus {
         subnets,
         security_groups,
-        capacity_reservations: previous.capacity_reservations,
+        capacity_reservations,
         amis,
         instance_profile,
         conditions: conditions_out,
@@ -312,6 +348,7 @@ mod tests {
                 id: "sg-1".into(),
                 name: None,
             }]),
+            capacity_reservations: None,
             instance_profile: None,
         }
     }
@@ -417,5 +454,102 @@ mod tests {
             profile.message
         );
         assert_eq!(status.instance_profile.as_deref(), Some("prod_123"), "kept");
+    }
+
+    #[test]
+    fn capacity_reservations_are_listed_and_a_term_that_selects_nothing_is_named() {
+        use crate::capacity_reservations::DiscoveredReservation;
+        use karpenter_api::ec2nodeclass::{CapacityReservation, CapacityReservationSelectorTerm};
+
+        let subnets = vec![Subnet {
+            id: "subnet-1".into(),
+            zone: "us-west-2a".into(),
+            zone_id: None,
+        }];
+        let class = node_class();
+        let gate_off = compute_status(&class, &ok_resolution(subnets.clone()), Timestamp::UNIX_EPOCH);
+        assert!(
+            gate_off
+                .conditions
+                .iter()
+                .all(|c| c.type_ != conditions::CAPACITY_RESERVATIONS_READY),
+            "no condition without the ReservedCapacity gate"
+        );
+
+        let reservation = CapacityReservation {
+            availability_zone: "us-west-2a".into(),
+            id: "cr-1".into(),
+            instance_type: "m5.large".into(),
+            owner_id: "123456789012".into(),
+            ..Default::default()
+        };
+        let mut found = ok_resolution(subnets.clone());
+        found.capacity_reservations = Some(Ok(ReservationDiscovery {
+            reservations: vec![DiscoveredReservation {
+                status: reservation.clone(),
+                available_instance_count: 2,
+                tags: BTreeMap::new(),
+            }],
+            unmatched_terms: Vec::new(),
+            asked_at: std::time::Instant::now(),
+        }));
+        let mut class = class;
+        class.status = Some(compute_status(&class, &found, Timestamp::UNIX_EPOCH));
+        let status = class.status.as_ref().unwrap();
+        assert_eq!(status.capacity_reservations, std::slice::from_ref(&reservation));
+        let ready = find(status, conditions::CAPACITY_RESERVATIONS_READY);
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            (ConditionStatus::True, "CapacityReservationsReady")
+        );
+
+        let mut partly = ok_resolution(subnets.clone());
+        partly.capacity_reservations = Some(Ok(ReservationDiscovery {
+            reservations: Vec::new(),
+            unmatched_terms: vec![CapacityReservationSelectorTerm {
+                tags: Some(BTreeMap::from([("team".into(), "nobody".into())])),
+                ..Default::default()
+            }],
+            asked_at: std::time::Instant::now(),
+        }));
+        let status = compute_status(&class, &partly, Timestamp::UNIX_EPOCH);
+        let ready = find(&status, conditions::CAPACITY_RESERVATIONS_READY);
+        assert_eq!(
+            (ready.status, ready.reason.as_str(), ready.message.as_str()),
+            (
+                ConditionStatus::False,
+                CAPACITY_RESERVATIONS_NOT_FOUND,
+                r#"CapacityReservationSelector did not match any CapacityReservations: [{"tags":{"team":"nobody"}}]"#
+            )
+        );
+        assert_eq!(
+            find(&status, conditions::READY).message,
+            "CapacityReservationsReady=False (CapacityReservationsNotFound)"
+        );
+
+        // A failed DescribeCapacityReservations keeps the reservations and leaves the other conditions alone.
+        let mut failed = ok_resolution(subnets.clone());
+        failed.capacity_reservations = Some(Err(AwsError::from_code(
+            "DescribeCapacityReservations",
+            "UnauthorizedOperation".into(),
+            "not allowed".into(),
+        )));
+        assert_eq!(failed.error().map(AwsError::category), Some("ApiError"));
+        let status = compute_status(&class, &failed, Timestamp::UNIX_EPOCH);
+        assert_eq!(status.capacity_reservations, [reservation], "kept");
+        let ready = find(&status, conditions::CAPACITY_RESERVATIONS_READY);
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            (ConditionStatus::False, RESOLUTION_FAILED)
+        );
+        assert!(
+            ready.message.contains("UnauthorizedOperation"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(
+            find(&status, conditions::SECURITY_GROUPS_READY).status,
+            ConditionStatus::True
+        );
     }
 }

@@ -118,9 +118,18 @@ pub fn settings() -> AwsSettings {
 /// An in-memory API server and a provider reading EC2NodeClasses from it.
 pub async fn provider(clients: karpenter_aws::AwsClients) -> (ApiServer, Arc<AwsCloudProvider>) {
     let server = ApiServer::new(SystemClock);
+    let provider = provider_on(&server, settings(), clients);
+    (server, provider)
+}
+
+/// A provider with `settings` reading EC2NodeClasses from `server`.
+pub fn provider_on(
+    server: &ApiServer,
+    settings: AwsSettings,
+    clients: karpenter_aws::AwsClients,
+) -> Arc<AwsCloudProvider> {
     let source = Arc::new(KubeNodeClasses::new(server.client()));
-    let provider = AwsCloudProvider::new(settings(), clients, source).unwrap();
-    (server, Arc::new(provider))
+    Arc::new(AwsCloudProvider::new(settings, clients, source).unwrap())
 }
 
 pub async fn create_node_class(server: &ApiServer, class: &EC2NodeClass) -> EC2NodeClass {
@@ -135,6 +144,22 @@ pub async fn set_ice(clients: &karpenter_aws::AwsClients, rules: &str) {
         .put_parameter()
         .name("/moto-harness/ice")
         .value(rules)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .overwrite(true)
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The capacity reservations the harness answers DescribeCapacityReservations with (see harness.py): a JSON
+/// list in EC2's shape, written through the SSM API. Writing it again replaces them, including their
+/// AvailableInstanceCount (the harness subtracts the instances it launched into each).
+pub async fn set_capacity_reservations(clients: &karpenter_aws::AwsClients, reservations: serde_json::Value) {
+    clients
+        .ssm
+        .put_parameter()
+        .name("/moto-harness/capacity-reservations")
+        .value(reservations.to_string())
         .r#type(aws_sdk_ssm::types::ParameterType::String)
         .overwrite(true)
         .send()

@@ -18,6 +18,19 @@ Patches (moto internals, hence the exact pin moto[server]==5.2.5 in .ci/requirem
    under /aws/, so a test cannot create them). Versions: HARNESS_K8S_VERSIONS (default "1.32 1.33 1.34").
 3. HARNESS_INSTANCE_TYPES="m5.*,c6g.large,...": shrinks the instance-type catalogue and its offerings to the
    matching names (fnmatch patterns), so DescribeInstanceTypes answers in a fraction of a second.
+4. Capacity reservations, which moto does not implement: the SSM String parameter
+   /moto-harness/capacity-reservations holds a JSON list of reservations in DescribeCapacityReservations'
+   shape (CapacityReservationId, InstanceType, AvailabilityZone, AvailableInstanceCount and optionally
+   TotalInstanceCount, State (active), InstanceMatchCriteria (open), ReservationType (default), OwnerId (the
+   account), EndDate (ISO 8601), Interruptible, Tags [{Key, Value}]). DescribeCapacityReservations answers
+   from that list with the CapacityReservationIds (an unknown id is InvalidCapacityReservationId.NotFound, as
+   in EC2) and the filters state, owner-id, instance-match-criteria, instance-type, availability-zone,
+   reservation-type, tag:<key> and tag-key. A CreateFleet whose launch template targets a reservation
+   (CapacityReservationSpecification.CapacityReservationTarget) launches into it only while it is active and
+   has instances available (AvailableInstanceCount minus the instances the harness launched into it); else
+   each of that template's overrides comes back in Errors[] with ErrorCode ReservationCapacityExceeded. The
+   launched instance carries CapacityReservationId; a `capacity-block` target capacity launches as on-demand
+   (moto knows only spot and on-demand).
 Nothing else is changed; in particular the Pricing API stays unimplemented (HTTP 500), as in moto.
 After READY, stdout goes to stderr: moto prints notes there, and the parent reads only the READY line.
 """
@@ -39,6 +52,7 @@ except ImportError as e:  # the Rust side turns this exit code into a skip
     sys.exit(3)
 
 ICE_PARAMETER = "/moto-harness/ice"
+RESERVATIONS_PARAMETER = "/moto-harness/capacity-reservations"
 EXPECTED_MOTO = "5.2.5"
 
 
@@ -92,6 +106,130 @@ def override_zone(backend, override):
     return ""
 
 
+def harness_parameter(account_id, region, name):
+    from moto.ssm.models import ssm_backends
+
+    try:
+        parameter = ssm_backends[account_id][region].get_parameter(name)
+    except Exception:
+        return None
+    return None if parameter is None else parameter.value
+
+
+# Instances the harness launched into each reservation: (account, region, reservation id) -> count.
+LAUNCHED_INTO_RESERVATION = {}
+LAUNCHED_LOCK = threading.Lock()
+
+
+def registered_reservations(account_id, region):
+    """The test's reservations with EC2's defaults filled in and the available count net of launches."""
+    import datetime
+    import json
+
+    raw = harness_parameter(account_id, region, RESERVATIONS_PARAMETER)
+    if not raw:
+        return []
+    reservations = []
+    for entry in json.loads(raw):
+        r = dict(entry)
+        rid = r["CapacityReservationId"]
+        r.setdefault("OwnerId", account_id)
+        r.setdefault("State", "active")
+        r.setdefault("InstanceMatchCriteria", "open")
+        r.setdefault("ReservationType", "default")
+        r.setdefault("Tenancy", "default")
+        r.setdefault("InstancePlatform", "Linux/UNIX")
+        r.setdefault("EndDateType", "limited" if r.get("EndDate") else "unlimited")
+        r.setdefault("Tags", [])
+        available = int(r.get("AvailableInstanceCount", 0))
+        r.setdefault("TotalInstanceCount", available)
+        with LAUNCHED_LOCK:
+            launched = LAUNCHED_INTO_RESERVATION.get((account_id, region, rid), 0)
+        r["AvailableInstanceCount"] = max(0, available - launched)
+        r["CapacityReservationArn"] = f"arn:aws:ec2:{region}:{r['OwnerId']}:capacity-reservation/{rid}"
+        if r.get("EndDate"):
+            r["EndDate"] = datetime.datetime.fromisoformat(r["EndDate"].replace("Z", "+00:00"))
+        reservations.append(r)
+    return reservations
+
+
+def reservation_matches(r, filters):
+    tags = {t["Key"]: t.get("Value", "") for t in r.get("Tags", [])}
+    fields = {
+        "state": r["State"],
+        "owner-id": r["OwnerId"],
+        "instance-match-criteria": r["InstanceMatchCriteria"],
+        "instance-type": r.get("InstanceType", ""),
+        "availability-zone": r.get("AvailabilityZone", ""),
+        "reservation-type": r["ReservationType"],
+    }
+    for name, values in filters.items():
+        if name == "tag-key":
+            ok = any(v in tags for v in values)
+        elif name.startswith("tag:"):
+            ok = tags.get(name[4:]) in values
+        elif name in fields:
+            ok = fields[name] in values
+        else:
+            ok = True  # a filter the harness does not model narrows nothing
+        if not ok:
+            return False
+    return True
+
+
+def patch_capacity_reservations():
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses import EC2Response
+
+    def describe_capacity_reservations(self):
+        backend = self.ec2_backend
+        ids = self._get_param("CapacityReservationIds", []) or []
+        filters = self._filters_from_querystring()
+        reservations = registered_reservations(backend.account_id, backend.region_name)
+        known = {r["CapacityReservationId"] for r in reservations}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise EC2ClientError(
+                "InvalidCapacityReservationId.NotFound",
+                f"The capacity reservation ID '{missing[0]}' does not exist",
+            )
+        selected = [
+            r
+            for r in reservations
+            if (not ids or r["CapacityReservationId"] in ids) and reservation_matches(r, filters)
+        ]
+        return ActionResult({"CapacityReservations": selected})
+
+    EC2Response.describe_capacity_reservations = describe_capacity_reservations
+
+
+def template_reservation(backend, launch_template_spec):
+    """The reservation id the fleet config's launch template targets, if any."""
+    try:
+        if "LaunchTemplateId" in launch_template_spec:
+            template = backend.get_launch_template(template_id=launch_template_spec["LaunchTemplateId"])
+        else:
+            template = backend.get_launch_template_by_name(name=launch_template_spec.get("LaunchTemplateName"))
+        version = launch_template_spec.get("Version") or "$Default"
+        number = {
+            "$Latest": template.latest_version_number,
+            "$Default": template.default_version_number,
+        }.get(version, version)
+        data = template.get_version(number).data
+    except Exception:
+        return None
+    spec = data.get("CapacityReservationSpecification") or {}
+    return (spec.get("CapacityReservationTarget") or {}).get("CapacityReservationId")
+
+
+def reservation_has_room(backend, reservation_id):
+    for r in registered_reservations(backend.account_id, backend.region_name):
+        if r["CapacityReservationId"] == reservation_id:
+            return r["State"] == "active" and r["AvailableInstanceCount"] > 0
+    return False
+
+
 def patch_create_fleet():
     from moto.ec2.responses.fleets import Fleets
     from moto.ec2.utils import random_fleet_id
@@ -102,34 +240,45 @@ def patch_create_fleet():
     def create_fleet(self):
         backend = self.ec2_backend
         rules = ice_rules(backend.account_id, backend.region_name)
-        if not rules:
-            return original(self)
         spec = self._get_param("TargetCapacitySpecification", {}) or {}
         lifecycle = spec.get("DefaultTargetCapacityType") or "on-demand"
         configs = self._get_param("LaunchTemplateConfigs", []) or []
+        targets = [template_reservation(backend, c.get("LaunchTemplateSpecification") or {}) for c in configs]
+        if not rules and not any(targets) and lifecycle != "capacity-block":
+            return original(self)
         errors = []
         left = 0
-        for config in configs:
+        for config, reservation in zip(configs, targets):
             kept = []
+            room = reservation is None or reservation_has_room(backend, reservation)
             for override in config.get("Overrides") or []:
                 instance_type = override.get("InstanceType", "")
                 zone = override_zone(backend, override)
+                code = None
                 if any(
                     fnmatch.fnmatchcase(lifecycle, l)
                     and fnmatch.fnmatchcase(instance_type, t)
                     and fnmatch.fnmatchcase(zone, z)
                     for (l, t, z) in rules
                 ):
+                    code = "InsufficientInstanceCapacity"
+                    message = (
+                        f"We currently do not have sufficient {instance_type} capacity in the Availability "
+                        f"Zone you requested ({zone})."
+                    )
+                elif not room:
+                    code = "ReservationCapacityExceeded"
+                    message = f"The requested capacity reservation {reservation} has no available capacity."
+                if code:
                     errors.append(
                         {
                             "LaunchTemplateAndOverrides": {
                                 "LaunchTemplateSpecification": config.get("LaunchTemplateSpecification"),
                                 "Overrides": override,
                             },
-                            "Lifecycle": lifecycle,
-                            "ErrorCode": "InsufficientInstanceCapacity",
-                            "ErrorMessage": f"We currently do not have sufficient {instance_type} capacity in "
-                            f"the Availability Zone you requested ({zone}).",
+                            "Lifecycle": "on-demand" if lifecycle == "capacity-block" else lifecycle,
+                            "ErrorCode": code,
+                            "ErrorMessage": message,
                         }
                     )
                 else:
@@ -139,12 +288,15 @@ def patch_create_fleet():
         if left == 0:
             return ActionResult({"FleetId": random_fleet_id(), "Instances": [], "Errors": errors})
         # Let moto launch from what is left: its request parser reads the querystring, so rewrite the parsed
-        # parameters it reads through _get_param.
+        # parameters it reads through _get_param. moto launches only spot and on-demand capacity.
         original_get_param = self._get_param
+        launching = [c for c in configs if c.get("Overrides")]
 
         def get_param(name, if_none=None):
             if name == "LaunchTemplateConfigs":
-                return [c for c in configs if c.get("Overrides")]
+                return launching
+            if name == "TargetCapacitySpecification" and lifecycle == "capacity-block":
+                return dict(spec, DefaultTargetCapacityType="on-demand")
             return original_get_param(name, if_none)
 
         self._get_param = get_param
@@ -153,6 +305,18 @@ def patch_create_fleet():
         finally:
             self._get_param = original_get_param
         body = getattr(result, "result", None)
+        # moto launched the first override left, so from the first config that still has overrides.
+        reservation = targets[configs.index(launching[0])]
+        if isinstance(body, dict) and reservation:
+            for launched in body.get("Instances") or []:
+                for instance_id in launched.get("InstanceIds") or []:
+                    with LAUNCHED_LOCK:
+                        key = (backend.account_id, backend.region_name, reservation)
+                        LAUNCHED_INTO_RESERVATION[key] = LAUNCHED_INTO_RESERVATION.get(key, 0) + 1
+                    try:
+                        backend.get_instance(instance_id).capacity_reservation_id = reservation
+                    except Exception:
+                        pass
         if isinstance(body, dict) and errors:
             body["Errors"] = errors
         return result
@@ -226,6 +390,7 @@ def main():
     if patterns:
         patch_instance_types(patterns)
     patch_create_fleet()
+    patch_capacity_reservations()
     patch_eks_amis(os.environ.get("HARNESS_K8S_VERSIONS", "1.32 1.33 1.34").split())
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)
