@@ -9,6 +9,7 @@ mod bench;
 mod catalog;
 mod crds;
 mod docs;
+mod heap;
 mod measure;
 mod reference;
 

@@ -6,12 +6,14 @@
 //! Grid: {100, 1000} nodes x {1, 10, 50} NodePools x {0, 50, 100}% hostname spread, 10..=30 pods per node,
 //! plus two full-coverage clusters at each size (full m5.xlarge nodes a NodePool limited to m5.xlarge cannot
 //! consolidate, so single-node consolidation evaluates every candidate), without and with 100% hostname spread;
-//! at 5000 nodes only (1 pool, 0%) and (10 pools, 50%), plus one 5000-node cluster with 30 pods per node
-//! (150,000 pods; 1 pool, 0%). `--nodes N` runs only the grid at N nodes (N >= 5000: the reduced 5000-node
+//! at 5000 nodes only (1 pool, 0%) and (10 pools, 50%), plus two 5000-node clusters with 30 pods per node
+//! (150,000 pods; 1 pool, 0%), the second with full coverage. `--nodes N` runs only the grid at N nodes (N >= 5000: the reduced 5000-node
 //! grid). The clusters are described in [`disrupt_workloads`](super::disrupt_workloads); seed 42.
 //!
 //! Building the snapshot is untimed. `build_disruption_inputs` (build_seconds) and `disruption_pass`
-//! (seconds) are timed once each, wall clock; total_seconds is their sum. peak_rss_bytes is this process's
+//! (seconds) are timed once each, wall clock; total_seconds is their sum. inputs_bytes is the heap the inputs
+//! hold, counted by xtask's allocator ([`crate::heap`]): what a controller keeps beside its cache during a pass.
+//! peak_rss_bytes is this process's
 //! VmHWM after the pass, reset once the snapshot is built; it includes the generated JSON documents the
 //! bench holds, so it is an upper bound, not what a user sees.
 //!
@@ -65,6 +67,8 @@ struct Row {
     savings_per_hour: f64,
     commands: usize,
     peak_rss_bytes: u64,
+    /// Heap bytes the disruption inputs hold (allocated by `build_disruption_inputs` and alive after it).
+    inputs_bytes: usize,
     /// `karpenter disrupt` run as a user would, on the cluster written as one JSON List (5000-node rows only).
     cli: Option<CliRun>,
 }
@@ -95,6 +99,7 @@ impl Row {
             "savings_per_hour": self.savings_per_hour,
             "commands": self.commands,
             "peak_rss_bytes": self.peak_rss_bytes,
+            "inputs_bytes": self.inputs_bytes,
             "cli_seconds": self.cli.as_ref().map(|c| c.seconds),
             "cli_peak_rss_bytes": self.cli.as_ref().map(|c| c.peak_rss_bytes),
             "cli_snapshot_bytes": self.cli.as_ref().map(|c| c.snapshot_bytes),
@@ -121,6 +126,11 @@ fn grid(nodes: usize) -> Vec<ClusterSpec> {
             spec(1, 0, PODS_PER_NODE),
             spec(10, 50, PODS_PER_NODE),
             spec(1, 0, PodsPerNode::Fixed(30)),
+            // The controller benchmark's steady cluster in shape: every one of 5,000 candidates simulated.
+            ClusterSpec {
+                pods_per_node: PodsPerNode::Fixed(30),
+                ..full
+            },
         ];
     }
     POOLS
@@ -242,9 +252,11 @@ fn run_one(spec: &ClusterSpec, catalog: &CatalogFile, karpenter: Option<&Path>) 
     };
 
     report::reset_peak_rss();
+    let heap_before = crate::heap::allocated_bytes();
     let start = Instant::now();
     let mut inputs = build_disruption_inputs(&snapshot, catalog, &options, &NoProviderDrift, now);
     let build_seconds = start.elapsed().as_secs_f64();
+    let inputs_bytes = crate::heap::allocated_bytes().saturating_sub(heap_before);
     drop(snapshot);
     let start = Instant::now();
     let result = disruption_pass(
@@ -291,13 +303,14 @@ fn run_one(spec: &ClusterSpec, catalog: &CatalogFile, karpenter: Option<&Path>) 
             .fold(0.0, |a, b| a + b),
         commands: result.commands.len(),
         peak_rss_bytes,
+        inputs_bytes,
         cli,
     })
 }
 
 fn print_header() {
     println!(
-        "{:<28} {:>5} {:>6} {:>4} {:>4} {:<26} {:>5} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8} {:>7} {:>8}",
+        "{:<28} {:>5} {:>6} {:>4} {:>4} {:<26} {:>5} {:>9} {:>9} {:>9} {:>9} {:>4} {:>10} {:>8} {:>7} {:>8}",
         "WORKLOAD",
         "NODES",
         "PODS",
@@ -310,6 +323,7 @@ fn print_header() {
         "MS/CAND",
         "SAVE $/H",
         "CMDS",
+        "INPUTS MiB",
         "RSS MiB",
         "CLI S",
         "CLI MiB"
@@ -323,7 +337,7 @@ fn print_row(r: &Row) {
         "-".into()
     };
     println!(
-        "{:<28} {:>5} {:>6} {:>4} {:>4} {:<26} {:>5} {:>9.4} {:>9.4} {:>9} {:>9.4} {:>4} {:>8.1} {:>7} {:>8}",
+        "{:<28} {:>5} {:>6} {:>4} {:>4} {:<26} {:>5} {:>9.4} {:>9.4} {:>9} {:>9.4} {:>4} {:>10.1} {:>8.1} {:>7} {:>8}",
         r.workload,
         r.nodes,
         r.pods,
@@ -336,6 +350,7 @@ fn print_row(r: &Row) {
         per_candidate,
         r.savings_per_hour,
         r.commands,
+        r.inputs_bytes as f64 / (1024.0 * 1024.0),
         r.peak_rss_bytes as f64 / (1024.0 * 1024.0),
         r.cli.as_ref().map_or("-".into(), |c| format!("{:.2}", c.seconds)),
         r.cli.as_ref().map_or("-".into(), |c| format!(

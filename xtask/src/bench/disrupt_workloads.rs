@@ -379,8 +379,13 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
         }
         .min(shape.max_pods);
         if spec.full_coverage {
-            // Fill the node: pods of a fixed shape until the CPU is used up, so nothing fits elsewhere.
-            let (cpu, mem) = (CPU_MILLI[1], MEMORY_MIB[0] * MIB);
+            // Fill the node: pods of a fixed shape until the CPU is used up, so nothing fits elsewhere (with a
+            // fixed count per node, that many pods sharing the CPU).
+            let cpu = match spec.pods_per_node {
+                PodsPerNode::Fixed(n) if n > 0 => shape.cpu_milli / i64::try_from(n).unwrap_or(i64::MAX),
+                _ => CPU_MILLI[1],
+            };
+            let mem = MEMORY_MIB[0] * MIB;
             let fitting = usize::try_from(shape.cpu_milli / cpu)
                 .unwrap_or(0)
                 .min(shape.max_pods);

@@ -1,8 +1,8 @@
 //! Re-simulation backed by the real scheduler (upstream's `SimulateScheduling`): what happens to the pods of a
 //! set of nodes if those nodes go.
 //!
-//! The removed nodes stop taking pods (`schedulable = false`), stop being topology domains (`leaving`) and the
-//! pods bound to them leave the topology counts; their reschedulable pods are placed with [`crate::scheduling::schedule`] on the nodes that stay or on
+//! The removed nodes stop taking pods (`schedulable = false`) and stop being topology domains (`leaving`, which
+//! also takes the pods bound to them out of the topology counts); their reschedulable pods are placed with [`crate::scheduling::schedule`] on the nodes that stay or on
 //! new NodeClaims. A pod that fits nowhere, that could not be converted, or that would only fit on a node that is
 //! not initialized yet (an in-flight NodeClaim, or a managed node still initializing: upstream does not rely on
 //! nodes that have not settled) makes the removal [`SimulationOutcome::Unschedulable`]; otherwise it is a
@@ -10,7 +10,7 @@
 //! are.
 //!
 //! The base input is built once ([`DisruptionInputs::base`]); each simulation changes it in place and puts it
-//! back: it flips the removed nodes' `schedulable` flags, moves their bound pods aside and moves their pods into
+//! back: it flips the removed nodes' `schedulable` and `leaving` flags and moves their pods into
 //! the input, so nothing is cloned or rebuilt per simulation. The scheduler interns placeholder hostnames into
 //! the base's one interner.
 
@@ -96,10 +96,6 @@ pub fn simulate_removal(inputs: &mut DisruptionInputs, nodes: &[usize]) -> Simul
             node.leaving = true;
         }
     }
-    let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut input.bound_pods)
-        .into_iter()
-        .partition(|b| removed.get(b.node).copied().unwrap_or(false));
-    input.bound_pods = kept;
 
     // Their reschedulable pods are the pods to place.
     let first = input.pods.len();
@@ -148,7 +144,6 @@ pub fn simulate_removal(inputs: &mut DisruptionInputs, nodes: &[usize]) -> Simul
         let at = input.pods.len().saturating_sub(count);
         pods_of[n] = input.pods.split_off(at);
     }
-    input.bound_pods.extend(gone);
     for (e, schedulable) in was_schedulable {
         input.existing[e].schedulable = schedulable;
         input.existing[e].leaving = false;

@@ -67,6 +67,7 @@ pub struct ExistingNode {
     /// False for a cordoned node: it takes no new pods, but its pods still count for topology.
     pub schedulable: bool,
     /// Removed by the disruption being simulated: it takes no pods and, unlike a cordoned node, is not a topology
-    /// domain any more (kube-scheduler will not see it once it is gone).
+    /// domain any more (kube-scheduler will not see it once it is gone), and the pods bound to it no longer count
+    /// in topology or repel pods with their anti-affinity.
     pub leaving: bool,
 }

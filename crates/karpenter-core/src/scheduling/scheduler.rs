@@ -267,7 +267,11 @@ impl<'a> Scheduler<'a> {
                 .chain(p.preferred_anti_affinity.iter())
                 .for_each(|(_, t)| add_key(t.topology_key));
         }
-        for b in &input.bound_pods {
+        for b in input
+            .bound_pods
+            .iter()
+            .filter(|b| !input.existing[b.node].leaving)
+        {
             b.anti_affinity.iter().for_each(|t| add_key(t.topology_key));
         }
         let mut universes: HashMap<Symbol, Vec<Symbol>> = HashMap::new();
@@ -334,19 +338,22 @@ impl<'a> Scheduler<'a> {
             );
             self.groups.push(g);
         }
-        let mut bound_groups = Vec::with_capacity(input.bound_pods.len());
-        for b in &input.bound_pods {
-            // Most bound pods have no anti-affinity of their own: nothing to register.
-            if b.anti_affinity.is_empty() {
-                bound_groups.push(PodGroups::default());
+        // Pods bound to a leaving node are gone with it. Most bound pods have no anti-affinity of their own, so
+        // only those that do get groups (by index, ascending): re-simulations run this once per candidate over
+        // every bound pod of the cluster, and a group per pod was a large allocation each time.
+        let bound_here = |b: &BoundPod| !input.existing[b.node].leaving;
+        let mut own_groups: Vec<(usize, PodGroups)> = Vec::new();
+        for (i, b) in input.bound_pods.iter().enumerate() {
+            if b.anti_affinity.is_empty() || !bound_here(b) {
                 continue;
             }
             let anti = b.anti_affinity.iter().map(|t| (t.clone(), true));
             let none = Requirements::new();
-            bound_groups.push(
+            own_groups.push((
+                i,
                 self.topology
                     .register(b.namespace, &none, &[], &[], std::iter::empty(), anti),
-            );
+            ));
         }
         for (p, g) in input.pods.iter().zip(self.groups.iter_mut()) {
             self.topology.link(g, p.namespace, &p.labels);
@@ -357,10 +364,19 @@ impl<'a> Scheduler<'a> {
         let any_groups = !self.topology.groups().is_empty();
         let mut links: Vec<Option<PodGroups>> = Vec::new();
         let mut scratch = PodGroups::default();
-        for (b, own) in input.bound_pods.iter().zip(&bound_groups) {
+        let no_groups = PodGroups::default();
+        let mut own_groups = own_groups.iter().peekable();
+        for (i, b) in input.bound_pods.iter().enumerate() {
             if !any_groups {
+                break;
+            }
+            if !bound_here(b) {
                 continue;
             }
+            let own = match own_groups.next_if(|(at, _)| *at == i) {
+                Some((_, own)) => own,
+                None => &no_groups,
+            };
             let topology = &mut self.topology;
             let linked = match usize::try_from(b.label_set)
                 .ok()
