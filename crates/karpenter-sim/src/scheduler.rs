@@ -156,7 +156,11 @@ impl KubeScheduler {
         let node_values = self.api.list_internal(&objects::nodes(), None);
         let snapshot = Snapshot {
             pods,
-            nodes: node_values.iter().filter_map(|n| scheduler_view(n)).collect(),
+            nodes: node_values
+                .iter()
+                .filter_map(|n| scheduler_view(n))
+                .map(Arc::new)
+                .collect(),
             pvcs: decode::<PersistentVolumeClaim>(&self.api, &ResourceId::core("persistentvolumeclaims")),
             pvs: decode::<PersistentVolume>(&self.api, &ResourceId::core("persistentvolumes")),
             storage_classes: decode::<StorageClass>(

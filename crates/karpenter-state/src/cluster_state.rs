@@ -154,16 +154,16 @@ impl ClusterState {
             && (!self.watched.capacity_buffers || self.capacity_buffers.is_ready())
     }
 
-    /// The cluster as it is now, for one decision. Pods are shared with the cache (pointer copies); the other
-    /// kinds, far fewer, are cloned.
+    /// The cluster as it is now, for one decision. Pods, Nodes and NodeClaims are shared with the cache (pointer
+    /// copies); the other kinds, far fewer, are cloned.
     pub fn snapshot(&self) -> Snapshot {
         fn owned<T: Clone>(store: &ProjectedStore<T>) -> Vec<T> {
             store.all().iter().map(|o| T::clone(o)).collect()
         }
         Snapshot {
             pods: self.pods.all(),
-            nodes: owned(&self.nodes),
-            node_claims: owned(&self.node_claims),
+            nodes: self.nodes.all(),
+            node_claims: self.node_claims.all(),
             node_pools: owned(&self.node_pools),
             daemon_sets: owned(&self.daemon_sets),
             pdbs: owned(&self.pdbs),

@@ -119,6 +119,7 @@ pub fn build_disruption_inputs(
     let nodes: Vec<&k8s_openapi::api::core::v1::Node> = snapshot
         .nodes
         .iter()
+        .map(Arc::as_ref)
         .filter(|n| n.metadata.name.is_some())
         .collect();
     let mut existing_index: HashMap<&str, usize> = HashMap::with_capacity(base.node_names.len());
@@ -229,6 +230,7 @@ pub fn build_disruption_inputs(
     let claims_by_name: HashMap<&str, &NodeClaim> = snapshot
         .node_claims
         .iter()
+        .map(Arc::as_ref)
         .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
         .collect();
     let reserved_value = base.interner.intern(labels::CAPACITY_TYPE_RESERVED);

@@ -43,6 +43,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
     let claims_by_node: HashMap<&str, &karpenter_api::nodeclaim::NodeClaim> = snapshot
         .node_claims
         .iter()
+        .map(std::sync::Arc::as_ref)
         .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
         .collect();
     let mut view = ClusterView::default();

@@ -66,13 +66,11 @@ impl Snapshot {
         }
         let v = &value;
         match kind.as_str() {
-            "Pod" => {
-                let mut decoded = Vec::with_capacity(1);
-                decode_into::<CompactPod>(v, &mut decoded, false, notes);
-                self.pods.extend(decoded.into_iter().map(Arc::new));
-            }
-            "Node" => decode_into(v, &mut self.nodes, false, notes),
-            "NodeClaim" => decode_into(v, &mut self.node_claims, true, notes),
+            "Pod" => self
+                .pods
+                .extend(decode::<CompactPod>(v, false, notes).map(Arc::new)),
+            "Node" => self.nodes.extend(decode(v, false, notes).map(Arc::new)),
+            "NodeClaim" => self.node_claims.extend(decode(v, true, notes).map(Arc::new)),
             "NodePool" => decode_into(v, &mut self.node_pools, true, notes),
             "DaemonSet" => decode_into(v, &mut self.daemon_sets, false, notes),
             "PodDisruptionBudget" => decode_into(v, &mut self.pdbs, false, notes),
@@ -105,10 +103,18 @@ fn decode_into<T: DeserializeOwned>(
     note_unknown: bool,
     notes: &mut Vec<SnapshotNote>,
 ) {
+    list.extend(decode(value, note_unknown, notes));
+}
+
+/// `value` as a `T`, or a note saying why it was skipped (and, with `note_unknown`, which fields were ignored).
+fn decode<T: DeserializeOwned>(
+    value: &Value,
+    note_unknown: bool,
+    notes: &mut Vec<SnapshotNote>,
+) -> Option<T> {
     // Fast path: most objects are well formed, and tracking paths costs as much as decoding itself.
     if !note_unknown && let Ok(object) = T::deserialize(value) {
-        list.push(object);
-        return;
+        return Some(object);
     }
     match manifest::decode::<T>(value) {
         Ok(decoded) => {
@@ -118,12 +124,15 @@ fn decode_into<T: DeserializeOwned>(
                     format!("unknown field(s) ignored: {}", decoded.unknown_fields.join(", ")),
                 ));
             }
-            list.push(decoded.object);
+            Some(decoded.object)
         }
-        Err(e) => notes.push(SnapshotNote::new(
-            e.object,
-            format!("{}: {}; skipped", e.path, e.message),
-        )),
+        Err(e) => {
+            notes.push(SnapshotNote::new(
+                e.object,
+                format!("{}: {}; skipped", e.path, e.message),
+            ));
+            None
+        }
     }
 }
 

@@ -100,6 +100,7 @@ impl<'s> NodeSet<'s> {
         let claims_by_node: HashMap<&str, &NodeClaim> = snapshot
             .node_claims
             .iter()
+            .map(std::sync::Arc::as_ref)
             .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
             .collect();
         let csi_limits: HashMap<&str, Vec<(Symbol, u32)>> = snapshot
