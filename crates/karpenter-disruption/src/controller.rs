@@ -162,8 +162,24 @@ impl DisruptionController {
             self.recover_after_restart().await?;
             self.recovered.store(true, std::sync::atomic::Ordering::Release);
         }
+        let started = std::time::Instant::now();
+        let (rss_before_mib, _) = crate::process_memory::resident_mib();
         let (snapshot, mut inputs) = self.inputs().await?;
+        let (rss_inputs_mib, peak_inputs_mib) = crate::process_memory::resident_mib();
+        let converted = started.elapsed();
         self.sync_conditions(&inputs).await;
+        // Where a tick's time goes, for whoever profiles a large cluster (`RUST_LOG=karpenter_disruption=debug`).
+        let (rss_mib, peak_mib) = crate::process_memory::resident_mib();
+        tracing::debug!(
+            inputs_seconds = converted.as_secs_f64(),
+            rss_before_mib,
+            rss_inputs_mib,
+            peak_inputs_mib,
+            rss_mib,
+            peak_mib,
+            conditions_seconds = (started.elapsed() - converted).as_secs_f64(),
+            "disruption inputs built and NodeClaim conditions synced"
+        );
         if let Some(command) = in_flight.clone() {
             let tick = self.advance(command).await?;
             if !matches!(tick, Tick::Waiting) {
@@ -235,7 +251,17 @@ impl DisruptionController {
         inputs: &mut DisruptionInputs,
     ) -> Result<Tick, DisruptionError> {
         let now = self.clock.now();
+        let started = std::time::Instant::now();
         let result = self.pass(inputs);
+        let (rss_mib, peak_mib) = crate::process_memory::resident_mib();
+        tracing::debug!(
+            pass_seconds = started.elapsed().as_secs_f64(),
+            rss_mib,
+            peak_mib,
+            commands = result.commands.len(),
+            blocked = result.blocked.len(),
+            "disruption pass"
+        );
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
         // Expiration is forceful: the claims go now, whatever else the pass decided.
         for e in &result.expirations {

@@ -15,12 +15,15 @@
 //! `Drifted` and `Consolidatable` conditions ([`claim_conditions`]), and nodes the pass leaves alone for a
 //! reason worth telling get deduplicated `DisruptionBlocked` or `Unconsolidatable` events ([`blocked_events`]).
 //!
-//! Not here yet (issue 6): recovery of a command interrupted by a restart, the TerminateFirstDrift gate.
+//! A command lives in memory only: after a restart or a leader change, the `karpenter.sh/disrupted` taints a
+//! previous process left on nodes it had not yet deleted are removed, and the pass decides afresh. The
+//! TerminateFirstDrift gate deletes drifted candidates before their replacements launch.
 
 pub mod blocked_events;
 pub mod claim_conditions;
 mod controller;
 mod error;
+mod process_memory;
 pub mod validation;
 
 pub use controller::{DisruptionController, DisruptionSettings, InFlight, Tick};
