@@ -9,15 +9,22 @@ use crate::{
     resources::Resources,
 };
 
-/// A pod's labels (or a namespace's), sorted by key.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Labels(Vec<(Symbol, Symbol)>);
+/// A pod's labels (or a namespace's), sorted by key. Immutable and cheap to clone, so the replicas of a workload
+/// (thousands of bound pods in a large cluster) can share one copy.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Labels(Arc<[(Symbol, Symbol)]>);
+
+impl Default for Labels {
+    fn default() -> Self {
+        Self(Arc::new([]))
+    }
+}
 
 impl Labels {
     pub fn new(mut pairs: Vec<(Symbol, Symbol)>) -> Self {
         pairs.sort_unstable_by_key(|(k, _)| *k);
         pairs.dedup_by_key(|(k, _)| *k);
-        Self(pairs)
+        Self(pairs.into())
     }
 
     pub fn get(&self, key: Symbol) -> Option<Symbol> {

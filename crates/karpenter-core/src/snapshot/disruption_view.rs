@@ -92,6 +92,9 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
         value: None,
         effect: crate::scheduling::TaintEffect::NoSchedule,
     };
+    // Pods that share their metadata group (the replicas of a workload, as the state cache keeps them) share one
+    // copy of their interned labels: keyed by the group's address, which the snapshot keeps alive throughout.
+    let mut labels_of_group: HashMap<usize, Labels> = HashMap::new();
     for pod in &snapshot.pods {
         let Some(node) = node_name(pod).and_then(|n| index.get(n).copied()) else {
             // A pending pod nominated to a node (preemption, or a node just launched for it) pins that node.
@@ -110,13 +113,18 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             continue;
         };
         let meta = &pod.metadata;
-        let pod_labels = Labels::new(
-            meta.labels
-                .iter()
-                .flatten()
-                .map(|(k, v)| (interner.intern(k), interner.intern(v)))
-                .collect(),
-        );
+        let pod_labels = labels_of_group
+            .entry(std::sync::Arc::as_ptr(&meta.group) as usize)
+            .or_insert_with(|| {
+                Labels::new(
+                    meta.labels
+                        .iter()
+                        .flatten()
+                        .map(|(k, v)| (interner.intern(k), interner.intern(v)))
+                        .collect(),
+                )
+            })
+            .clone();
         let started = pod
             .status
             .as_ref()

@@ -199,8 +199,17 @@ impl<'s> NodeSet<'s> {
             self.daemons_running[node].push(d);
         }
         let (namespace, labels, anti_affinity) = parts.topology?;
-        let next = u32::try_from(self.label_sets.len()).unwrap_or(BoundPod::UNSHARED);
-        let label_set = *self.label_sets.entry((namespace, labels.clone())).or_insert(next);
+        // The replicas of a workload share one label set and one copy of its labels.
+        let key = (namespace, labels);
+        let (label_set, labels) = match self.label_sets.get_key_value(&key) {
+            Some(((_, shared), &id)) => (id, shared.clone()),
+            None => {
+                let next = u32::try_from(self.label_sets.len()).unwrap_or(BoundPod::UNSHARED);
+                let labels = key.1.clone();
+                self.label_sets.insert(key, next);
+                (next, labels)
+            }
+        };
         Some(BoundPod {
             namespace,
             labels,
