@@ -6,9 +6,12 @@
 //!   [`plan_launch`] picks the offerings, a launch template is ensured for the AMI (created at most once per
 //!   cache TTL; one found missing at launch is created again and the launch retried once), and an instant
 //!   CreateFleet launches one instance ([`crate::launch`]: capacity errors mark offerings unavailable and surface as
-//!   `InsufficientCapacity`). A reserved launch first takes one instance of its capacity reservation from the
-//!   shared [`ReservationAvailability`] (planning again without the reservation when another launch took its
-//!   last one), and keeps it counted once launched. The claim comes back hydrated: provider ID
+//!   `InsufficientCapacity`), batched with the launches of the same fleet input that arrive within a few
+//!   milliseconds ([`crate::fleet_batcher`]). Each zone launches into the subnet with the most free IP
+//!   addresses, the addresses the launch will use leased from the shared [`SubnetIps`] until it fails or EC2
+//!   counts them. A reserved launch first takes one instance of its capacity reservation from the shared
+//!   [`ReservationAvailability`] (planning again without the reservation when another launch took its last
+//!   one), and keeps it counted once launched. The claim comes back hydrated: provider ID
 //!   `aws:///<zone>/<instance-id>`, the instance type's single-valued labels plus zone, zone ID and capacity
 //!   type (and, in a reservation, its id and type labels), image, capacity and allocatable, and the class's
 //!   drift hash annotations.
@@ -49,12 +52,13 @@ use crate::capacity_reservations::{ReservationAvailability, ReservationSlot, res
 use crate::client::AwsClients;
 use crate::drift::drift_reason;
 use crate::error::AwsError;
+use crate::fleet_batcher::{Ec2Fleet, FleetBatchOptions, FleetBatcher};
 use crate::instance::{
     Ec2Instance, InstanceCache, get_instance, list_instances, parse_provider_id, terminate_instance,
 };
 use crate::instance_profile::InstanceProfiles;
 use crate::instance_types::InstanceTypeProvider;
-use crate::launch::{LaunchOverride, LaunchRequest, create_fleet};
+use crate::launch::{LaunchOverride, LaunchRequest};
 use crate::launch_plan::{LaunchPlan, plan_launch};
 use crate::launch_template::{LaunchTemplateCache, LaunchTemplateSpec, LaunchTemplates};
 use crate::node_claim::instance_to_node_claim;
@@ -63,6 +67,7 @@ use crate::nodeclass::resolve;
 use crate::nodeclass::status::{Resolution, compute_status};
 use crate::pricing::PricingProvider;
 use crate::settings::AwsSettings;
+use crate::subnet_ips::SubnetIps;
 use crate::tags::launch_tags;
 use crate::unavailable_offerings::UnavailableOfferings;
 use crate::userdata::{self, ClusterInfo, UserDataInput, kubelet_labels};
@@ -84,8 +89,10 @@ pub struct AwsCloudProvider {
     pricing: Arc<PricingProvider>,
     unavailable: Arc<UnavailableOfferings>,
     reservations: Arc<ReservationAvailability>,
+    subnet_ips: Arc<SubnetIps>,
     instances: Arc<InstanceCache>,
     launch_template_cache: Arc<LaunchTemplateCache>,
+    fleet: FleetBatcher<Ec2Fleet>,
     kubernetes_version: RwLock<String>,
 }
 
@@ -179,11 +186,17 @@ impl AwsCloudProvider {
             .kubernetes_version
             .clone()
             .unwrap_or_else(|| DEFAULT_KUBERNETES_VERSION.to_string());
+        let unavailable = Arc::new(UnavailableOfferings::default());
         Ok(Self {
             instance_types: Arc::new(InstanceTypeProvider::new(clients.region.clone())),
             pricing: Arc::new(pricing),
-            unavailable: Arc::new(UnavailableOfferings::default()),
+            fleet: FleetBatcher::new(
+                Ec2Fleet::new(clients.ec2.clone(), Arc::clone(&unavailable)),
+                FleetBatchOptions::default(),
+            ),
+            unavailable,
             reservations: Arc::new(ReservationAvailability::default()),
+            subnet_ips: Arc::new(SubnetIps::default()),
             instances: Arc::new(InstanceCache::default()),
             launch_template_cache: Arc::new(LaunchTemplateCache::default()),
             node_class_cache: Arc::new(NodeClassCache::default()),
@@ -221,6 +234,18 @@ impl AwsCloudProvider {
                     .map(|r| (r.status.id.as_str(), r.available_instance_count)),
                 discovery.asked_at,
             );
+        }
+    }
+
+    /// Free IP addresses per subnet, net of launches in flight.
+    pub fn subnet_ips(&self) -> &Arc<SubnetIps> {
+        &self.subnet_ips
+    }
+
+    /// Takes EC2's free address counts of the subnets `resolution` found.
+    pub fn record_subnet_addresses(&self, resolution: &Resolution) {
+        if let Some(counts) = &resolution.subnet_addresses {
+            self.subnet_ips.record_reported(counts);
         }
     }
 
@@ -353,6 +378,7 @@ impl AwsCloudProvider {
         )
         .await;
         self.record_capacity_reservations(&resolution);
+        self.record_subnet_addresses(&resolution);
         resolution.instance_profile = self.ensure_instance_profile(node_class).await;
         if let Some(err) = resolution.error() {
             return Err(CloudProviderError::Transient(format!(
@@ -386,7 +412,19 @@ impl AwsCloudProvider {
         let mut catalog = self
             .catalog_with(&node_class, Some(&status))
             .map_err(|e| not_ready(&class_name, e.to_string()))?;
-        let (plan, reservation_slot) = self.plan_and_take_reservation(claim, &mut catalog, &status)?;
+        let (mut plan, reservation_slot) = self.plan_and_take_reservation(claim, &mut catalog, &status)?;
+        // The subnets are chosen again as the addresses are leased: another launch may have taken some since.
+        let subnet_lease = self.subnet_ips.lease(&status.subnets, &plan.addresses);
+        if !plan.use_subnets(&subnet_lease.subnets()) {
+            return Err(CloudProviderError::InsufficientCapacity {
+                message: format!(
+                    "no subnet of EC2NodeClass {class_name} has free IP addresses in the zones of the offerings \
+                     NodeClaim {} allows",
+                    claim.metadata.name.as_deref().unwrap_or_default()
+                ),
+                offerings: Vec::new(),
+            });
+        }
 
         let mut resolved_class = (*node_class).clone();
         resolved_class.status = Some(status.clone());
@@ -425,30 +463,30 @@ impl AwsCloudProvider {
                 .filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?)))
                 .collect(),
         };
-        let launched =
-            match create_fleet(&self.clients.ec2, &request, &self.unavailable, Instant::now()).await {
-                Err(CloudProviderError::Create { reason, .. }) if reason == LAUNCH_TEMPLATE_NOT_FOUND => {
-                    // A cached template was deleted behind our back (by hand, or by another process's garbage
-                    // collection): forget the request's templates, create them again and try once more.
-                    let templates = self.launch_templates();
-                    templates.forget(&request.launch_template_name);
-                    for name in request
-                        .overrides
-                        .iter()
-                        .filter_map(|o| o.launch_template_name.as_ref())
-                    {
-                        templates.forget(name);
-                    }
-                    request.overrides = self
-                        .ensure_launch_templates(claim, &resolved_class, &plan, &catalog)
-                        .await?;
-                    create_fleet(&self.clients.ec2, &request, &self.unavailable, Instant::now()).await?
+        let launched = match self.fleet.launch(&request).await {
+            Err(CloudProviderError::Create { reason, .. }) if reason == LAUNCH_TEMPLATE_NOT_FOUND => {
+                // A cached template was deleted behind our back (by hand, or by another process's garbage
+                // collection): forget the request's templates, create them again and try once more.
+                let templates = self.launch_templates();
+                templates.forget(&request.launch_template_name);
+                for name in request
+                    .overrides
+                    .iter()
+                    .filter_map(|o| o.launch_template_name.as_ref())
+                {
+                    templates.forget(name);
                 }
-                other => other?,
-            };
+                request.overrides = self
+                    .ensure_launch_templates(claim, &resolved_class, &plan, &catalog)
+                    .await?;
+                self.fleet.launch(&request).await?
+            }
+            other => other?,
+        };
         if let Some(slot) = reservation_slot {
             slot.launched(Instant::now());
         }
+        subnet_lease.launched(&launched.zone, Instant::now());
 
         let image_id = plan
             .overrides
@@ -489,7 +527,7 @@ impl AwsCloudProvider {
                 claim,
                 catalog,
                 &status.amis,
-                &status.subnets,
+                &self.subnet_ips.choose(&status.subnets),
                 &status.capacity_reservations,
             )?;
             let Some(target) = &plan.reservation else {

@@ -1,5 +1,6 @@
-//! Launching one instance: an instant CreateFleet over the cheapest offerings a NodeClaim allows, through
-//! the launch templates of [`crate::launch_template`]. Offerings that come back with a capacity error are marked
+//! Launching instances: an instant CreateFleet over the cheapest offerings a NodeClaim allows, through the
+//! launch templates of [`crate::launch_template`], for one instance ([`create_fleet`]) or for a batch of
+//! launches with the same input ([`launch_instances`], used by [`crate::fleet_batcher`]). Offerings that come back with a capacity error are marked
 //! unavailable; when nothing launched for lack of capacity the error is core's
 //! `CloudProviderError::InsufficientCapacity`, which makes the next scheduling round pick something else.
 //!
@@ -14,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
     FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceType,
@@ -96,12 +98,83 @@ pub async fn create_fleet(
     unavailable: &UnavailableOfferings,
     now: Instant,
 ) -> Result<LaunchedInstance, CloudProviderError> {
+    let result = launch_instances(ec2, request, 1, unavailable, now).await?;
+    match result.instances.first() {
+        Some(instance) => Ok(instance.clone()),
+        None => Err(result.failure(request)),
+    }
+}
+
+/// What one CreateFleet gave: the instances, and why the rest did not launch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FleetResult {
+    pub instances: Vec<LaunchedInstance>,
+    /// Offerings EC2 had no capacity for (now marked unavailable).
+    pub unavailable: Vec<UnavailableOffering>,
+    /// Other errors, as `code: message`.
+    pub errors: Vec<String>,
+}
+
+impl FleetResult {
+    /// The error of a launch of `request` that got no instance from this fleet: InsufficientCapacity when EC2
+    /// reported only capacity errors (or none), else a failed launch.
+    pub fn failure(&self, request: &LaunchRequest) -> CloudProviderError {
+        if self.errors.is_empty() {
+            CloudProviderError::InsufficientCapacity {
+                message: format!(
+                    "no {} capacity{} for {}",
+                    request.capacity_type,
+                    request
+                        .reservation
+                        .as_ref()
+                        .map(|r| format!(" in capacity reservation {}", r.id))
+                        .unwrap_or_default(),
+                    if self.unavailable.is_empty() {
+                        "the offerings asked for".to_string()
+                    } else {
+                        self.unavailable
+                            .iter()
+                            .map(|o| format!("{} in {}", o.instance_type, o.zone))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                ),
+                offerings: self.unavailable.clone(),
+            }
+        } else {
+            CloudProviderError::Create {
+                reason: "LaunchFailed".into(),
+                message: self.errors.join("; "),
+            }
+        }
+    }
+}
+
+/// Launches `count` instances of `request` with one instant fleet. Capacity errors mark their offerings
+/// unavailable at `now`. An error here means the call itself failed; a fleet that launched fewer says why in
+/// its result.
+pub async fn launch_instances(
+    ec2: &aws_sdk_ec2::Client,
+    request: &LaunchRequest,
+    count: i32,
+    unavailable: &UnavailableOfferings,
+    now: Instant,
+) -> Result<FleetResult, CloudProviderError> {
     if request.overrides.is_empty() {
         return Err(CloudProviderError::InsufficientCapacity {
             message: "no offering to launch".into(),
             offerings: Vec::new(),
         });
     }
+    let output = send_create_fleet(ec2, request, count).await?;
+    Ok(read_fleet_output(request, &output, unavailable, now))
+}
+
+async fn send_create_fleet(
+    ec2: &aws_sdk_ec2::Client,
+    request: &LaunchRequest,
+    count: i32,
+) -> Result<CreateFleetOutput, CloudProviderError> {
     let spot = request.capacity_type == CAPACITY_TYPE_SPOT;
     // EC2 knows no "reserved" capacity: a reservation is filled with on-demand (or capacity-block) capacity.
     let target_capacity_type = match &request.reservation {
@@ -109,8 +182,7 @@ pub async fn create_fleet(
         Some(_) => DefaultTargetCapacityType::from(CAPACITY_TYPE_ON_DEMAND),
         None => DefaultTargetCapacityType::from(request.capacity_type.as_str()),
     };
-    let mut overrides = request.overrides.clone();
-    overrides.sort_by(|a, b| a.price.total_cmp(&b.price));
+    let overrides = sorted_overrides(request);
     // One launch template config per template, in the order of their cheapest override.
     let mut configs: Vec<(&str, Vec<&LaunchOverride>)> = Vec::new();
     for o in &overrides {
@@ -169,7 +241,7 @@ pub async fn create_fleet(
         .set_launch_template_configs(Some(configs))
         .target_capacity_specification(
             TargetCapacitySpecificationRequest::builder()
-                .total_target_capacity(1)
+                .total_target_capacity(count)
                 .default_target_capacity_type(target_capacity_type)
                 .build(),
         )
@@ -187,8 +259,7 @@ pub async fn create_fleet(
                 .build(),
         )
     };
-    let output = call
-        .send()
+    call.send()
         .await
         .map_err(|e| match AwsError::from_sdk("CreateFleet", e) {
             err @ (AwsError::Throttled { .. } | AwsError::Unreachable { .. }) => {
@@ -199,10 +270,24 @@ pub async fn create_fleet(
                 reason: err.code().unwrap_or("LaunchFailed").to_string(),
                 message: err.to_string(),
             },
-        })?;
+        })
+}
 
-    let mut iced = Vec::new();
-    let mut other_errors = Vec::new();
+fn sorted_overrides(request: &LaunchRequest) -> Vec<LaunchOverride> {
+    let mut overrides = request.overrides.clone();
+    overrides.sort_by(|a, b| a.price.total_cmp(&b.price));
+    overrides
+}
+
+/// The instances and errors of a CreateFleet answer to `request`; capacity errors mark their offerings
+/// unavailable at `now`, and every error is counted in the launch failure metric.
+pub fn read_fleet_output(
+    request: &LaunchRequest,
+    output: &CreateFleetOutput,
+    unavailable: &UnavailableOfferings,
+    now: Instant,
+) -> FleetResult {
+    let mut result = FleetResult::default();
     for error in output.errors() {
         let code = error.error_code().unwrap_or_default();
         let message = error.error_message().unwrap_or_default();
@@ -226,7 +311,7 @@ pub async fn create_fleet(
             && is_reservation_capacity_code(code)
         {
             unavailable.mark_reservation_unavailable(&reservation.id, now);
-            iced.push(UnavailableOffering {
+            result.unavailable.push(UnavailableOffering {
                 instance_type: instance_type.unwrap_or_default(),
                 zone: zone_name,
                 capacity_type,
@@ -236,20 +321,22 @@ pub async fn create_fleet(
         match (is_unfulfillable_capacity_code(code), instance_type, zone) {
             (true, Some(instance_type), Some(zone)) => {
                 unavailable.mark_unavailable(&instance_type, &zone, &capacity_type, now);
-                iced.push(UnavailableOffering {
+                result.unavailable.push(UnavailableOffering {
                     instance_type,
                     zone,
                     capacity_type,
                 });
             }
-            _ => other_errors.push(format!("{code}: {message}")),
+            _ => result.errors.push(format!("{code}: {message}")),
         }
     }
 
-    let launched = output.instances().iter().find_map(|instance| {
-        let instance_id = instance.instance_ids().first()?.clone();
-        let instance_type = instance.instance_type()?.as_str().to_string();
-        let zone = instance
+    let overrides = sorted_overrides(request);
+    for instance in output.instances() {
+        let Some(instance_type) = instance.instance_type().map(|t| t.as_str().to_string()) else {
+            continue;
+        };
+        let Some(zone) = instance
             .availability_zone()
             .filter(|z| !z.is_empty())
             .or_else(|| {
@@ -263,40 +350,24 @@ pub async fn create_fleet(
                     .iter()
                     .find(|o| o.instance_type == instance_type)
                     .map(|o| o.zone.as_str())
-            })?
-            .to_string();
+            })
+            .map(str::to_string)
+        else {
+            continue;
+        };
         let capacity_type = match (&request.reservation, instance.lifecycle()) {
             (None, Some(lifecycle)) => lifecycle.as_str().to_string(),
             _ => request.capacity_type.clone(),
         };
-        Some(LaunchedInstance {
-            instance_id,
-            instance_type,
-            zone,
-            capacity_type,
-        })
-    });
-    match launched {
-        Some(instance) => Ok(instance),
-        None if other_errors.is_empty() => Err(CloudProviderError::InsufficientCapacity {
-            message: format!(
-                "no {} capacity{} for {}",
-                request.capacity_type,
-                request
-                    .reservation
-                    .as_ref()
-                    .map(|r| format!(" in capacity reservation {}", r.id))
-                    .unwrap_or_default(),
-                iced.iter()
-                    .map(|o| format!("{} in {}", o.instance_type, o.zone))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            offerings: iced,
-        }),
-        None => Err(CloudProviderError::Create {
-            reason: "LaunchFailed".into(),
-            message: other_errors.join("; "),
-        }),
+        // One entry may stand for several instances of the same offering.
+        for instance_id in instance.instance_ids() {
+            result.instances.push(LaunchedInstance {
+                instance_id: instance_id.clone(),
+                instance_type: instance_type.clone(),
+                zone: zone.clone(),
+                capacity_type: capacity_type.clone(),
+            });
+        }
     }
+    result
 }

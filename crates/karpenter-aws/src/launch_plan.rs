@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use karpenter_api::ec2nodeclass::{Ami, CapacityReservation, Subnet};
+use karpenter_api::ec2nodeclass::{Ami, CapacityReservation};
 use karpenter_api::labels::{
     AWS_CAPACITY_RESERVATION_ID_LABEL, AWS_CAPACITY_RESERVATION_TYPE_LABEL, CAPACITY_TYPE_LABEL,
     CAPACITY_TYPE_RESERVED, ZONE_LABEL,
@@ -29,7 +29,6 @@ use karpenter_core::resources::ResourceTable;
 use crate::capacity_reservations::{ReservationTarget, reservation_type_label};
 use crate::instance_types::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 use crate::launch::LaunchOverride;
-use crate::subnets::{DiscoveredSubnet, subnets_for_launch};
 
 /// CreateFleet's limit on overrides Karpenter uses (upstream's `maxInstanceTypes`).
 pub const MAX_OVERRIDES: usize = 60;
@@ -44,6 +43,9 @@ pub struct LaunchPlan {
     pub overrides: Vec<LaunchOverride>,
     /// The subnet each zone launches into.
     pub subnets: BTreeMap<String, String>,
+    /// Zone → the IP addresses one instance launched there is counted on to use: the smallest max pods of
+    /// the types it may launch there, at least 1 ([`crate::subnet_ips`]).
+    pub addresses: BTreeMap<String, i64>,
     /// The capacity reservation a reserved launch targets.
     pub reservation: Option<ReservationTarget>,
 }
@@ -70,22 +72,6 @@ fn requests(claim: &NodeClaim) -> Result<Quantities, CloudProviderError> {
         .collect()
 }
 
-/// The class's subnets as launch candidates. The status lists them most free addresses first (as of the last
-/// resolution), so the rank stands in for the address count instead of asking EC2 again on every launch.
-fn ranked_subnets(subnets: &[Subnet]) -> Vec<DiscoveredSubnet> {
-    let count = subnets.len();
-    subnets
-        .iter()
-        .enumerate()
-        .map(|(rank, s)| DiscoveredSubnet {
-            id: s.id.clone(),
-            zone: s.zone.clone(),
-            zone_id: s.zone_id.clone(),
-            available_ip_count: i32::try_from(count - rank).unwrap_or(i32::MAX),
-        })
-        .collect()
-}
-
 struct Candidate {
     instance_type: String,
     zone: String,
@@ -93,15 +79,19 @@ struct Candidate {
     price: f64,
     image: usize,
     reservation: Option<ReservationTarget>,
+    /// The type's max pods.
+    pods: i64,
 }
 
-/// The plan for `claim` over `catalog` (the class's instance types, with its reserved offerings), and `amis`,
-/// `subnets` and `reservations` (its status). InsufficientCapacity when nothing qualifies.
+/// The plan for `claim` over `catalog` (the class's instance types, with its reserved offerings), `amis` and
+/// `reservations` (its status), and `subnets` (zone → the subnet a launch there uses, see
+/// [`crate::subnet_ips::SubnetIps::choose`]; only their zones are launched in). InsufficientCapacity when
+/// nothing qualifies.
 pub fn plan_launch(
     claim: &NodeClaim,
     catalog: &[CatalogInstanceType],
     amis: &[Ami],
-    subnets: &[Subnet],
+    subnets: &BTreeMap<String, String>,
     reservations: &[CapacityReservation],
 ) -> Result<LaunchPlan, CloudProviderError> {
     let mut interner = LabelInterner::new();
@@ -123,7 +113,6 @@ pub fn plan_launch(
                 .map(|r| (index, r))
         })
         .collect();
-    let launch_subnets = subnets_for_launch(&ranked_subnets(subnets));
 
     let mut candidates = Vec::new();
     for entry in catalog {
@@ -145,8 +134,9 @@ pub fn plan_launch(
             continue;
         };
         let has_reservations = entry.offerings.iter().any(|o| o.reservation_id.is_some());
+        let pods = entry.capacity.get("pods").copied().unwrap_or(0) / 1000;
         for offering in entry.offerings.iter().filter(|o| o.available) {
-            if !launch_subnets.contains_key(&offering.zone) {
+            if !subnets.contains_key(&offering.zone) {
                 continue;
             }
             // A reserved offering needs its reservation in the class's status (for its kind).
@@ -196,6 +186,7 @@ pub fn plan_launch(
                     price: offering.price,
                     image,
                     reservation,
+                    pods,
                 });
             }
         }
@@ -236,13 +227,21 @@ pub fn plan_launch(
         });
     };
     candidates.truncate(MAX_OVERRIDES);
+    let mut addresses: BTreeMap<String, i64> = BTreeMap::new();
+    for c in &candidates {
+        let pods = c.pods.max(1);
+        addresses
+            .entry(c.zone.clone())
+            .and_modify(|least| *least = (*least).min(pods))
+            .or_insert(pods);
+    }
     let overrides = candidates
         .iter()
         .filter_map(|c| {
             Some(LaunchOverride {
                 instance_type: c.instance_type.clone(),
                 zone: c.zone.clone(),
-                subnet_id: launch_subnets.get(&c.zone)?.id.clone(),
+                subnet_id: subnets.get(&c.zone)?.clone(),
                 price: c.price,
                 image_id: amis.get(c.image).map(|a| a.id.clone()),
                 launch_template_name: None,
@@ -253,12 +252,34 @@ pub fn plan_launch(
         capacity_type: capacity_type.to_string(),
         image_id: amis.get(image).map(|a| a.id.clone()).unwrap_or_default(),
         overrides,
-        subnets: launch_subnets
-            .into_iter()
-            .map(|(zone, subnet)| (zone, subnet.id))
+        subnets: subnets
+            .iter()
+            .filter(|(zone, _)| addresses.contains_key(*zone))
+            .map(|(zone, id)| (zone.clone(), id.clone()))
             .collect(),
+        addresses,
         reservation,
     })
+}
+
+impl LaunchPlan {
+    /// Launches through `subnets` (zone → subnet, as leased): each override takes its zone's subnet, and
+    /// overrides in a zone without one are dropped. False when none is left.
+    pub fn use_subnets(&mut self, subnets: &BTreeMap<String, String>) -> bool {
+        self.overrides.retain_mut(|o| match subnets.get(&o.zone) {
+            Some(id) => {
+                o.subnet_id.clone_from(id);
+                true
+            }
+            None => false,
+        });
+        self.subnets = subnets
+            .iter()
+            .filter(|(zone, _)| self.overrides.iter().any(|o| o.zone == **zone))
+            .map(|(zone, id)| (zone.clone(), id.clone()))
+            .collect();
+        !self.overrides.is_empty()
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,9 @@
 //! - [`interruption_source`]: core's `InterruptionSource` over the SQS queue.
 //! - [`launch_plan`]: the offerings, subnets and AMIs one launch sends; [`launch_template`]: launch templates
 //!   (block devices, metadata options, tags, content-hashed names), their cache and garbage collection; [`launch`]: instant CreateFleet, with ICE
-//!   handling; [`drift`]: AMI, subnet, security group and static-hash drift.
+//!   handling; [`fleet_batcher`]: launches of the same fleet input within 35 ms sent as one CreateFleet;
+//!   [`subnet_ips`]: the subnet each zone launches into (most free IP addresses, net of launches in flight);
+//!   [`drift`]: AMI, subnet, security group and static-hash drift.
 //! - [`node_classes`]: where EC2NodeClasses are read from and cached; [`capacity`]: a class's capacity settings.
 //! - [`capacity_reservations`]: on-demand capacity reservations and capacity blocks (ReservedCapacity gate):
 //!   discovery into `status.capacityReservations`, the instances each can still take, `reserved` offerings;
@@ -43,7 +45,10 @@
 //! - [`interruption`]: the SQS EventBridge messages; [`interruption_queue`]: receiving and deleting them.
 //!
 //! Not done here: placement groups, dry-run validation, and the launch template fields for `networkInterfaces`
-//! (EFA), `ipPrefixCount`, `connectionTracking` and `cpuOptions`. Of capacity reservations: demoting NodeClaims
+//! (EFA), `ipPrefixCount`, `connectionTracking` and `cpuOptions`. The addresses a launch is counted on to use
+//! are the smallest max pods of its types (VPC CNI secondary IPs); prefix delegation and custom networking
+//! are not modelled. Instances of a batched CreateFleet get their `karpenter.sh/nodeclaim` tag through
+//! CreateTags afterwards, once, without retries. Of capacity reservations: demoting NodeClaims
 //! whose reservation ended to on-demand, draining capacity blocks before they end, CapacityReservationDrift,
 //! and the capacity reservation interruption event.
 //!
@@ -58,6 +63,7 @@ pub mod client;
 pub mod cloud_provider;
 pub mod drift;
 pub mod error;
+pub mod fleet_batcher;
 pub mod instance;
 pub mod instance_profile;
 pub mod instance_types;
@@ -76,6 +82,7 @@ pub mod sdk_metrics;
 pub mod security_groups;
 pub mod selectors;
 pub mod settings;
+pub mod subnet_ips;
 pub mod subnets;
 pub mod tags;
 pub mod unavailable_offerings;

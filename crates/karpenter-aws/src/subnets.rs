@@ -1,5 +1,6 @@
-//! Subnets an EC2NodeClass selects (DescribeSubnets per selector term), and the subnet a launch uses in each
-//! zone: the one with the most free IP addresses, as upstream's subnet provider picks it.
+//! Subnets an EC2NodeClass selects (DescribeSubnets per selector term), with their free IP addresses, and the
+//! roomiest per zone as EC2 counted them. Launches choose with [`crate::subnet_ips`], which also subtracts the
+//! addresses of launches in flight.
 
 use std::collections::BTreeMap;
 

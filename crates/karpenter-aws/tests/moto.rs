@@ -27,6 +27,9 @@ mod nodeclass;
 #[path = "moto/capacity_reservations.rs"]
 mod capacity_reservations;
 
+#[path = "moto/launch_batching.rs"]
+mod launch_batching;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 

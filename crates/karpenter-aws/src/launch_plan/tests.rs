@@ -37,15 +37,11 @@ fn amd64_ami() -> Vec<Ami> {
     vec![ami("amd64")]
 }
 
-fn subnets() -> Vec<Subnet> {
+fn subnets() -> BTreeMap<String, String> {
     ["us-west-2a", "us-west-2b"]
         .into_iter()
         .enumerate()
-        .map(|(i, zone)| Subnet {
-            id: format!("subnet-{i}"),
-            zone: zone.into(),
-            zone_id: None,
-        })
+        .map(|(i, zone)| (zone.to_string(), format!("subnet-{i}")))
         .collect()
 }
 
@@ -78,6 +74,30 @@ fn spot_when_allowed_in_the_subnets_zones_with_an_ami_that_runs_the_type() {
             .iter()
             .all(|o| plan.subnets[&o.zone] == o.subnet_id)
     );
+    assert_eq!(
+        plan.addresses,
+        BTreeMap::from([("us-west-2a".to_string(), 29), ("us-west-2b".to_string(), 29)]),
+        "an instance is counted on to use the smallest max pods of its zone's types (m5.large: 29)"
+    );
+}
+
+#[test]
+fn leased_subnets_replace_the_planned_ones_and_zones_without_one_are_dropped() {
+    let claim = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES}]),
+        json!({"cpu": "1"}),
+    );
+    let mut plan = plan_launch(&claim, &catalog(), &amd64_ami(), &subnets(), &[]).unwrap();
+    let leased = BTreeMap::from([("us-west-2b".to_string(), "subnet-other".to_string())]);
+    assert!(plan.use_subnets(&leased));
+    assert!(!plan.overrides.is_empty());
+    assert!(
+        plan.overrides
+            .iter()
+            .all(|o| o.zone == "us-west-2b" && o.subnet_id == "subnet-other")
+    );
+    assert_eq!(plan.subnets, leased);
+    assert!(!plan.use_subnets(&BTreeMap::new()), "nothing left to launch");
 }
 
 #[test]
@@ -103,7 +123,7 @@ fn on_demand_when_the_claim_says_so_and_requests_must_fit() {
     );
     let err = plan_launch(&too_big, &catalog(), &amd64_ami(), &subnets(), &[]).unwrap_err();
     assert_eq!(err.category(), "InsufficientCapacity");
-    let no_subnets = plan_launch(&on_demand, &catalog(), &amd64_ami(), &[], &[]).unwrap_err();
+    let no_subnets = plan_launch(&on_demand, &catalog(), &amd64_ami(), &BTreeMap::new(), &[]).unwrap_err();
     assert_eq!(no_subnets.category(), "InsufficientCapacity");
 }
 

@@ -4,8 +4,8 @@
 //!   instance profile Karpenter made for its `spec.role`, and removes the `karpenter.k8s.aws/termination`
 //!   finalizer;
 //! - otherwise: adds the finalizer, resolves the selector terms ([`super::resolve`]; capacity reservations
-//!   only with the ReservedCapacity gate on, their instance counts then handed to the CloudProvider), creates
-//!   or adopts the instance profile for `spec.role` ([`crate::instance_profile`]), writes the status
+//!   only with the ReservedCapacity gate on; their instance counts and the subnets' free address counts are
+//!   handed to the CloudProvider), creates or adopts the instance profile for `spec.role` ([`crate::instance_profile`]), writes the status
 //!   ([`super::status::compute_status`]) through the status subresource when it changed, writes the
 //!   `karpenter.k8s.aws/ec2nodeclass-hash` and `-hash-version` annotations, hands the class to the
 //!   CloudProvider's cache (launches and drift read it), and requeues after the refresh interval (upstream
@@ -141,6 +141,7 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
     )
     .await;
     ctx.provider.record_capacity_reservations(&resolution);
+    ctx.provider.record_subnet_addresses(&resolution);
     resolution.instance_profile = ctx.provider.ensure_instance_profile(&class).await;
     let status = super::status::compute_status(&class, &resolution, now);
     if class.status.as_ref() != Some(&status) {

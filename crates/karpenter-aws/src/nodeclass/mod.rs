@@ -11,12 +11,15 @@ pub mod amis;
 pub mod controller;
 pub mod status;
 
+use std::time::Instant;
+
 use jiff::Timestamp;
 use karpenter_api::ec2nodeclass::EC2NodeClass;
 
 use crate::capacity_reservations::discover_capacity_reservations;
 use crate::client::AwsClients;
 use crate::security_groups::discover_security_groups;
+use crate::subnet_ips::SubnetAddressCounts;
 use crate::subnets::discover_subnets;
 use status::Resolution;
 
@@ -38,9 +41,17 @@ pub async fn resolve(
         now,
     )
     .await;
-    let subnets = discover_subnets(&clients.ec2, &spec.subnet_selector_terms)
-        .await
-        .map(|found| found.iter().map(|s| s.to_status()).collect());
+    // Before the call: a launch that finishes while EC2 counts stays subtracted.
+    let subnets_asked_at = Instant::now();
+    let found_subnets = discover_subnets(&clients.ec2, &spec.subnet_selector_terms).await;
+    let subnet_addresses = found_subnets.as_ref().ok().map(|found| SubnetAddressCounts {
+        asked_at: subnets_asked_at,
+        available: found
+            .iter()
+            .map(|s| (s.id.clone(), i64::from(s.available_ip_count)))
+            .collect(),
+    });
+    let subnets = found_subnets.map(|found| found.iter().map(|s| s.to_status()).collect());
     let security_groups = discover_security_groups(&clients.ec2, &spec.security_group_selector_terms).await;
     let capacity_reservations = if reserved_capacity {
         let terms = spec
@@ -54,6 +65,7 @@ pub async fn resolve(
     Resolution {
         amis,
         subnets,
+        subnet_addresses,
         security_groups,
         capacity_reservations,
         instance_profile: None,

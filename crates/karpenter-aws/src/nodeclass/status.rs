@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::capacity_reservations::ReservationDiscovery;
 use crate::error::AwsError;
+use crate::subnet_ips::SubnetAddressCounts;
 
 /// Reason of a role-based class's InstanceProfileReady before its instance profile was created.
 pub const INSTANCE_PROFILE_NOT_MANAGED: &str = "InstanceProfileNotManaged";
@@ -38,6 +39,9 @@ pub const CAPACITY_RESERVATIONS_NOT_FOUND: &str = "CapacityReservationsNotFound"
 pub struct Resolution {
     pub amis: Result<Vec<Ami>, AwsError>,
     pub subnets: Result<Vec<Subnet>, AwsError>,
+    /// EC2's free address counts of those subnets, for launches to choose between them; None when the lookup
+    /// failed (or in tests that do not need it).
+    pub subnet_addresses: Option<SubnetAddressCounts>,
     pub security_groups: Result<Vec<SecurityGroup>, AwsError>,
     /// None with the ReservedCapacity feature gate off (no CapacityReservationsReady condition then).
     pub capacity_reservations: Option<Result<ReservationDiscovery, AwsError>>,
@@ -344,6 +348,7 @@ mod tests {
                 ..Default::default()
             }]),
             subnets: Ok(subnets),
+            subnet_addresses: None,
             security_groups: Ok(vec![SecurityGroup {
                 id: "sg-1".into(),
                 name: None,
