@@ -14,6 +14,7 @@
 //! Timings are only meaningful in a release build: `cargo run --release -p xtask -- bench schedule`.
 
 mod bounds;
+mod cache_heap;
 mod catalogs;
 mod controller;
 mod controller_cluster;

@@ -10,7 +10,8 @@
 //! [`RUN_TIMEOUT`]), scraping /metrics every [`SCRAPE_EVERY`], then stops it with SIGINT (SIGKILL after
 //! [`STOP_TIMEOUT`]). peak_rss_bytes is the child's VmHWM read from /proc just before the signal (what
 //! getrusage's ru_maxrss would report for it); rss_at_ready_bytes its VmRSS when /readyz first answered 200;
-//! cpu_seconds its user + system time. The controller's log (stdout and stderr) goes to
+//! cpu_seconds its user + system time. Before the controller starts, a state cache is synced in this process
+//! on the same cluster and its heap measured by kind (cache_heap_bytes; see [`cache_heap`]). The controller's log (stdout and stderr) goes to
 //! target/bench/controller.log. To see where the memory goes, `KARPENTER_BENCH_WRAPPER="heaptrack -o
 //! target/bench/controller"` runs the controller under that command (the row's memory figures are then the
 //! wrapper's; read the profile with `heaptrack_print`).
@@ -56,7 +57,7 @@ use nix::{
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{controller_cluster, workloads};
+use super::{cache_heap, controller_cluster, workloads};
 
 /// Disruption reconciles to wait for once ready.
 const DISRUPTION_PASSES: u64 = 3;
@@ -86,6 +87,7 @@ struct MemoryRow {
     disruption_seconds_mean: Option<f64>,
     disruption_decisions: u64,
     nodeclaims_created: u64,
+    cache: cache_heap::CacheHeap,
 }
 
 impl MemoryRow {
@@ -105,6 +107,12 @@ impl MemoryRow {
             "disruption_seconds_mean": self.disruption_seconds_mean,
             "disruption_decisions": self.disruption_decisions,
             "nodeclaims_created": self.nodeclaims_created,
+            "cache_heap_bytes": {
+                "pods": self.cache.pods,
+                "nodes": self.cache.nodes,
+                "node_claims": self.cache.node_claims,
+                "rest": self.cache.rest,
+            },
         })
         .to_string()
     }
@@ -446,6 +454,16 @@ async fn memory(karpenter: &Path, catalog: &CatalogFile, nodes: usize) -> Result
         .serve_http(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .await
         .map_err(|e| anyhow!("serving the simulated API: {e}"))?;
+    let cache = cache_heap::measure(&api, written.pods, READY_TIMEOUT).await?;
+    eprintln!(
+        "bench controller: a state cache of this cluster holds {:.1} MiB of heap: pods {:.1}, Nodes {:.1}, \
+         NodeClaims {:.1}, the rest {:.1}",
+        cache.total() as f64 / MIB,
+        cache.pods as f64 / MIB,
+        cache.nodes as f64 / MIB,
+        cache.node_claims as f64 / MIB,
+        cache.rest as f64 / MIB
+    );
     let kubeconfig = bench_dir()?.join("controller.kubeconfig");
     http.write_kubeconfig(&kubeconfig).map_err(|e| anyhow!("{e}"))?;
     let (metrics_port, probes_port) = (free_port()?, free_port()?);
@@ -476,6 +494,7 @@ async fn memory(karpenter: &Path, catalog: &CatalogFile, nodes: usize) -> Result
         disruption_seconds_mean: measured.disruption_seconds_mean,
         disruption_decisions: measured.disruption_decisions,
         nodeclaims_created: measured.nodeclaims_created,
+        cache,
     })
 }
 
