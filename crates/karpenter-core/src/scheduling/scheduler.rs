@@ -188,6 +188,10 @@ struct Scheduler<'a> {
     groups: Vec<PodGroups>,
     relax: Vec<Relaxation>,
     nodes: Vec<NodeState>,
+    /// The most CPU and memory any schedulable existing node has free at the start. Placing pods only lowers
+    /// what nodes have free, so a pod asking for more fits on none of them and skips the scan: a re-simulation
+    /// of a full cluster otherwise scans every node for every pod of every candidate.
+    existing_ceiling: (i64, i64),
     claims: Vec<OpenClaim>,
     /// Open claims ordered by (pod count, creation order): least-loaded first, as upstream tries them.
     claim_order: BTreeSet<(usize, usize)>,
@@ -237,6 +241,13 @@ impl<'a> Scheduler<'a> {
                     pods: Vec::new(),
                 })
                 .collect(),
+            existing_ceiling: input
+                .existing
+                .iter()
+                .filter(|n| n.schedulable)
+                .fold((i64::MIN, i64::MIN), |(cpu, memory), n| {
+                    (cpu.max(n.available.cpu()), memory.max(n.available.memory()))
+                }),
             claims: Vec::new(),
             claim_order: BTreeSet::new(),
             remaining: input.templates.iter().map(|t| t.remaining.clone()).collect(),
@@ -450,9 +461,12 @@ impl<'a> Scheduler<'a> {
         let pod = &self.input.pods[p];
         let reqs = self.relax[p].requirements(pod);
 
-        for n in 0..self.nodes.len() {
-            if self.try_existing(p, n, &reqs) {
-                return Ok(());
+        let (cpu_ceiling, memory_ceiling) = self.existing_ceiling;
+        if pod.requests.cpu() <= cpu_ceiling && pod.requests.memory() <= memory_ceiling {
+            for n in 0..self.nodes.len() {
+                if self.try_existing(p, n, &reqs) {
+                    return Ok(());
+                }
             }
         }
 
