@@ -278,10 +278,11 @@ impl<'a> Scheduler<'a> {
                 .chain(p.preferred_anti_affinity.iter())
                 .for_each(|(_, t)| add_key(t.topology_key));
         }
+        // Most bound pods have no anti-affinity: that cheap test first, the node's only for those that do.
         for b in input
             .bound_pods
             .iter()
-            .filter(|b| !input.existing[b.node].leaving)
+            .filter(|b| !b.anti_affinity.is_empty() && !input.existing[b.node].leaving)
         {
             b.anti_affinity.iter().for_each(|t| add_key(t.topology_key));
         }
