@@ -1,10 +1,12 @@
 //! The capacity settings an EC2NodeClass implies (AMI family, kubelet, root volume, instance store policy),
 //! with the controller's VM memory overhead and reserved ENIs: what `InstanceTypeProvider::list` computes
-//! capacity and overhead under for that class.
+//! capacity and overhead under for that class. The class's `efa-only` network interfaces count as reserved
+//! ENIs: they take interface slots but carry no pod addresses.
 
 use karpenter_api::ec2nodeclass::EC2NodeClass;
 use karpenter_core::catalog::{AmiFamily, AwsCapacitySettings};
 
+use crate::launch_template::interfaces::EFA_ONLY;
 use crate::settings::AwsSettings;
 
 /// Core's capacity settings for `node_class` under `settings`.
@@ -17,10 +19,18 @@ pub fn capacity_settings(node_class: &EC2NodeClass, settings: &AwsSettings) -> A
         .unwrap_or_default();
     let kubelet = spec.kubelet.clone().unwrap_or_default();
     let non_negative = |v: Option<i32>| v.and_then(|v| u32::try_from(v).ok());
+    let efa_only_enis = spec
+        .network_interfaces
+        .iter()
+        .flatten()
+        .filter(|i| i.interface_type == EFA_ONLY)
+        .count();
     AwsCapacitySettings {
         ami_family,
         vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
-        reserved_enis: settings.reserved_enis_u32(),
+        reserved_enis: settings
+            .reserved_enis_u32()
+            .saturating_add(u32::try_from(efa_only_enis).unwrap_or(u32::MAX)),
         max_pods: non_negative(kubelet.max_pods),
         pods_per_core: non_negative(kubelet.pods_per_core),
         kube_reserved: kubelet.kube_reserved.unwrap_or_default(),
@@ -49,6 +59,7 @@ mod tests {
 
     use karpenter_api::ec2nodeclass::{
         AmiSelectorTerm, BlockDevice, BlockDeviceMapping, EC2NodeClassSpec, KubeletConfiguration,
+        NetworkInterface,
     };
 
     use super::*;
@@ -91,5 +102,32 @@ mod tests {
         assert_eq!(capacity.kube_reserved["cpu"], "200m");
         assert_eq!(capacity.root_volume_bytes, Some(100 * 1024 * 1024 * 1024));
         assert!(capacity.resolve().is_ok());
+    }
+
+    #[test]
+    fn efa_only_interfaces_are_not_counted_on_for_pod_addresses() {
+        let interface = |card: i32, device: i32, kind: &str| NetworkInterface {
+            network_card_index: card,
+            device_index: device,
+            interface_type: kind.into(),
+        };
+        let class = EC2NodeClass::new(
+            "efa",
+            EC2NodeClassSpec {
+                network_interfaces: Some(vec![
+                    interface(0, 0, "interface"),
+                    interface(0, 1, "efa-only"),
+                    interface(1, 0, "efa-only"),
+                ]),
+                ..Default::default()
+            },
+        );
+        let settings = AwsSettings {
+            reserved_enis: 1,
+            ..AwsSettings::default()
+        };
+        assert_eq!(capacity_settings(&class, &settings).reserved_enis, 3);
+        let plain = EC2NodeClass::new("plain", EC2NodeClassSpec::default());
+        assert_eq!(capacity_settings(&plain, &settings).reserved_enis, 1);
     }
 }

@@ -6,10 +6,13 @@
 //!   ([`crate::nodeclass::status`]);
 //! - [`availability`]: how many instances each reservation can still take, shared by every class and launch;
 //! - [`offerings`]: each reservation of a class as a `reserved` offering of its instance type and zone;
+//! - [`lifecycle`]: NodeClaims whose reservation ended become on-demand; capacity blocks are drained 40
+//!   minutes before they end;
 //! - launches into a reservation go through a launch template that targets it ([`ReservationTarget`]), one
 //!   reservation per CreateFleet ([`crate::launch_plan`], [`crate::launch`]).
 
 pub mod availability;
+pub mod lifecycle;
 pub mod offerings;
 
 use std::collections::BTreeMap;

@@ -37,7 +37,7 @@ use karpenter_api::labels::{
     AWS_CAPACITY_RESERVATION_ID_LABEL, AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL,
     AWS_CAPACITY_RESERVATION_TYPE_LABEL, AWS_EC2NODECLASS_HASH_ANNOTATION,
     AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL, AWS_GROUP, AWS_TAG_NODECLAIM,
-    AWS_ZONE_ID_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL, ZONE_LABEL,
+    AWS_ZONE_ID_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL, RESOURCE_EFA, ZONE_LABEL,
 };
 use karpenter_api::nodeclaim::{NodeClaim, NodeClaimStatus};
 use karpenter_api::nodepool::NodePool;
@@ -75,6 +75,18 @@ use karpenter_metrics::{InstanceTypeLabels, InstanceTypeOfferingLabels, NodeClas
 
 /// CreateFleet's error code for a launch template that does not exist.
 const LAUNCH_TEMPLATE_NOT_FOUND: &str = "InvalidLaunchTemplateName.NotFoundException";
+
+/// Whether `claim` requests EFA devices, so its templates need EFA interfaces (unless its class lists its own).
+fn requests_efa(claim: &NodeClaim) -> bool {
+    claim
+        .spec
+        .resources
+        .requests
+        .as_ref()
+        .and_then(|requests| requests.get(RESOURCE_EFA))
+        .and_then(|quantity| karpenter_api::quantity::parse_milli(&quantity.0).ok())
+        .is_some_and(|milli| milli > 0)
+}
 
 /// The Kubernetes version AMI aliases resolve for until the API server has been asked.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
@@ -328,6 +340,15 @@ impl AwsCloudProvider {
                 &self.pricing,
                 now,
             );
+        }
+        // Instances launch with nested virtualization on only where the processor supports it.
+        if node_class
+            .spec
+            .cpu_options
+            .as_ref()
+            .is_some_and(|cpu| cpu.nested_virtualization_enabled())
+        {
+            catalog.retain(|t| self.instance_types.supports_nested_virtualization(&t.name));
         }
         let zones = node_class.zones();
         // Before the class has subnets every zone is possible; after, only theirs.
@@ -598,9 +619,22 @@ impl AwsCloudProvider {
         let labels = claim.metadata.labels.clone().unwrap_or_default();
         let mut taints = claim.spec.taints.clone();
         taints.extend(claim.spec.startup_taints.iter().cloned());
-        let mut templates: HashMap<Option<i64>, String> = HashMap::new();
+        // Keyed by max pods (the user data) and EFA interfaces (the network interfaces).
+        let mut templates: HashMap<(Option<i64>, i32), String> = HashMap::new();
+        // A class that lists its own interfaces keeps them, EFA or not.
+        let wants_efa = requests_efa(claim) && node_class.spec.network_interfaces.is_none();
         let mut overrides = plan.overrides.clone();
         for o in &mut overrides {
+            let efa_count = if wants_efa {
+                catalog
+                    .iter()
+                    .find(|t| t.name == o.instance_type)
+                    .and_then(|t| t.capacity.get(RESOURCE_EFA))
+                    .and_then(|milli| i32::try_from(milli / 1000).ok())
+                    .unwrap_or(0)
+            } else {
+                0
+            };
             let max_pods = (family != AmiFamily::Custom)
                 .then(|| {
                     catalog
@@ -610,7 +644,7 @@ impl AwsCloudProvider {
                         .map(|milli| milli / 1000)
                 })
                 .flatten();
-            if let Some(name) = templates.get(&max_pods) {
+            if let Some(name) = templates.get(&(max_pods, efa_count)) {
                 o.launch_template_name = Some(name.clone());
                 continue;
             }
@@ -631,7 +665,8 @@ impl AwsCloudProvider {
                 record_user_data_size(&class_name, data.len());
             }
             let mut template =
-                LaunchTemplateSpec::from_node_class(node_class, &plan.image_id, &self.settings.cluster_name)?;
+                LaunchTemplateSpec::from_node_class(node_class, &plan.image_id, &self.settings.cluster_name)?
+                    .with_efa_interfaces(efa_count);
             template.user_data = user_data.map(|d| userdata::base64_encode(d.as_bytes()));
             template.capacity_reservation = plan.reservation.clone();
             let name = self
@@ -653,7 +688,7 @@ impl AwsCloudProvider {
                         },
                     }
                 })?;
-            templates.insert(max_pods, name.clone());
+            templates.insert((max_pods, efa_count), name.clone());
             o.launch_template_name = Some(name);
         }
         Ok(overrides)

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use aws_sdk_ec2::types::{
     ArchitectureType, EbsOptimizedSupport, EphemeralNvmeSupport, InstanceTypeInfo, LocationType,
-    UsageClassType, VirtualizationType,
+    SupportedAdditionalProcessorFeature, UsageClassType, VirtualizationType,
 };
 use karpenter_core::catalog::aws_data::{AwsAccelerator, AwsGpu, AwsRegionData, AwsZone};
 use karpenter_core::catalog::{
@@ -74,6 +74,15 @@ pub fn kubernetes_arch(info: &InstanceTypeInfo) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// Whether the type's processors support nested virtualization (a processor feature EC2 lists).
+pub fn supports_nested_virtualization(info: &InstanceTypeInfo) -> bool {
+    info.processor_info().is_some_and(|processor| {
+        processor
+            .supported_features()
+            .contains(&SupportedAdditionalProcessorFeature::NestedVirtualization)
+    })
 }
 
 /// The facts core's capacity maths and requirements need, from one DescribeInstanceTypes record. `zones`
@@ -391,6 +400,8 @@ pub async fn describe_offerings(
 struct Discovered {
     region_data: Option<AwsRegionData>,
     types: Vec<AwsInstanceTypeData>,
+    /// The types whose processors support nested virtualization (`cpuOptions.nestedVirtualization: enabled`).
+    nested_virtualization: BTreeSet<String>,
 }
 
 /// Lists the region's instance types as catalog entries. `refresh` asks EC2 (upstream: every 12 hours, and
@@ -425,6 +436,11 @@ impl InstanceTypeProvider {
             })
             .collect();
         types.sort_by(|a, b| a.name.cmp(&b.name));
+        let nested_virtualization = infos
+            .iter()
+            .filter(|info| supports_nested_virtualization(info))
+            .filter_map(|info| Some(info.instance_type()?.as_str().to_string()))
+            .collect();
         let count = types.len();
         *self.discovered.write().unwrap_or_else(PoisonError::into_inner) = Discovered {
             region_data: Some(AwsRegionData {
@@ -432,8 +448,15 @@ impl InstanceTypeProvider {
                 on_demand_prices: "AWS Pricing API, or the static table until it answers".into(),
             }),
             types,
+            nested_virtualization,
         };
         Ok(count)
+    }
+
+    /// Whether EC2 said type `name` supports nested virtualization (false before the first refresh).
+    pub fn supports_nested_virtualization(&self, name: &str) -> bool {
+        let discovered = self.discovered.read().unwrap_or_else(PoisonError::into_inner);
+        discovered.nested_virtualization.contains(name)
     }
 
     /// The catalog under `settings` (the EC2NodeClass's AMI family, kubelet and block devices, and the
@@ -628,6 +651,26 @@ mod tests {
         assert_eq!(allocatable["cpu"], 3920);
         assert_eq!(allocatable["memory"], 14162 * 1024 * 1024 * 1000);
         assert_eq!(allocatable["pods"], 58_000);
+    }
+
+    #[test]
+    fn nested_virtualization_support_is_the_processor_feature_ec2_lists() {
+        assert!(!supports_nested_virtualization(&g5_xlarge()));
+        let supporting = g5_xlarge_builder()
+            .processor_info(
+                ProcessorInfo::builder()
+                    .supported_architectures(ArchitectureType::X8664)
+                    .supported_features(SupportedAdditionalProcessorFeature::AmdSevSnp)
+                    .supported_features(SupportedAdditionalProcessorFeature::NestedVirtualization)
+                    .build(),
+            )
+            .build();
+        assert!(supports_nested_virtualization(&supporting));
+        let provider = InstanceTypeProvider::new("us-west-2");
+        assert!(
+            !provider.supports_nested_virtualization("g5.xlarge"),
+            "nothing is known before the first refresh"
+        );
     }
 
     #[test]

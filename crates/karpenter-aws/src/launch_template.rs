@@ -1,13 +1,14 @@
 //! Launch templates: what an EC2NodeClass (with its resolved status) and one AMI and user data make of an
 //! instance, as a [`LaunchTemplateSpec`], and the CreateLaunchTemplate request for it ([`request`]).
 //!
-//! The template carries the image, security groups (on a primary network interface when the class sets
-//! `associatePublicIPAddress`, since EC2 takes the public-IP switch only there), instance profile, user data,
-//! block devices (the class's, or the AMI family's defaults: [`block_devices`]), every metadata option with
-//! upstream's defaults, detailed monitoring, tags for the instances, volumes and network interfaces it
-//! launches, and for a launch into a capacity reservation the reservation it targets (a capacity block also
-//! with market type `capacity-block`), so each reservation has its own template. Its name is a hash of all of
-//! that ([`LaunchTemplateSpec::name`]): a changed class or AMI yields a new template and an unchanged one
+//! The template carries the image, security groups, instance profile, user data, block devices (the class's,
+//! or the AMI family's defaults: [`block_devices`]), every metadata option with upstream's defaults, detailed
+//! monitoring, tags for the instances, volumes and network interfaces it launches, the network interfaces
+//! ([`interfaces`]: the class's `networkInterfaces`, or EFA interfaces for a claim that requests
+//! `vpc.amazonaws.com/efa`, with `ipPrefixCount` and `connectionTracking`), the nested virtualization CPU
+//! option, and for a launch into a capacity reservation the reservation it targets (a capacity block also with
+//! market type `capacity-block`), so each reservation has its own template. Its name is a hash of all of that
+//! ([`LaunchTemplateSpec::name`]): a changed class or AMI yields a new template and an unchanged one
 //! reuses its template, so templates are never updated in place.
 //!
 //! Every template is tagged with the cluster (`kubernetes.io/cluster/<cluster>=owned`, `eks:eks-cluster-name`)
@@ -17,12 +18,13 @@
 
 pub mod block_devices;
 pub mod cache;
+pub mod interfaces;
 pub mod request;
 pub mod store;
 
 use std::collections::BTreeMap;
 
-use karpenter_api::ec2nodeclass::{EC2NodeClass, fnv1a64};
+use karpenter_api::ec2nodeclass::{ConnectionTracking, EC2NodeClass, fnv1a64};
 use karpenter_api::labels::{AWS_EC2NODECLASS_LABEL, AWS_TAG_CLUSTER_PREFIX, AWS_TAG_EKS_CLUSTER_NAME};
 use karpenter_core::cloudprovider::CloudProviderError;
 use serde::Serialize;
@@ -31,6 +33,7 @@ use crate::capacity_reservations::ReservationTarget;
 
 pub use block_devices::{BlockDeviceSpec, default_block_devices};
 pub use cache::LaunchTemplateCache;
+pub use interfaces::NetworkInterfaceSpec;
 pub use request::{ensure_launch_template, launch_template_data};
 pub use store::{ClusterTemplate, LaunchTemplates};
 
@@ -64,8 +67,23 @@ pub struct LaunchTemplateSpec {
     /// Empty leaves the AMI's own block devices (the Custom family without mappings).
     pub block_devices: Vec<BlockDeviceSpec>,
     pub detailed_monitoring: bool,
-    /// Set: the security groups go on a primary network interface with this public-IP switch.
+    /// Set: the primary network interface gets this public-IP switch (EC2 takes it only there).
     pub associate_public_ip_address: Option<bool>,
+    // The fields below are left out of the name's hash when unset, so templates without them keep the names
+    // they had before these fields were supported (a new name would replace every node through drift).
+    /// The instances' network interfaces; empty: one primary interface, and only when a field below or the
+    /// public-IP switch needs one (the security groups then move onto the interfaces).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_interfaces: Vec<NetworkInterfaceSpec>,
+    /// IPv4 prefixes (`/28`) assigned to the primary interface: `spec.ipPrefixCount`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipv4_prefix_count: Option<i32>,
+    /// Connection tracking timeouts of the interfaces that carry IP traffic: `spec.connectionTracking`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_tracking: Option<ConnectionTracking>,
+    /// `enabled` or `disabled`: `spec.cpuOptions.nestedVirtualization`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<String>,
     /// The capacity reservation instances launch into. Left out of the name's hash when unset, so templates
     /// without one keep the names they had before reservations existed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -139,6 +157,18 @@ impl LaunchTemplateSpec {
             block_devices,
             detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
             associate_public_ip_address: spec.associate_public_ip_address,
+            network_interfaces: spec
+                .network_interfaces
+                .iter()
+                .flatten()
+                .map(NetworkInterfaceSpec::from_class)
+                .collect(),
+            ipv4_prefix_count: spec.ip_prefix_count,
+            connection_tracking: spec.connection_tracking.clone(),
+            nested_virtualization: spec
+                .cpu_options
+                .as_ref()
+                .and_then(|c| c.nested_virtualization.clone()),
             capacity_reservation: None,
         })
     }
@@ -149,6 +179,15 @@ impl LaunchTemplateSpec {
         // Serializing plain strings, numbers and BTreeMaps cannot fail; an empty key would still hash.
         let content = serde_json::to_vec(self).unwrap_or_default();
         format!("{NAME_PREFIX}{:016x}", fnv1a64(&content))
+    }
+
+    /// For a claim that requests EFA on a class without `networkInterfaces`: one EFA interface per network
+    /// card the instance type supports EFA on (`efa_count`, its `vpc.amazonaws.com/efa` capacity).
+    pub fn with_efa_interfaces(mut self, efa_count: i32) -> Self {
+        if self.network_interfaces.is_empty() && efa_count > 0 {
+            self.network_interfaces = interfaces::efa_interfaces(efa_count);
+        }
+        self
     }
 
     /// The class this template was made for (from its tags).

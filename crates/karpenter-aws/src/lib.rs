@@ -19,13 +19,16 @@
 //! - [`nodeclass`]: the EC2NodeClass controller (status, conditions, finalizer, hash annotations).
 //! - [`interruption_source`]: core's `InterruptionSource` over the SQS queue.
 //! - [`launch_plan`]: the offerings, subnets and AMIs one launch sends; [`launch_template`]: launch templates
-//!   (block devices, metadata options, tags, content-hashed names), their cache and garbage collection; [`launch`]: instant CreateFleet, with ICE
-//!   handling; [`fleet_batcher`]: launches of the same fleet input within 35 ms sent as one CreateFleet;
-//!   [`subnet_ips`]: the subnet each zone launches into (most free IP addresses, net of launches in flight);
-//!   [`drift`]: AMI, subnet, security group and static-hash drift.
+//!   (block devices, metadata options, network interfaces with EFA, IPv4 prefixes and connection tracking,
+//!   nested virtualization, tags, content-hashed names), their cache and garbage collection; [`launch`]:
+//!   instant CreateFleet, with ICE handling; [`fleet_batcher`]: launches of the same fleet input within 35 ms
+//!   sent as one CreateFleet; [`subnet_ips`]: the subnet each zone launches into (most free IP addresses, net
+//!   of launches in flight); [`drift`]: AMI, subnet, security group and static-hash drift.
 //! - [`node_classes`]: where EC2NodeClasses are read from and cached; [`capacity`]: a class's capacity settings.
 //! - [`capacity_reservations`]: on-demand capacity reservations and capacity blocks (ReservedCapacity gate):
-//!   discovery into `status.capacityReservations`, the instances each can still take, `reserved` offerings;
+//!   discovery into `status.capacityReservations`, the instances each can still take, `reserved` offerings,
+//!   and the lifecycle loop (NodeClaims whose reservation ended become on-demand; capacity blocks drained 40
+//!   minutes before their end);
 //!   launches into them go through [`launch_plan`], [`launch_template`] and [`launch`].
 //! - [`userdata`]: the launch templates' user data per AMI family (AL2023 nodeadm, Bottlerocket TOML, AL2
 //!   bootstrap.sh, Windows PowerShell), merged with `spec.userData`.
@@ -44,13 +47,12 @@
 //! - [`unavailable_offerings`]: offerings recently out of capacity, and capacity reservations found full.
 //! - [`interruption`]: the SQS EventBridge messages; [`interruption_queue`]: receiving and deleting them.
 //!
-//! Not done here: placement groups, dry-run validation, and the launch template fields for `networkInterfaces`
-//! (EFA), `ipPrefixCount`, `connectionTracking` and `cpuOptions`. The addresses a launch is counted on to use
-//! are the smallest max pods of its types (VPC CNI secondary IPs); prefix delegation and custom networking
-//! are not modelled. Instances of a batched CreateFleet get their `karpenter.sh/nodeclaim` tag through
-//! CreateTags afterwards, once, without retries. Of capacity reservations: demoting NodeClaims
-//! whose reservation ended to on-demand, draining capacity blocks before they end, CapacityReservationDrift,
-//! and the capacity reservation interruption event.
+//! Not done here: placement groups and dry-run validation. The addresses a launch is counted on to use are
+//! the smallest max pods of its types (VPC CNI secondary IPs); prefix delegation (`ipPrefixCount` reaches the
+//! launch template, but not max pods or the subnet address count) and custom networking are not modelled.
+//! Instances of a batched CreateFleet get their `karpenter.sh/nodeclaim` tag through CreateTags afterwards,
+//! once, without retries. Of capacity reservations: CapacityReservationDrift and the capacity reservation
+//! interruption event; the lifecycle loop records no Kubernetes Events for what it relabels or deletes.
 //!
 //! Tests: unit tests beside the code, and tests/moto.rs against a local moto server started per test by
 //! tests/moto/harness.py (python3 with `moto[server]==5.2.5` from .ci/requirements.txt; the tests skip, saying

@@ -1,16 +1,19 @@
 //! The one entry point the binary calls: [`AwsProvider::start`] validates the settings, builds the AWS
 //! clients, learns the Kubernetes version, discovers instance types (failing start-up when EC2 cannot be
 //! reached, as upstream's connectivity check does), opens the interruption queue when one is configured, and
-//! returns the CloudProvider, the optional InterruptionSource and the tasks to run (the EC2NodeClass controller
-//! and the periodic refreshes). Nothing runs until the binary spawns the tasks, typically once elected leader.
+//! returns the CloudProvider, the optional InterruptionSource and the tasks to run (the EC2NodeClass controller,
+//! the periodic refreshes, and with the ReservedCapacity gate the capacity reservation lifecycle). Nothing runs
+//! until the binary spawns the tasks, typically once elected leader.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use karpenter_core::clock::SystemClock;
 use karpenter_core::cloudprovider::{CloudProvider, InterruptionSource};
 
+use crate::capacity_reservations::lifecycle::{self, ReservationLifecycleContext};
 use crate::client::{AwsClients, ClientOptions};
 use crate::cloud_provider::AwsCloudProvider;
 use crate::error::AwsError;
@@ -43,7 +46,8 @@ pub struct AwsRuntime {
     pub cloud_provider: Arc<AwsCloudProvider>,
     /// Set when `INTERRUPTION_QUEUE` is.
     pub interruption_source: Option<Arc<SqsInterruptionSource>>,
-    /// The EC2NodeClass controller and the refresh loops; each runs until dropped.
+    /// The EC2NodeClass controller, the refresh loops and garbage collection, and with the ReservedCapacity
+    /// gate the capacity reservation lifecycle; each runs until dropped.
     pub tasks: Vec<NamedTask>,
 }
 
@@ -176,6 +180,15 @@ impl AwsProvider {
                     kube_client.clone(),
                     Arc::clone(&provider),
                 )),
+            });
+        }
+        if settings.reserved_capacity {
+            tasks.push(NamedTask {
+                name: "capacityreservation-lifecycle",
+                future: Box::pin(lifecycle::run(ReservationLifecycleContext {
+                    client: kube_client.clone(),
+                    clock: Arc::new(SystemClock),
+                })),
             });
         }
         if !fixed_version {

@@ -30,6 +30,9 @@ mod capacity_reservations;
 #[path = "moto/launch_batching.rs"]
 mod launch_batching;
 
+#[path = "moto/interfaces_and_cpu_options.rs"]
+mod interfaces_and_cpu_options;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 

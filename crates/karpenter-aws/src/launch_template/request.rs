@@ -4,15 +4,16 @@ use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
     CapacityReservationTarget, LaunchTemplateBlockDeviceMappingRequest,
-    LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
-    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplateTagSpecificationRequest,
-    LaunchTemplatesMonitoringRequest, MarketType, RequestLaunchTemplateData, ResourceType, Tag,
-    TagSpecification, VolumeType,
+    LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateCpuOptionsRequest,
+    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMarketOptionsRequest,
+    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
+    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateTagSpecificationRequest,
+    LaunchTemplatesMonitoringRequest, MarketType, NestedVirtualizationSpecification,
+    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType,
 };
 
+use super::interfaces::interface_requests;
 use super::{BlockDeviceSpec, LaunchTemplateSpec, MetadataOptionsSpec};
 use crate::error::AwsError;
 
@@ -67,17 +68,18 @@ pub fn launch_template_data(spec: &LaunchTemplateSpec) -> RequestLaunchTemplateD
             (!spec.block_devices.is_empty()).then(|| spec.block_devices.iter().map(block_device).collect()),
         )
         .set_user_data(spec.user_data.clone());
-    data = match spec.associate_public_ip_address {
+    data = match interface_requests(spec) {
         // EC2 rejects security groups both on the instance and on an interface of it.
-        Some(public_ip) => data.network_interfaces(
-            LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-                .device_index(0)
-                .associate_public_ip_address(public_ip)
-                .set_groups(Some(spec.security_group_ids.clone()))
-                .build(),
-        ),
+        Some(interfaces) => data.set_network_interfaces(Some(interfaces)),
         None => data.set_security_group_ids(Some(spec.security_group_ids.clone())),
     };
+    if let Some(nested) = &spec.nested_virtualization {
+        data = data.cpu_options(
+            LaunchTemplateCpuOptionsRequest::builder()
+                .nested_virtualization(NestedVirtualizationSpecification::from(nested.as_str()))
+                .build(),
+        );
+    }
     if let Some(reservation) = &spec.capacity_reservation {
         data = data.capacity_reservation_specification(
             LaunchTemplateCapacityReservationSpecificationRequest::builder()

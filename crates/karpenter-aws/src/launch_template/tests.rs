@@ -5,8 +5,8 @@ use aws_sdk_ec2::types::{
     LaunchTemplateInstanceMetadataProtocolIpv6, ResourceType, VolumeType,
 };
 use karpenter_api::ec2nodeclass::{
-    AmiFamily, AmiSelectorTerm, BlockDevice, BlockDeviceMapping, EC2NodeClassSpec, EC2NodeClassStatus,
-    MetadataOptions, SecurityGroup,
+    AmiFamily, AmiSelectorTerm, BlockDevice, BlockDeviceMapping, ConnectionTracking, CpuOptions,
+    EC2NodeClassSpec, EC2NodeClassStatus, MetadataOptions, NetworkInterface, SecurityGroup,
 };
 
 use super::*;
@@ -227,7 +227,11 @@ fn the_name_changes_with_anything_in_the_template() {
     assert_eq!(name.len(), "karpenter.k8s.aws/".len() + 16);
     assert_eq!(spec_of(&base).name(), name, "stable for the same class");
 
-    let edits: [fn(&mut EC2NodeClassSpec); 6] = [
+    let edits: [fn(&mut EC2NodeClassSpec); 10] = [
+        |s: &mut EC2NodeClassSpec| s.network_interfaces = Some(vec![primary_and_efa_only()[0].clone()]),
+        |s: &mut EC2NodeClassSpec| s.ip_prefix_count = Some(1),
+        |s: &mut EC2NodeClassSpec| s.connection_tracking = Some(udp_timeout(30)),
+        |s: &mut EC2NodeClassSpec| s.cpu_options = Some(nested("enabled")),
         |s: &mut EC2NodeClassSpec| s.detailed_monitoring = Some(true),
         |s: &mut EC2NodeClassSpec| s.associate_public_ip_address = Some(true),
         |s: &mut EC2NodeClassSpec| {
@@ -257,7 +261,8 @@ fn the_name_changes_with_anything_in_the_template() {
     }
     let other_ami = LaunchTemplateSpec::from_node_class(&base, "ami-2", "prod").unwrap();
     let other_cluster = LaunchTemplateSpec::from_node_class(&base, "ami-1", "dev").unwrap();
-    changed.extend([other_ami.name(), other_cluster.name()]);
+    let with_efa = spec_of(&base).with_efa_interfaces(2);
+    changed.extend([other_ami.name(), other_cluster.name(), with_efa.name()]);
     changed.push(name);
     let distinct: std::collections::BTreeSet<&String> = changed.iter().collect();
     assert_eq!(distinct.len(), changed.len(), "{changed:?}");
@@ -324,4 +329,197 @@ fn a_reserved_launch_template_targets_its_reservation() {
         Some(&aws_sdk_ec2::types::MarketType::CapacityBlock)
     );
     assert_ne!(block.name(), reserved.name());
+}
+
+#[test]
+fn templates_without_the_interface_and_cpu_fields_keep_their_names() {
+    // Pinned: a template of a class that sets none of networkInterfaces, ipPrefixCount, connectionTracking or
+    // cpuOptions must keep the name it had before those fields were supported, or every node would be replaced.
+    assert_eq!(
+        spec_of(&class(alias("al2023@latest"))).name(),
+        "karpenter.k8s.aws/a2a4947e0f68ad91"
+    );
+}
+
+fn interface(card: i32, device: i32, kind: &str) -> NetworkInterface {
+    NetworkInterface {
+        network_card_index: card,
+        device_index: device,
+        interface_type: kind.into(),
+    }
+}
+
+fn primary_and_efa_only() -> Vec<NetworkInterface> {
+    vec![
+        interface(0, 0, "interface"),
+        interface(0, 1, "efa-only"),
+        interface(1, 0, "efa-only"),
+    ]
+}
+
+fn udp_timeout(seconds: i32) -> ConnectionTracking {
+    ConnectionTracking {
+        udp_timeout: Some(seconds),
+        ..ConnectionTracking::default()
+    }
+}
+
+fn nested(state: &str) -> CpuOptions {
+    CpuOptions {
+        nested_virtualization: Some(state.into()),
+    }
+}
+
+#[test]
+fn network_interfaces_of_the_class_carry_the_groups_and_primary_only_settings() {
+    let spec = EC2NodeClassSpec {
+        network_interfaces: Some(primary_and_efa_only()),
+        associate_public_ip_address: Some(true),
+        ip_prefix_count: Some(2),
+        connection_tracking: Some(ConnectionTracking {
+            tcp_established_timeout: Some(600),
+            ..udp_timeout(45)
+        }),
+        ..alias("al2023@latest")
+    };
+    let data = launch_template_data(&spec_of(&class(spec)));
+    // EC2 refuses instance-level groups next to interfaces.
+    assert!(data.security_group_ids().is_empty());
+    let [primary, efa_card0, efa_card1] = data.network_interfaces() else {
+        panic!("three interfaces: {data:?}");
+    };
+    let shape: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|i| (i.network_card_index(), i.device_index(), i.interface_type()))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (Some(0), Some(0), Some("interface")),
+            (Some(0), Some(1), Some("efa-only")),
+            (Some(1), Some(0), Some("efa-only")),
+        ]
+    );
+    for each in data.network_interfaces() {
+        assert_eq!(each.groups(), ["sg-1", "sg-2"]);
+    }
+    assert_eq!(primary.associate_public_ip_address(), Some(true));
+    assert_eq!(primary.ipv4_prefix_count(), Some(2));
+    let tracking = primary.connection_tracking_specification().unwrap();
+    assert_eq!(tracking.tcp_established_timeout(), Some(600));
+    assert_eq!(tracking.udp_timeout(), Some(45));
+    assert_eq!(tracking.udp_stream_timeout(), None);
+    // EFA-only interfaces have no IP addresses: no public IP, prefixes or connection tracking.
+    for efa_only in [efa_card0, efa_card1] {
+        assert_eq!(efa_only.associate_public_ip_address(), None);
+        assert_eq!(efa_only.ipv4_prefix_count(), None);
+        assert!(efa_only.connection_tracking_specification().is_none());
+    }
+}
+
+#[test]
+fn ip_prefixes_alone_get_a_primary_interface_with_the_groups() {
+    let spec = EC2NodeClassSpec {
+        ip_prefix_count: Some(1),
+        ..alias("al2023@latest")
+    };
+    let data = launch_template_data(&spec_of(&class(spec)));
+    assert!(data.security_group_ids().is_empty());
+    let [primary] = data.network_interfaces() else {
+        panic!("one interface: {data:?}");
+    };
+    assert_eq!(primary.device_index(), Some(0));
+    assert_eq!(primary.ipv4_prefix_count(), Some(1));
+    assert_eq!(primary.groups(), ["sg-1", "sg-2"]);
+    assert_eq!(primary.associate_public_ip_address(), None);
+    assert!(primary.connection_tracking_specification().is_none());
+}
+
+#[test]
+fn connection_tracking_alone_gets_a_primary_interface() {
+    let spec = EC2NodeClassSpec {
+        connection_tracking: Some(udp_timeout(30)),
+        ..alias("al2023@latest")
+    };
+    let data = launch_template_data(&spec_of(&class(spec)));
+    assert!(data.security_group_ids().is_empty());
+    let [primary] = data.network_interfaces() else {
+        panic!("one interface: {data:?}");
+    };
+    let tracking = primary.connection_tracking_specification().unwrap();
+    assert_eq!(tracking.udp_timeout(), Some(30));
+    assert_eq!(primary.ipv4_prefix_count(), None);
+}
+
+#[test]
+fn a_class_without_interface_settings_keeps_groups_on_the_instance() {
+    let data = launch_template_data(&spec_of(&class(alias("al2023@latest"))));
+    assert_eq!(data.security_group_ids(), ["sg-1", "sg-2"]);
+    assert!(data.network_interfaces().is_empty());
+    assert!(data.cpu_options().is_none());
+}
+
+#[test]
+fn nested_virtualization_becomes_the_templates_cpu_option() {
+    for state in ["enabled", "disabled"] {
+        let spec = EC2NodeClassSpec {
+            cpu_options: Some(nested(state)),
+            ..alias("al2023@latest")
+        };
+        let data = launch_template_data(&spec_of(&class(spec)));
+        let nested_state = data.cpu_options().and_then(|c| c.nested_virtualization());
+        assert_eq!(nested_state.map(|s| s.as_str()), Some(state));
+        // A CPU option does not need an interface.
+        assert_eq!(data.security_group_ids(), ["sg-1", "sg-2"]);
+    }
+}
+
+#[test]
+fn an_efa_claim_gets_one_efa_interface_per_card() {
+    let spec = spec_of(&class(EC2NodeClassSpec {
+        associate_public_ip_address: Some(false),
+        ..alias("al2023@latest")
+    }))
+    .with_efa_interfaces(4);
+    let data = launch_template_data(&spec);
+    let shape: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|i| (i.network_card_index(), i.device_index(), i.interface_type()))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (Some(0), Some(0), Some("efa")),
+            (Some(1), Some(1), Some("efa")),
+            (Some(2), Some(1), Some("efa")),
+            (Some(3), Some(1), Some("efa")),
+        ]
+    );
+    assert!(data.security_group_ids().is_empty());
+    assert!(
+        data.network_interfaces()
+            .iter()
+            .all(|i| i.groups() == ["sg-1", "sg-2"])
+    );
+    let public: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|i| i.associate_public_ip_address())
+        .collect();
+    assert_eq!(public, [Some(false), None, None, None]);
+}
+
+#[test]
+fn the_classes_own_interfaces_win_over_efa_ones() {
+    let with_interfaces = spec_of(&class(EC2NodeClassSpec {
+        network_interfaces: Some(primary_and_efa_only()),
+        ..alias("al2023@latest")
+    }));
+    let unchanged = with_interfaces.clone().with_efa_interfaces(4);
+    assert_eq!(unchanged, with_interfaces);
+    // No EFA on the type: nothing changes either.
+    let plain = spec_of(&class(alias("al2023@latest")));
+    assert_eq!(plain.clone().with_efa_interfaces(0), plain);
 }

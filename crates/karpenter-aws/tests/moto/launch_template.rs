@@ -336,3 +336,76 @@ async fn unused_templates_and_those_of_deleted_classes_are_garbage_collected() {
     assert_eq!(template_names(ec2).await, untouched);
     assert!(api.get_opt("kept").await.unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_template_holds_the_classes_network_interfaces_prefixes_and_connection_tracking() {
+    let moto = moto_or_skip!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let net = network(&clients.ec2).await;
+    let mut class = node_class("efa", json!([{"alias": "al2023@latest"}]));
+    class.spec = serde_json::from_value(json!({
+        "amiSelectorTerms": [{"alias": "al2023@latest"}],
+        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
+        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
+        "instanceProfile": "KarpenterNodeInstanceProfile",
+        "networkInterfaces": [
+            {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+            {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"}
+        ],
+        "ipPrefixCount": 3,
+        "connectionTracking": {"tcpEstablishedTimeout": 3600}
+    }))
+    .unwrap();
+    class.status = Some(EC2NodeClassStatus {
+        security_groups: vec![SecurityGroup {
+            id: net.security_group_id.clone(),
+            ..SecurityGroup::default()
+        }],
+        ..EC2NodeClassStatus::default()
+    });
+    let spec = LaunchTemplateSpec::from_node_class(&class, "ami-12345678", CLUSTER).unwrap();
+    let name = ensure_launch_template(&clients.ec2, &spec).await.unwrap();
+
+    let versions = clients
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_name(&name)
+        .versions("$Latest")
+        .send()
+        .await
+        .unwrap();
+    let data = versions.launch_template_versions()[0]
+        .launch_template_data()
+        .unwrap();
+    assert!(data.security_group_ids().is_empty(), "{data:?}");
+    let interfaces: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|i| {
+            (
+                i.network_card_index(),
+                i.device_index(),
+                i.interface_type(),
+                i.groups().to_vec(),
+                i.ipv4_prefix_count(),
+                i.connection_tracking_specification()
+                    .and_then(|c| c.tcp_established_timeout()),
+            )
+        })
+        .collect();
+    let groups = vec![net.security_group_id.clone()];
+    assert_eq!(
+        interfaces,
+        [
+            (
+                Some(0),
+                Some(0),
+                Some("interface"),
+                groups.clone(),
+                Some(3),
+                Some(3600)
+            ),
+            (Some(1), Some(0), Some("efa-only"), groups, None, None),
+        ]
+    );
+}

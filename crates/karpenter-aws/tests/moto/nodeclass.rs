@@ -251,8 +251,26 @@ async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
             "instancetype-and-pricing-refresh",
             "launchtemplate-garbage-collection",
             "instanceprofile-garbage-collection",
+            "capacityreservation-lifecycle",
             "kubernetes-version-refresh"
         ]
+    );
+    // The capacity reservation lifecycle runs only with the ReservedCapacity gate.
+    let without_reserved_capacity = AwsProvider::start_with_clients(
+        AwsSettings {
+            reserved_capacity: false,
+            ..settings()
+        },
+        clients.clone(),
+        server.client(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        without_reserved_capacity
+            .tasks
+            .iter()
+            .all(|t| t.name != "capacityreservation-lifecycle")
     );
 
     // The controller task reconciles a new class to Ready.
