@@ -164,7 +164,7 @@ impl DisruptionController {
         }
         let started = std::time::Instant::now();
         let (rss_before_mib, _) = crate::process_memory::resident_mib();
-        let (snapshot, mut inputs) = self.inputs().await?;
+        let (snapshot, inputs) = self.inputs().await?;
         let (rss_inputs_mib, peak_inputs_mib) = crate::process_memory::resident_mib();
         let converted = started.elapsed();
         self.sync_conditions(&inputs).await;
@@ -187,7 +187,7 @@ impl DisruptionController {
             }
             return Ok(tick);
         }
-        let tick = self.start(&snapshot, &mut inputs).await?;
+        let tick = self.start(snapshot, inputs).await?;
         if let Tick::Started(command) = &tick {
             *in_flight = Some(command.clone());
         }
@@ -245,14 +245,10 @@ impl DisruptionController {
         )
     }
 
-    async fn start(
-        &self,
-        snapshot: &Snapshot,
-        inputs: &mut DisruptionInputs,
-    ) -> Result<Tick, DisruptionError> {
+    async fn start(&self, snapshot: Snapshot, mut inputs: DisruptionInputs) -> Result<Tick, DisruptionError> {
         let now = self.clock.now();
         let started = std::time::Instant::now();
-        let result = self.pass(inputs);
+        let result = self.pass(&mut inputs);
         let (rss_mib, peak_mib) = crate::process_memory::resident_mib();
         tracing::debug!(
             pass_seconds = started.elapsed().as_secs_f64(),
@@ -285,16 +281,21 @@ impl DisruptionController {
                     .inc();
             }
         }
-        self.report_blocked(inputs, &result).await;
+        self.report_blocked(&inputs, &result).await;
         let Some(first) = result.commands.first() else {
             return Ok(Tick::Idle);
         };
         if !needs_validation(first.method) {
-            return self.execute(snapshot, inputs, &result, now).await;
+            return self.execute(&snapshot, &inputs, &result, now).await;
         }
         // Taken again after the delay, on the cache as it is then; carried out only if unchanged, with the
-        // replacements computed then.
+        // replacements computed then. This decision's inputs go first: holding two sets at once was the
+        // controller's memory peak on a large cluster.
         let decided = command_shapes(&result.commands, |n| inputs.view.nodes[n].node_claim.as_deref());
+        let method = first.method;
+        drop(result);
+        drop(inputs);
+        drop(snapshot);
         tokio::time::sleep(self.settings.validation_delay).await;
         let (snapshot, mut again_inputs) = self.inputs().await?;
         let again = self.pass(&mut again_inputs);
@@ -303,7 +304,7 @@ impl DisruptionController {
         });
         if let Err(why) = validate(&decided, &confirmed) {
             return Ok(Tick::Abandoned {
-                method: first.method.as_str().to_string(),
+                method: method.as_str().to_string(),
                 why,
             });
         }
