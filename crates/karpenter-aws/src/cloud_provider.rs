@@ -799,7 +799,7 @@ impl DriftProvider for AwsCloudProvider {
             .and_then(|s| s.provider_id.as_deref())
             .and_then(|id| parse_provider_id(id).ok())
             .and_then(|id| self.instances.get(id));
-        drift_reason(claim, &class, instance.as_ref()).map(str::to_string)
+        drift_reason(claim, &class, instance.as_ref(), self.settings.reserved_capacity).map(str::to_string)
     }
 }
 

@@ -6,14 +6,21 @@
 //!    re-hashed, not drifted);
 //! 2. `AMIDrift`: the claim's image is not among the class's resolved AMIs;
 //! 3. `SubnetDrift`: the instance's subnet is not among the class's subnets;
-//! 4. `SecurityGroupDrift`: the instance's security groups are not exactly the class's.
+//! 4. `SecurityGroupDrift`: the instance's security groups are not exactly the class's;
+//! 5. `CapacityReservationDrift` (only with the ReservedCapacity feature gate on): the claim was launched into
+//!    a capacity reservation (capacity type `reserved`) that the class's `status.capacityReservations` no
+//!    longer lists (its selector terms changed, or the reservation ended or was deleted), so the node is
+//!    replaced with capacity the class does select.
 //!
 //! A check whose inputs are unknown (no status yet, an instance not seen yet) does not fire.
 
 use std::collections::BTreeSet;
 
 use karpenter_api::ec2nodeclass::{EC2NODECLASS_HASH_VERSION, EC2NodeClass};
-use karpenter_api::labels::{AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION};
+use karpenter_api::labels::{
+    AWS_CAPACITY_RESERVATION_ID_LABEL, AWS_EC2NODECLASS_HASH_ANNOTATION,
+    AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, CAPACITY_TYPE_LABEL, CAPACITY_TYPE_RESERVED,
+};
 use karpenter_api::nodeclaim::NodeClaim;
 
 use crate::instance::Ec2Instance;
@@ -22,12 +29,15 @@ pub const NODE_CLASS_DRIFT: &str = "NodeClassDrift";
 pub const AMI_DRIFT: &str = "AMIDrift";
 pub const SUBNET_DRIFT: &str = "SubnetDrift";
 pub const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
+pub const CAPACITY_RESERVATION_DRIFT: &str = "CapacityReservationDrift";
 
-/// The drift reason of `claim` against `node_class` and its `instance`, if any.
+/// The drift reason of `claim` against `node_class` and its `instance`, if any. `reserved_capacity` is the
+/// ReservedCapacity feature gate: without it reservations are not resolved, so none can have gone away.
 pub fn drift_reason(
     claim: &NodeClaim,
     node_class: &EC2NodeClass,
     instance: Option<&Ec2Instance>,
+    reserved_capacity: bool,
 ) -> Option<&'static str> {
     let annotations = claim.metadata.annotations.as_ref();
     let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
@@ -45,26 +55,49 @@ pub fn drift_reason(
     {
         return Some(AMI_DRIFT);
     }
-    let instance = instance?;
-    if let Some(subnet) = &instance.subnet_id
-        && !status.subnets.is_empty()
-        && !status.subnets.iter().any(|s| &s.id == subnet)
-    {
-        return Some(SUBNET_DRIFT);
+    if let Some(instance) = instance {
+        if let Some(subnet) = &instance.subnet_id
+            && !status.subnets.is_empty()
+            && !status.subnets.iter().any(|s| &s.id == subnet)
+        {
+            return Some(SUBNET_DRIFT);
+        }
+        let running: BTreeSet<&str> = instance.security_group_ids.iter().map(String::as_str).collect();
+        let wanted: BTreeSet<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
+        if !running.is_empty() && !wanted.is_empty() && running != wanted {
+            return Some(SECURITY_GROUP_DRIFT);
+        }
     }
-    let running: BTreeSet<&str> = instance.security_group_ids.iter().map(String::as_str).collect();
-    let wanted: BTreeSet<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
-    if !running.is_empty() && !wanted.is_empty() && running != wanted {
-        return Some(SECURITY_GROUP_DRIFT);
+    if reserved_capacity
+        && let Some(reservation) = launched_reservation(claim, instance)
+        && !status.capacity_reservations.iter().any(|r| r.id == reservation)
+    {
+        return Some(CAPACITY_RESERVATION_DRIFT);
     }
     None
+}
+
+/// The capacity reservation a reserved claim runs in: its `karpenter.k8s.aws/capacity-reservation-id` label,
+/// else the instance's own (a claim made before the label was set). A claim whose capacity type is not
+/// `reserved` has none, even if its instance was launched with a reservation preference.
+fn launched_reservation<'a>(claim: &'a NodeClaim, instance: Option<&'a Ec2Instance>) -> Option<&'a str> {
+    let labels = claim.metadata.labels.as_ref()?;
+    if labels.get(CAPACITY_TYPE_LABEL).map(String::as_str) != Some(CAPACITY_TYPE_RESERVED) {
+        return None;
+    }
+    labels
+        .get(AWS_CAPACITY_RESERVATION_ID_LABEL)
+        .map(String::as_str)
+        .or_else(|| instance.and_then(|i| i.capacity_reservation_id.as_deref()))
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
-    use karpenter_api::ec2nodeclass::{Ami, EC2NodeClassSpec, EC2NodeClassStatus, SecurityGroup, Subnet};
+    use karpenter_api::ec2nodeclass::{
+        Ami, CapacityReservation, EC2NodeClassSpec, EC2NodeClassStatus, SecurityGroup, Subnet,
+    };
     use serde_json::json;
 
     use super::*;
@@ -138,32 +171,108 @@ mod tests {
         let current = class.hash();
         let same = claim("ami-new", Some((&current, EC2NODECLASS_HASH_VERSION)));
         let ok = instance("subnet-a", &["sg-1"]);
-        assert_eq!(drift_reason(&same, &class, Some(&ok)), None);
+        assert_eq!(drift_reason(&same, &class, Some(&ok), true), None);
         assert_eq!(
-            drift_reason(&same, &class, None),
+            drift_reason(&same, &class, None, true),
             None,
             "an unknown instance does not drift"
         );
         let rehashed = claim("ami-new", Some(("1", EC2NODECLASS_HASH_VERSION)));
-        assert_eq!(drift_reason(&rehashed, &class, Some(&ok)), Some(NODE_CLASS_DRIFT));
+        assert_eq!(
+            drift_reason(&rehashed, &class, Some(&ok), true),
+            Some(NODE_CLASS_DRIFT)
+        );
         let old_version = claim("ami-new", Some(("1", "v5")));
-        assert_eq!(drift_reason(&old_version, &class, Some(&ok)), None);
+        assert_eq!(drift_reason(&old_version, &class, Some(&ok), true), None);
         let old_image = claim("ami-old", Some(("1", EC2NODECLASS_HASH_VERSION)));
         assert_eq!(
-            drift_reason(&old_image, &class, Some(&ok)),
+            drift_reason(&old_image, &class, Some(&ok), true),
             Some(NODE_CLASS_DRIFT),
             "the static hash first"
         );
         assert_eq!(
-            drift_reason(&claim("ami-old", None), &class, Some(&ok)),
+            drift_reason(&claim("ami-old", None), &class, Some(&ok), true),
             Some(AMI_DRIFT)
         );
         let moved = instance("subnet-b", &["sg-1"]);
-        assert_eq!(drift_reason(&same, &class, Some(&moved)), Some(SUBNET_DRIFT));
+        assert_eq!(
+            drift_reason(&same, &class, Some(&moved), true),
+            Some(SUBNET_DRIFT)
+        );
         let extra = instance("subnet-a", &["sg-1", "sg-2"]);
         assert_eq!(
-            drift_reason(&same, &class, Some(&extra)),
+            drift_reason(&same, &class, Some(&extra), true),
             Some(SECURITY_GROUP_DRIFT)
+        );
+    }
+
+    fn class_with_reservations(ids: &[&str]) -> EC2NodeClass {
+        let mut class = node_class();
+        class.status.as_mut().unwrap().capacity_reservations = ids
+            .iter()
+            .map(|id| CapacityReservation {
+                id: id.to_string(),
+                availability_zone: "us-west-2a".into(),
+                instance_type: "m5.large".into(),
+                owner_id: "123456789012".into(),
+                ..Default::default()
+            })
+            .collect();
+        class
+    }
+
+    fn claim_in(capacity_type: &str, reservation: Option<&str>) -> NodeClaim {
+        let mut claim = claim("ami-new", None);
+        let mut labels = BTreeMap::from([(CAPACITY_TYPE_LABEL.to_string(), capacity_type.to_string())]);
+        if let Some(id) = reservation {
+            labels.insert(AWS_CAPACITY_RESERVATION_ID_LABEL.to_string(), id.to_string());
+        }
+        claim.metadata.labels = Some(labels);
+        claim
+    }
+
+    #[test]
+    fn a_reserved_claim_drifts_once_its_reservation_leaves_the_class_status() {
+        let reserved = claim_in(CAPACITY_TYPE_RESERVED, Some("cr-1"));
+        let ok = instance("subnet-a", &["sg-1"]);
+        assert_eq!(
+            drift_reason(&reserved, &class_with_reservations(&["cr-2"]), Some(&ok), true),
+            Some(CAPACITY_RESERVATION_DRIFT)
+        );
+        assert_eq!(
+            drift_reason(&reserved, &class_with_reservations(&[]), None, true),
+            Some(CAPACITY_RESERVATION_DRIFT),
+            "the label is enough; the instance need not be known"
+        );
+        assert_eq!(
+            drift_reason(&reserved, &class_with_reservations(&["cr-2"]), Some(&ok), false),
+            None,
+            "without the ReservedCapacity gate reservations are not judged"
+        );
+    }
+
+    #[test]
+    fn a_reserved_claim_whose_reservation_is_still_listed_is_not_drifted() {
+        let reserved = claim_in(CAPACITY_TYPE_RESERVED, Some("cr-1"));
+        let ok = instance("subnet-a", &["sg-1"]);
+        let class = class_with_reservations(&["cr-2", "cr-1"]);
+        assert_eq!(drift_reason(&reserved, &class, Some(&ok), true), None);
+    }
+
+    #[test]
+    fn a_claim_not_on_reserved_capacity_never_drifts_for_reservations() {
+        let mut in_reservation = instance("subnet-a", &["sg-1"]);
+        in_reservation.capacity_reservation_id = Some("cr-1".into());
+        let class = class_with_reservations(&[]);
+        for capacity_type in ["on-demand", "spot"] {
+            let claim = claim_in(capacity_type, None);
+            assert_eq!(drift_reason(&claim, &class, Some(&in_reservation), true), None);
+        }
+        // A reserved claim without the label falls back to the instance's reservation.
+        let unlabelled = claim_in(CAPACITY_TYPE_RESERVED, None);
+        assert_eq!(
+            drift_reason(&unlabelled, &class, Some(&in_reservation), true),
+            Some(CAPACITY_RESERVATION_DRIFT)
         );
     }
 }

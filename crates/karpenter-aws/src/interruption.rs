@@ -1,6 +1,12 @@
 //! Interruption messages: the EventBridge events Karpenter's SQS queue receives (spot interruption warnings,
-//! rebalance recommendations, AWS Health scheduled changes for EC2 instances, instance state changes), parsed
-//! into one [`InterruptionMessage`] shape the interruption controller acts on.
+//! rebalance recommendations, AWS Health scheduled changes for EC2 instances, instance state changes,
+//! capacity reservation instance interruption warnings), parsed into one [`InterruptionMessage`] shape the
+//! interruption controller acts on.
+//!
+//! The capacity reservation warning (EC2 reclaiming instances of an interruptible reservation or a capacity
+//! block) is documented with `detail: {"instance-id", "instance-action", "instance-termination-time", ...}`
+//! and no reservation id; a `capacity-reservation-id` is read when present, and a list `instance-ids` is
+//! accepted beside `instance-id`. Without the id the source finds the reservation from the instance.
 //!
 //! Shapes follow the EventBridge envelope (`version`, `id`, `detail-type`, `source`, `account`, `time`,
 //! `region`, `resources`, `detail`) and each event's documented `detail`. Events that parse but do not concern
@@ -18,6 +24,8 @@ pub const SPOT_INTERRUPTION_DETAIL_TYPE: &str = "EC2 Spot Instance Interruption 
 pub const REBALANCE_RECOMMENDATION_DETAIL_TYPE: &str = "EC2 Instance Rebalance Recommendation";
 pub const STATE_CHANGE_DETAIL_TYPE: &str = "EC2 Instance State-change Notification";
 pub const HEALTH_DETAIL_TYPE: &str = "AWS Health Event";
+pub const CAPACITY_RESERVATION_INTERRUPTION_DETAIL_TYPE: &str =
+    "EC2 Capacity Reservation Instance Interruption Warning";
 
 /// What happened to the instances.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +38,9 @@ pub enum InterruptionKind {
     ScheduledChange { event_type_code: String },
     /// The instance is stopping, stopped, shutting down or terminated.
     StateChange { state: InstanceState },
+    /// EC2 reclaims instances running in a capacity reservation (interruptible reservation or capacity block)
+    /// in about two minutes; `reservation_id` when the event names it.
+    CapacityReservationInterruption { reservation_id: Option<String> },
 }
 
 impl InterruptionKind {
@@ -40,6 +51,7 @@ impl InterruptionKind {
             Self::RebalanceRecommendation => "rebalance_recommendation",
             Self::ScheduledChange { .. } => "scheduled_change",
             Self::StateChange { .. } => "instance_state_change",
+            Self::CapacityReservationInterruption { .. } => "capacity_reservation_interrupted",
         }
     }
 }
@@ -96,6 +108,16 @@ struct InstanceDetail {
     instance_action: Option<String>,
     #[serde(default)]
     state: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ReservationInterruptionDetail {
+    #[serde(rename = "instance-id", default)]
+    instance_id: Option<String>,
+    #[serde(rename = "instance-ids", default)]
+    instance_ids: Vec<String>,
+    #[serde(rename = "capacity-reservation-id", default)]
+    capacity_reservation_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -164,6 +186,27 @@ pub fn parse_interruption_message(body: &str) -> Result<Option<InterruptionMessa
                 return Ok(None);
             };
             (InterruptionKind::StateChange { state }, vec![d.instance_id])
+        }
+        ("aws.ec2", CAPACITY_RESERVATION_INTERRUPTION_DETAIL_TYPE) => {
+            let d: ReservationInterruptionDetail = detail(detail_type, envelope.detail)?;
+            let mut ids = d.instance_ids;
+            ids.extend(d.instance_id);
+            if ids.is_empty() {
+                return Err(invalid(format!("{detail_type}: detail lacks instance-id")));
+            }
+            if let Some(id) = &d.capacity_reservation_id
+                && !id.starts_with("cr-")
+            {
+                return Err(invalid(format!(
+                    "{detail_type}: {id:?} is not a capacity reservation ID"
+                )));
+            }
+            (
+                InterruptionKind::CapacityReservationInterruption {
+                    reservation_id: d.capacity_reservation_id,
+                },
+                ids,
+            )
         }
         ("aws.health", HEALTH_DETAIL_TYPE) => {
             let d: HealthDetail = detail(detail_type, envelope.detail)?;
@@ -306,6 +349,75 @@ mod tests {
             "source": "aws.ec2", "time": "2026-12-02T12:03:00Z",
             "detail": {"instance-id": "i-0abcdef1234567890", "state": "running"}}"#;
         assert_eq!(parse_interruption_message(running).unwrap(), None);
+    }
+
+    const RESERVATION_INTERRUPTION: &str = r#"{
+        "version": "0", "id": "0b7a2a3c-5c1d-4e38-9f7e-2f1c3d4e5f60",
+        "detail-type": "EC2 Capacity Reservation Instance Interruption Warning", "source": "aws.ec2",
+        "account": "123456789012", "time": "2026-12-02T12:04:00Z", "region": "us-west-2",
+        "resources": ["arn:aws:ec2:us-west-2:123456789012:instance/i-0c0ffee0c0ffee000"],
+        "detail": {"instance-id": "i-0c0ffee0c0ffee000", "instance-action": "terminate",
+                   "instance-termination-time": "2026-12-02T12:06:00Z", "availability-zone-id": "usw2-az1",
+                   "capacity-reservation-id": "cr-0123456789abcdef0"}}"#;
+
+    #[test]
+    fn capacity_reservation_interruption_warning() {
+        let m = parse(RESERVATION_INTERRUPTION);
+        assert_eq!(
+            m.kind,
+            InterruptionKind::CapacityReservationInterruption {
+                reservation_id: Some("cr-0123456789abcdef0".into())
+            }
+        );
+        assert_eq!(m.kind.as_str(), "capacity_reservation_interrupted");
+        assert_eq!(m.instance_ids, ["i-0c0ffee0c0ffee000"]);
+        assert_eq!(m.time, "2026-12-02T12:04:00Z".parse::<Timestamp>().unwrap());
+
+        // As AWS documents it: no reservation id (the source looks it up), and a list of instances is read too.
+        let documented = RESERVATION_INTERRUPTION.replace(
+            r#""capacity-reservation-id": "cr-0123456789abcdef0""#,
+            r#""instance-lifecycle": "capacity-block""#,
+        );
+        assert_eq!(
+            parse(&documented).kind,
+            InterruptionKind::CapacityReservationInterruption { reservation_id: None }
+        );
+        let several = RESERVATION_INTERRUPTION.replace(
+            r#""instance-id": "i-0c0ffee0c0ffee000""#,
+            r#""instance-ids": ["i-0aaaaaaaaaaaaaaa1", "i-0aaaaaaaaaaaaaaa2"]"#,
+        );
+        assert_eq!(
+            parse(&several).instance_ids,
+            ["i-0aaaaaaaaaaaaaaa1", "i-0aaaaaaaaaaaaaaa2"]
+        );
+    }
+
+    #[test]
+    fn malformed_capacity_reservation_interruptions_are_rejected() {
+        assert_eq!(
+            error(&RESERVATION_INTERRUPTION.replace(r#""instance-id": "i-0c0ffee0c0ffee000", "#, "")),
+            "interruption message: EC2 Capacity Reservation Instance Interruption Warning: detail lacks instance-id"
+        );
+        assert_eq!(
+            error(&RESERVATION_INTERRUPTION.replace("cr-0123456789abcdef0", "sir-1")),
+            r#"interruption message: EC2 Capacity Reservation Instance Interruption Warning: "sir-1" is not a capacity reservation ID"#
+        );
+        assert_eq!(
+            error(&RESERVATION_INTERRUPTION.replace(
+                r#""i-0c0ffee0c0ffee000", "instance-action""#,
+                r#""vol-1", "instance-action""#
+            )),
+            r#"interruption message: EC2 Capacity Reservation Instance Interruption Warning: "vol-1" is not an EC2 instance ID"#
+        );
+        assert!(
+            error(
+                &RESERVATION_INTERRUPTION
+                    .replace(r#""instance-id": "i-0c0ffee0c0ffee000""#, r#""instance-id": 7"#)
+            )
+            .starts_with(
+                "interruption message: EC2 Capacity Reservation Instance Interruption Warning: detail: "
+            )
+        );
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //!
 //! - A spot interruption also marks the instance's spot offering unavailable (its type and zone from the
 //!   provider's instance cache, else DescribeInstances), as upstream does, so the replacement goes elsewhere.
+//! - A capacity reservation interruption is acted on as a spot interruption (core has no kind of its own for
+//!   it: the NodeClaim is deleted, so cordoned, drained and replaced) and marks the reservation unavailable:
+//!   the one the event names, else the instance's (cache, else DescribeInstances), so the replacement does
+//!   not go back into capacity EC2 is reclaiming.
 //! - A message that is not an interruption event is logged with its message ID, counted and deleted; an event
 //!   that does not concern Karpenter (an instance starting) is deleted silently.
 //! - Messages that were handed out are deleted at the next `receive` call, once the controller has acted on
@@ -24,7 +28,7 @@ use jiff::Timestamp;
 use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind, InterruptionSource};
 use tokio::sync::{Mutex, watch};
 
-use crate::instance::{InstanceCache, get_instance};
+use crate::instance::{Ec2Instance, InstanceCache, get_instance};
 use crate::instance_types::CAPACITY_TYPE_SPOT;
 use crate::interruption::{InterruptionKind as MessageKind, InterruptionMessage};
 use crate::interruption_queue::{InterruptionQueue, LONG_POLL};
@@ -70,6 +74,9 @@ pub fn event_kind(kind: &MessageKind) -> InterruptionKind {
         MessageKind::RebalanceRecommendation => InterruptionKind::Rebalance,
         MessageKind::ScheduledChange { .. } => InterruptionKind::ScheduledChange,
         MessageKind::StateChange { .. } => InterruptionKind::StateChange,
+        MessageKind::CapacityReservationInterruption { .. } => {
+            InterruptionKind::CapacityReservationInterruption
+        }
     }
 }
 
@@ -137,13 +144,42 @@ impl SqsInterruptionSource {
         }
     }
 
-    /// Marks the spot offering of a reclaimed instance unavailable.
-    async fn mark_spot_unavailable(&self, instance_id: &str) {
-        let known = match self.instances.get(instance_id) {
+    /// The instance from the provider's cache, else from EC2.
+    async fn find_instance(&self, instance_id: &str) -> Option<Ec2Instance> {
+        match self.instances.get(instance_id) {
             Some(instance) => Some(instance),
             None => get_instance(&self.ec2, instance_id).await.ok(),
+        }
+    }
+
+    /// Marks the reservations of a capacity reservation interruption unavailable.
+    async fn mark_reservations_unavailable(&self, message: &InterruptionMessage) {
+        let MessageKind::CapacityReservationInterruption { reservation_id } = &message.kind else {
+            return;
         };
-        match known {
+        let now = Instant::now();
+        if let Some(id) = reservation_id {
+            self.unavailable.mark_reservation_unavailable(id, now);
+            return;
+        }
+        for instance_id in &message.instance_ids {
+            match self
+                .find_instance(instance_id)
+                .await
+                .and_then(|i| i.capacity_reservation_id)
+            {
+                Some(id) => self.unavailable.mark_reservation_unavailable(&id, now),
+                None => tracing::debug!(
+                    instance_id,
+                    "capacity reservation interruption for an instance not found in a reservation"
+                ),
+            }
+        }
+    }
+
+    /// Marks the spot offering of a reclaimed instance unavailable.
+    async fn mark_spot_unavailable(&self, instance_id: &str) {
+        match self.find_instance(instance_id).await {
             Some(instance) => self.unavailable.mark_unavailable(
                 &instance.instance_type,
                 &instance.zone,
@@ -178,6 +214,7 @@ impl SqsInterruptionSource {
                             self.mark_spot_unavailable(id).await;
                         }
                     }
+                    self.mark_reservations_unavailable(&parsed).await;
                     events.extend(events_of(&parsed));
                     self.handed_out
                         .lock()
@@ -280,6 +317,26 @@ mod tests {
         assert_eq!(
             event_kind(&MessageKind::RebalanceRecommendation),
             InterruptionKind::Rebalance
+        );
+    }
+
+    #[test]
+    fn a_capacity_reservation_interruption_becomes_core_s_capacity_reservation_kind() {
+        let message = InterruptionMessage {
+            kind: MessageKind::CapacityReservationInterruption {
+                reservation_id: Some("cr-0123456789abcdef0".into()),
+            },
+            instance_ids: vec!["i-0c0ffee0c0ffee000".into()],
+            time: "2026-12-02T12:04:00Z".parse().unwrap(),
+            event_id: "e".into(),
+        };
+        assert_eq!(
+            events_of(&message),
+            [InterruptionEvent {
+                provider_id: "i-0c0ffee0c0ffee000".into(),
+                kind: InterruptionKind::CapacityReservationInterruption,
+                at: message.time,
+            }]
         );
     }
 }

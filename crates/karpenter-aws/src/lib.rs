@@ -23,7 +23,7 @@
 //!   nested virtualization, tags, content-hashed names), their cache and garbage collection; [`launch`]:
 //!   instant CreateFleet, with ICE handling; [`fleet_batcher`]: launches of the same fleet input within 35 ms
 //!   sent as one CreateFleet; [`subnet_ips`]: the subnet each zone launches into (most free IP addresses, net
-//!   of launches in flight); [`drift`]: AMI, subnet, security group and static-hash drift.
+//!   of launches in flight); [`drift`]: AMI, subnet, security group, static-hash and capacity reservation drift.
 //! - [`node_classes`]: where EC2NodeClasses are read from and cached; [`capacity`]: a class's capacity settings.
 //! - [`capacity_reservations`]: on-demand capacity reservations and capacity blocks (ReservedCapacity gate):
 //!   discovery into `status.capacityReservations`, the instances each can still take, `reserved` offerings,
@@ -44,15 +44,18 @@
 //! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
 //! - [`selectors`], [`subnets`], [`security_groups`]: what an EC2NodeClass's selector terms select.
 //! - [`tags`]: the tags on what Karpenter launches.
-//! - [`unavailable_offerings`]: offerings recently out of capacity, and capacity reservations found full.
+//! - [`unavailable_offerings`]: offerings recently out of capacity, and capacity reservations found full or
+//!   interrupted.
 //! - [`interruption`]: the SQS EventBridge messages; [`interruption_queue`]: receiving and deleting them.
 //!
 //! Not done here: placement groups and dry-run validation. The addresses a launch is counted on to use are
 //! the smallest max pods of its types (VPC CNI secondary IPs); prefix delegation (`ipPrefixCount` reaches the
 //! launch template, but not max pods or the subnet address count) and custom networking are not modelled.
 //! Instances of a batched CreateFleet get their `karpenter.sh/nodeclaim` tag through CreateTags afterwards,
-//! once, without retries. Of capacity reservations: CapacityReservationDrift and the capacity reservation
-//! interruption event; the lifecycle loop records no Kubernetes Events for what it relabels or deletes.
+//! once, without retries. Of capacity reservations: the lifecycle loop records no Kubernetes Events for what it
+//! relabels or deletes, and a capacity reservation interruption raises no
+//! `CapacityReservationInstanceInterrupted` Kubernetes Event (it is acted on as a spot interruption and counted
+//! as `capacity_reservation_interrupted`).
 //!
 //! Tests: unit tests beside the code, and tests/moto.rs against a local moto server started per test by
 //! tests/moto/harness.py (python3 with `moto[server]==5.2.5` from .ci/requirements.txt; the tests skip, saying

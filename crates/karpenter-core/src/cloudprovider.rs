@@ -101,6 +101,9 @@ pub enum InterruptionKind {
     ScheduledChange,
     /// The instance is stopping or terminated.
     StateChange,
+    /// The instance's capacity reservation is reclaiming it (an interruptible reservation or a capacity block
+    /// ending): handled as a spot interruption is.
+    CapacityReservationInterruption,
 }
 
 /// One interruption message.

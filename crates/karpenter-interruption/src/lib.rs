@@ -33,6 +33,7 @@ fn message_type(kind: InterruptionKind) -> &'static str {
         InterruptionKind::Rebalance => "rebalance_recommendation",
         InterruptionKind::ScheduledChange => "scheduled_change",
         InterruptionKind::StateChange => "instance_state_change",
+        InterruptionKind::CapacityReservationInterruption => "capacity_reservation_interrupted",
     }
 }
 

@@ -1,6 +1,6 @@
 //! The SQS InterruptionSource against moto: every message kind becomes core events keyed by the bare instance
-//! ID, a spot interruption marks the offering unavailable, and every message ends up deleted (the malformed
-//! one counted, not retried).
+//! ID, a spot interruption marks the offering unavailable, a capacity reservation interruption marks its
+//! reservation unavailable, and every message ends up deleted (the malformed one counted, not retried).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -92,6 +92,19 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
             "EC2 Instance State-change Notification",
             r#"{"instance-id": "i-0000000000000000f", "state": "running"}"#,
         ),
+        event(
+            "aws.ec2",
+            "EC2 Capacity Reservation Instance Interruption Warning",
+            r#"{"instance-id": "i-00000000000000010", "instance-action": "terminate",
+                "instance-termination-time": "2026-12-02T12:02:00Z", "capacity-reservation-id": "cr-0000000000000000a"}"#,
+        ),
+        // As documented, without the reservation: an instance EC2 does not know marks nothing but still goes.
+        event(
+            "aws.ec2",
+            "EC2 Capacity Reservation Instance Interruption Warning",
+            r#"{"instance-id": "i-00000000000000011", "instance-action": "terminate",
+                "instance-termination-time": "2026-12-02T12:02:00Z"}"#,
+        ),
         "this is not an event".to_string(),
     ];
     send_messages(&clients.sqs, queue.url(), &bodies).await;
@@ -104,7 +117,7 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
         Arc::clone(&unavailable),
     );
     let mut events = Vec::new();
-    while events.len() < 5 {
+    while events.len() < 7 {
         events.extend(source.receive().await.unwrap());
     }
     let mut seen: Vec<(String, InterruptionKind)> =
@@ -122,6 +135,14 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
             InterruptionKind::ScheduledChange,
         ),
         (spot_id.clone(), InterruptionKind::SpotInterruption),
+        (
+            "i-00000000000000010".to_string(),
+            InterruptionKind::CapacityReservationInterruption,
+        ),
+        (
+            "i-00000000000000011".to_string(),
+            InterruptionKind::CapacityReservationInterruption,
+        ),
     ];
     expected.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(seen, expected);
@@ -132,6 +153,7 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
     );
     assert!(unavailable.is_unavailable("m5.large", &zone, "spot", Instant::now()));
     assert!(!unavailable.is_unavailable("m5.large", &zone, "on-demand", Instant::now()));
+    assert!(unavailable.is_reservation_unavailable("cr-0000000000000000a", Instant::now()));
     assert_eq!(source.stats().malformed.load(Ordering::Relaxed), 1);
     assert_eq!(source.stats().ignored.load(Ordering::Relaxed), 1);
 
