@@ -296,17 +296,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
         .send()
         .await
         .unwrap();
-    let image_id = clients
-        .ssm
-        .get_parameter()
-        .name("/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id")
-        .send()
-        .await
-        .unwrap()
-        .parameter()
-        .and_then(|p| p.value())
-        .unwrap()
-        .to_string();
+    let image_id = fixtures::al2023_image_id(&clients.ssm).await;
 
     let mut node_class = EC2NodeClass::new("default", EC2NodeClassSpec::default());
     node_class.spec.tags = Some(BTreeMap::from([("team".into(), "platform".into())]));
@@ -546,17 +536,7 @@ async fn cluster_instances_are_found_listed_and_terminated() {
     let moto = moto_or_skip!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
     let ec2 = &clients.ec2;
-    let image_id = clients
-        .ssm
-        .get_parameter()
-        .name("/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id")
-        .send()
-        .await
-        .unwrap()
-        .parameter()
-        .and_then(|p| p.value())
-        .unwrap()
-        .to_string();
+    let image_id = fixtures::al2023_image_id(&clients.ssm).await;
     let run = |tags: Vec<(&'static str, &'static str)>, spot: bool| {
         let mut call = ec2
             .run_instances()

@@ -19,8 +19,8 @@ use kube::Api;
 use serde_json::json;
 
 use super::fixtures::{
-    create_node_class, network, node_claim, node_class, provider, provider_on, set_capacity_reservations,
-    settings,
+    create_node_class, latest_template_data, network, node_claim, node_class, provider, provider_on,
+    set_capacity_reservations, settings,
 };
 use crate::moto_or_skip;
 
@@ -461,14 +461,8 @@ async fn reservation_targets(ec2: &aws_sdk_ec2::Client) -> Vec<(String, Option<S
     let templates = ec2.describe_launch_templates().send().await.unwrap();
     let mut targets = Vec::new();
     for template in templates.launch_templates() {
-        let versions = ec2
-            .describe_launch_template_versions()
-            .launch_template_name(template.launch_template_name().unwrap())
-            .versions("$Latest")
-            .send()
-            .await
-            .unwrap();
-        let Some(data) = versions.launch_template_versions()[0].launch_template_data() else {
+        let name = template.launch_template_name().unwrap();
+        let Some(data) = latest_template_data(ec2, name).await else {
             continue;
         };
         if let Some(id) = data

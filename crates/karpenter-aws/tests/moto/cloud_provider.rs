@@ -10,7 +10,9 @@ use karpenter_aws::userdata;
 
 use crate::moto_or_skip;
 
-use super::fixtures::{create_node_class, network, node_claim, node_class, provider, set_ice};
+use super::fixtures::{
+    create_node_class, latest_template_data, network, node_claim, node_class, provider, set_ice,
+};
 
 const TYPES: [&str; 3] = ["m5.large", "m5.xlarge", "c6g.large"];
 
@@ -109,18 +111,8 @@ async fn a_node_claim_launches_through_the_cloud_provider_and_is_found_drifted_a
     for template in templates.launch_templates() {
         let template_name = template.launch_template_name().unwrap().to_string();
         assert!(template_name.starts_with("karpenter.k8s.aws/"));
-        let versions = clients
-            .ec2
-            .describe_launch_template_versions()
-            .launch_template_name(&template_name)
-            .versions("$Latest")
-            .send()
-            .await
-            .unwrap();
-        let encoded = versions.launch_template_versions()[0]
-            .launch_template_data()
-            .and_then(|d| d.user_data())
-            .unwrap();
+        let data = latest_template_data(&clients.ec2, &template_name).await;
+        let encoded = data.as_ref().and_then(|d| d.user_data()).unwrap();
         user_data_by_template.push(String::from_utf8(userdata::base64_decode(encoded).unwrap()).unwrap());
     }
 

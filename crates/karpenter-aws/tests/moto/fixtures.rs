@@ -132,6 +132,36 @@ pub fn provider_on(
     Arc::new(AwsCloudProvider::new(settings, clients, source).unwrap())
 }
 
+/// The AL2023 x86_64 AMI the harness serves under EKS's public SSM parameter for Kubernetes 1.33.
+pub async fn al2023_image_id(ssm: &aws_sdk_ssm::Client) -> String {
+    ssm.get_parameter()
+        .name("/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id")
+        .send()
+        .await
+        .unwrap()
+        .parameter()
+        .and_then(|p| p.value())
+        .unwrap()
+        .to_string()
+}
+
+/// The data of launch template `name`'s latest version, as EC2 (moto) stored it.
+pub async fn latest_template_data(
+    ec2: &aws_sdk_ec2::Client,
+    name: &str,
+) -> Option<aws_sdk_ec2::types::ResponseLaunchTemplateData> {
+    let versions = ec2
+        .describe_launch_template_versions()
+        .launch_template_name(name)
+        .versions("$Latest")
+        .send()
+        .await
+        .unwrap();
+    versions.launch_template_versions()[0]
+        .launch_template_data()
+        .cloned()
+}
+
 pub async fn create_node_class(server: &ApiServer, class: &EC2NodeClass) -> EC2NodeClass {
     let api: Api<EC2NodeClass> = Api::all(server.client());
     api.create(&PostParams::default(), class).await.unwrap()

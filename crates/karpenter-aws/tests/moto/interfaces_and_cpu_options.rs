@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::moto_or_skip;
 
-use super::fixtures::{create_node_class, network, node_claim, node_class, provider};
+use super::fixtures::{create_node_class, latest_template_data, network, node_claim, node_class, provider};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_requesting_efa_launches_with_an_efa_interface() {
@@ -39,16 +39,8 @@ async fn a_claim_requesting_efa_launches_with_an_efa_interface() {
     let [template] = templates.launch_templates() else {
         panic!("one template: {templates:?}");
     };
-    let versions = clients
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_name(template.launch_template_name().unwrap())
-        .versions("$Latest")
-        .send()
+    let data = latest_template_data(&clients.ec2, template.launch_template_name().unwrap())
         .await
-        .unwrap();
-    let data = versions.launch_template_versions()[0]
-        .launch_template_data()
         .unwrap();
     assert!(data.security_group_ids().is_empty(), "{data:?}");
     let interfaces: Vec<_> = data

@@ -13,21 +13,13 @@ use serde_json::json;
 
 use crate::moto_or_skip;
 
-use super::fixtures::{create_node_class, network, node_claim, node_class, provider, set_ice};
+use super::fixtures::{
+    al2023_image_id, create_node_class, network, node_claim, node_class, provider, set_ice,
+};
 
 /// A launch template for the network's security group and the AL2023 AMI.
 async fn launch_template(clients: &AwsClients, security_group_id: &str) -> String {
-    let image_id = clients
-        .ssm
-        .get_parameter()
-        .name("/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id")
-        .send()
-        .await
-        .unwrap()
-        .parameter()
-        .and_then(|p| p.value())
-        .unwrap()
-        .to_string();
+    let image_id = al2023_image_id(&clients.ssm).await;
     let mut class = EC2NodeClass::new("default", EC2NodeClassSpec::default());
     class.status = Some(EC2NodeClassStatus {
         security_groups: vec![SecurityGroup {

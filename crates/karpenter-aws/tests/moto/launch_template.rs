@@ -14,7 +14,9 @@ use karpenter_aws::launch_template::{LaunchTemplateSpec, ensure_launch_template}
 use karpenter_core::cloudprovider::CloudProvider;
 use serde_json::json;
 
-use super::fixtures::{CLUSTER, create_node_class, network, node_claim, node_class, provider};
+use super::fixtures::{
+    CLUSTER, create_node_class, latest_template_data, network, node_claim, node_class, provider,
+};
 use crate::moto_or_skip;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,17 +51,7 @@ async fn a_created_template_holds_the_classes_block_devices_metadata_options_and
     let name = ensure_launch_template(&clients.ec2, &spec).await.unwrap();
     assert_eq!(name, spec.name());
 
-    let versions = clients
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_name(&name)
-        .versions("$Latest")
-        .send()
-        .await
-        .unwrap();
-    let data = versions.launch_template_versions()[0]
-        .launch_template_data()
-        .unwrap();
+    let data = latest_template_data(&clients.ec2, &name).await.unwrap();
     let devices: Vec<_> = data
         .block_device_mappings()
         .iter()
@@ -366,17 +358,7 @@ async fn a_created_template_holds_the_classes_network_interfaces_prefixes_and_co
     let spec = LaunchTemplateSpec::from_node_class(&class, "ami-12345678", CLUSTER).unwrap();
     let name = ensure_launch_template(&clients.ec2, &spec).await.unwrap();
 
-    let versions = clients
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_name(&name)
-        .versions("$Latest")
-        .send()
-        .await
-        .unwrap();
-    let data = versions.launch_template_versions()[0]
-        .launch_template_data()
-        .unwrap();
+    let data = latest_template_data(&clients.ec2, &name).await.unwrap();
     assert!(data.security_group_ids().is_empty(), "{data:?}");
     let interfaces: Vec<_> = data
         .network_interfaces()
