@@ -44,6 +44,7 @@
 //! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
 //! - [`selectors`], [`subnets`], [`security_groups`]: what an EC2NodeClass's selector terms select.
 //! - [`tags`]: the tags on what Karpenter launches.
+//! - [`counted_capacity`]: EC2's count of a subnet's addresses or a reservation's instances, net of launches.
 //! - [`unavailable_offerings`]: offerings recently out of capacity, and capacity reservations found full or
 //!   interrupted.
 //! - [`interruption`]: the SQS EventBridge messages; [`interruption_queue`]: receiving and deleting them.
@@ -66,6 +67,7 @@ pub mod capacity;
 pub mod capacity_reservations;
 pub mod client;
 pub mod cloud_provider;
+pub mod counted_capacity;
 pub mod drift;
 pub mod error;
 pub mod fleet_batcher;

@@ -18,6 +18,8 @@ use std::time::Instant;
 
 use karpenter_api::ec2nodeclass::Subnet;
 
+use crate::counted_capacity::CountedCapacity;
+
 /// EC2's free address counts of some subnets, and when they were asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubnetAddressCounts {
@@ -25,26 +27,6 @@ pub struct SubnetAddressCounts {
     pub asked_at: Instant,
     /// Subnet id → available IP addresses.
     pub available: Vec<(String, i64)>,
-}
-
-/// One subnet's counts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Counts {
-    /// Free addresses at EC2's last count; None before the first.
-    reported: Option<i64>,
-    /// Addresses of launches that finished (when, how many) that the last count may not include.
-    launched: Vec<(Instant, i64)>,
-    /// Addresses held by launches not finished yet.
-    in_flight: i64,
-}
-
-impl Counts {
-    /// None when EC2 never counted the subnet.
-    fn free(&self) -> Option<i64> {
-        let launched: i64 = self.launched.iter().map(|(_, addresses)| addresses).sum();
-        self.reported
-            .map(|reported| (reported - launched - self.in_flight).max(0))
-    }
 }
 
 /// How good a subnet is for a launch: counted subnets with free addresses by how many, then subnets never
@@ -60,7 +42,7 @@ fn preference(free: Option<i64>) -> Option<(bool, i64)> {
 /// Subnet id → counts. Share it as `Arc<SubnetIps>`.
 #[derive(Debug, Default)]
 pub struct SubnetIps {
-    counts: Mutex<HashMap<String, Counts>>,
+    counts: Mutex<HashMap<String, CountedCapacity>>,
 }
 
 impl SubnetIps {
@@ -69,16 +51,16 @@ impl SubnetIps {
     pub fn record_reported(&self, counts: &SubnetAddressCounts) {
         let mut all = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         for (id, available) in &counts.available {
-            let entry = all.entry(id.clone()).or_default();
-            entry.reported = Some((*available).max(0));
-            entry.launched.retain(|(finished, _)| *finished > counts.asked_at);
+            all.entry(id.clone())
+                .or_default()
+                .record_reported(*available, counts.asked_at);
         }
     }
 
     /// Free addresses of subnet `id`, net of launches in flight and not yet counted; None before EC2 counted it.
     pub fn free(&self, id: &str) -> Option<i64> {
         let all = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        all.get(id).and_then(Counts::free)
+        all.get(id).and_then(CountedCapacity::free)
     }
 
     /// Per zone, the subnet of `subnets` (a class's status, most free addresses first as of its resolution) a
@@ -104,7 +86,7 @@ impl SubnetIps {
             })
             .collect();
         for (_, id, needed) in &chosen {
-            all.entry(id.clone()).or_default().in_flight += needed;
+            all.entry(id.clone()).or_default().hold(*needed);
         }
         SubnetLease {
             ips: Arc::clone(self),
@@ -122,20 +104,21 @@ impl SubnetIps {
             let Some(entry) = all.get_mut(id) else {
                 continue;
             };
-            entry.in_flight = (entry.in_flight - addresses).max(0);
-            if let Some((launched_zone, finished)) = launched
-                && launched_zone == zone
-            {
-                entry.launched.push((finished, *addresses));
-            }
+            let finished = launched
+                .filter(|(launched_zone, _)| launched_zone == zone)
+                .map(|(_, at)| at);
+            entry.settle(*addresses, finished);
         }
     }
 }
 
-fn choose_locked<'a>(all: &HashMap<String, Counts>, subnets: &'a [Subnet]) -> BTreeMap<String, &'a Subnet> {
+fn choose_locked<'a>(
+    all: &HashMap<String, CountedCapacity>,
+    subnets: &'a [Subnet],
+) -> BTreeMap<String, &'a Subnet> {
     let mut best: BTreeMap<String, (&Subnet, (bool, i64))> = BTreeMap::new();
     for subnet in subnets {
-        let Some(rank) = preference(all.get(&subnet.id).and_then(Counts::free)) else {
+        let Some(rank) = preference(all.get(&subnet.id).and_then(CountedCapacity::free)) else {
             continue;
         };
         // Strictly better only: ties keep the earlier subnet.

@@ -13,28 +13,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-/// One reservation's counts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Counts {
-    /// Available instances at EC2's last count.
-    reported: i64,
-    /// When each launch into it that the last count may not include finished.
-    launched: Vec<Instant>,
-    /// Launches into it not finished yet.
-    in_flight: i64,
-}
-
-impl Counts {
-    fn available(&self) -> i64 {
-        let launched = i64::try_from(self.launched.len()).unwrap_or(i64::MAX);
-        (self.reported - launched - self.in_flight).max(0)
-    }
-}
+use crate::counted_capacity::CountedCapacity;
 
 /// Reservation id → counts. Share it as `Arc<ReservationAvailability>`.
 #[derive(Debug, Default)]
 pub struct ReservationAvailability {
-    counts: Mutex<HashMap<String, Counts>>,
+    counts: Mutex<HashMap<String, CountedCapacity>>,
 }
 
 impl ReservationAvailability {
@@ -47,26 +31,27 @@ impl ReservationAvailability {
     ) {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         for (id, available) in reservations {
-            let entry = counts.entry(id.to_string()).or_default();
-            entry.reported = available.max(0);
-            entry.launched.retain(|finished| *finished > asked_at);
+            counts
+                .entry(id.to_string())
+                .or_default()
+                .record_reported(available, asked_at);
         }
     }
 
     /// How many more instances reservation `id` can take; 0 for one never counted.
     pub fn available(&self, id: &str) -> i64 {
         let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        counts.get(id).map_or(0, Counts::available)
+        counts.get(id).and_then(CountedCapacity::free).unwrap_or(0)
     }
 
     /// Takes one instance of reservation `id` for a launch; None when it has none left.
     pub fn try_take(self: &Arc<Self>, id: &str) -> Option<ReservationSlot> {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = counts.get_mut(id)?;
-        if entry.available() == 0 {
+        if entry.free().unwrap_or(0) == 0 {
             return None;
         }
-        entry.in_flight += 1;
+        entry.hold(1);
         Some(ReservationSlot {
             availability: Arc::clone(self),
             id: id.to_string(),
@@ -77,8 +62,7 @@ impl ReservationAvailability {
     fn finish(&self, id: &str, launched_at: Option<Instant>) {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = counts.get_mut(id) {
-            entry.in_flight = (entry.in_flight - 1).max(0);
-            entry.launched.extend(launched_at);
+            entry.settle(1, launched_at);
         }
     }
 }
