@@ -9,17 +9,20 @@
 //! honours the protections until the grace period ends. A node running CapacityBuffer placeholder pods is not a
 //! candidate for emptiness or consolidation.
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
 
-use crate::{requirements::Symbol, scheduling::Labels};
+use crate::{requirements::Symbol, scheduling::Labels, snapshot::CompactPod};
 
 use super::protection::{DoNotDisrupt, PdbLimits, PdbView};
 
 /// The disruption-relevant projection of a pod bound to a node.
 #[derive(Debug, Clone)]
 pub struct PodView {
-    /// `namespace/name`.
-    pub id: String,
+    /// The pod as the snapshot holds it, shared: its `namespace/name` is only formatted when a message names it
+    /// ([`PodView::id`]), rather than held as one more string per pod of the cluster.
+    pub pod: Arc<CompactPod>,
     pub namespace: Symbol,
     pub labels: Labels,
     /// Index into `ClusterView::nodes`.
@@ -38,6 +41,11 @@ pub struct PodView {
 }
 
 impl PodView {
+    /// `namespace/name`.
+    pub fn id(&self) -> String {
+        self.pod.id()
+    }
+
     /// Whether draining the node would evict this pod (and so whether it must find a place elsewhere).
     pub fn is_reschedulable(&self) -> bool {
         !self.daemon_or_mirror && !self.terminal && !self.terminating && !self.tolerates_disrupted
@@ -116,10 +124,10 @@ pub fn blocked_reason(view: &ClusterView, node: usize, class: MethodClass, now: 
             continue;
         }
         if pod.do_not_disrupt.blocks(now) {
-            return Some(format!("pod {} has karpenter.sh/do-not-disrupt", pod.id));
+            return Some(format!("pod {} has karpenter.sh/do-not-disrupt", pod.id()));
         }
         if let Err(block) = limits.check(&view.pdbs, pod.namespace, &pod.labels, pod.ready) {
-            return Some(format!("pod {} {block}", pod.id));
+            return Some(format!("pod {} {block}", pod.id()));
         }
     }
     None
@@ -171,8 +179,11 @@ mod tests {
         }
 
         fn pod(&mut self, name: &str) -> usize {
+            let mut compact = CompactPod::default();
+            compact.metadata.name = Some(name.into());
+            compact.metadata.namespace = Some("default".into());
             let pod = PodView {
-                id: format!("default/{name}"),
+                pod: Arc::new(compact),
                 namespace: self.i.intern("default"),
                 labels: Labels::new(vec![(self.i.intern_key("app"), self.i.intern("web"))]),
                 node: 0,

@@ -301,6 +301,15 @@ pub struct PodSharing {
 }
 
 impl CompactPod {
+    /// `namespace/name`, as decisions and messages name a pod.
+    pub fn id(&self) -> String {
+        format!(
+            "{}/{}",
+            self.metadata.namespace.as_deref().unwrap_or("default"),
+            self.metadata.name.as_deref().unwrap_or("<unnamed>")
+        )
+    }
+
     /// Replaces this pod's shareable parts (metadata group, template, conditions) with equal ones already in
     /// `sharing`, held by other pods (the replicas of its workload), so each is stored once.
     pub fn share(&mut self, sharing: &mut PodSharing) {

@@ -34,7 +34,7 @@ use crate::{
 use super::{
     BuildOptions, ScheduleInputs, Snapshot, SnapshotNote, build_cluster_view, build_schedule_inputs,
     context::{Context, Keys, describe},
-    pods::{PodConverter, node_name, pod_id},
+    pods::PodConverter,
     selectors::NamespaceIndex,
     volumes::VolumeIndex,
 };
@@ -145,29 +145,12 @@ pub fn build_disruption_inputs(
     let mut converter = PodConverter::new(&namespaces, &volumes);
     let mut pods_of: Vec<Vec<Pod>> = vec![Vec::new(); view.nodes.len()];
     let mut unconverted_of: Vec<Vec<String>> = vec![Vec::new(); view.nodes.len()];
-    let mut kube_pods: Vec<&CompactPod> = Vec::with_capacity(view.pods.len());
-    {
-        let mut view_index: HashMap<&str, usize> = HashMap::with_capacity(view.nodes.len());
-        for (i, n) in view.nodes.iter().enumerate() {
-            view_index.insert(n.name.as_str(), i);
-        }
-        kube_pods.extend(
-            snapshot
-                .pods
-                .iter()
-                .map(|p| &**p)
-                .filter(|p| node_name(p).is_some_and(|n| view_index.contains_key(n))),
-        );
-    }
-    for (p, pod_view) in view.pods.iter().enumerate() {
+    for pod_view in &view.pods {
         if !pod_view.is_reschedulable() {
             continue;
         }
         let node = pod_view.node;
-        let Some(pod) = kube_pods.get(p).copied().filter(|k| pod_id(k) == pod_view.id) else {
-            unconverted_of[node].push(format!("{}: not found in the snapshot", pod_view.id));
-            continue;
-        };
+        let pod: &CompactPod = &pod_view.pod;
         let notes_before = cx.notes.len();
         match converter.convert_pending(&mut cx, pod) {
             Some(converted) => pods_of[node].push(converted),
@@ -177,7 +160,7 @@ pub fn build_disruption_inputs(
                     .get(notes_before..)
                     .and_then(|n| n.last())
                     .map_or_else(|| "cannot be converted".to_string(), |n| n.message.clone());
-                unconverted_of[node].push(format!("{}: {why}", pod_view.id));
+                unconverted_of[node].push(format!("{}: {why}", pod_view.id()));
             }
         }
     }
@@ -330,9 +313,9 @@ pub fn build_disruption_inputs(
             .pods
             .iter()
             .filter(|&&p| view.pods[p].is_reschedulable())
-            .filter_map(|&p| {
+            .map(|&p| {
                 reschedulable_pods += 1;
-                let pod = kube_pods.get(p).copied()?;
+                let pod = &view.pods[p].pod;
                 let annotation = pod
                     .metadata
                     .annotations
@@ -340,7 +323,7 @@ pub fn build_disruption_inputs(
                     .and_then(|a| a.get(labels::POD_DELETION_COST_ANNOTATION))
                     .map(String::as_str);
                 let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-                Some(pod_eviction_cost(annotation, priority))
+                pod_eviction_cost(annotation, priority)
             })
             .collect();
 

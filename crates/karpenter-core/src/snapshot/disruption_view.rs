@@ -47,6 +47,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
         .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
         .collect();
     let mut view = ClusterView::default();
+    view.nodes.reserve_exact(snapshot.nodes.len());
     let mut index: HashMap<&str, usize> = HashMap::with_capacity(snapshot.nodes.len());
     for node in &snapshot.nodes {
         let Some(name) = node.metadata.name.as_deref() else {
@@ -95,6 +96,8 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
     // Pods that share their metadata group (the replicas of a workload, as the state cache keeps them) share one
     // copy of their interned labels: keyed by the group's address, which the snapshot keeps alive throughout.
     let mut labels_of_group: HashMap<usize, Labels> = HashMap::new();
+    // Most pods are bound: sized once, rather than grown by doubling to up to twice what 150,000 pods need.
+    view.pods.reserve_exact(snapshot.pods.len());
     for pod in &snapshot.pods {
         let Some(node) = node_name(pod).and_then(|n| index.get(n).copied()) else {
             // A pending pod nominated to a node (preemption, or a node just launched for it) pins that node.
@@ -147,7 +150,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
         }
         view.nodes[node].pods.push(view.pods.len());
         view.pods.push(PodView {
-            id: pod_id(pod),
+            pod: std::sync::Arc::clone(pod),
             namespace: interner.intern(meta.namespace.as_deref().unwrap_or("default")),
             labels: pod_labels,
             node,

@@ -192,7 +192,7 @@ pub fn build_schedule_inputs(
     let mut node_set = nodes::NodeSet::build(&mut cx, snapshot, &pools, &types_by_name);
     let mut converter = pods::PodConverter::new(&namespaces, &volumes);
     let classified = pods::classify(snapshot, &node_set);
-    let mut bound_pods = Vec::new();
+    let mut bound_pods = Vec::with_capacity(classified.bound.len());
     for bound in &classified.bound {
         if let Some(b) = node_set.add_bound_pod(&mut cx, &mut converter, &daemons, bound.pod, bound.node) {
             bound_pods.push(b);

@@ -79,11 +79,7 @@ pub(super) fn node_name(pod: &CompactPod) -> Option<&str> {
 
 /// `namespace/name`.
 pub(super) fn pod_id(pod: &CompactPod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or("<unnamed>")
-    )
+    pod.id()
 }
 
 fn object(pod: &CompactPod) -> String {
@@ -111,7 +107,8 @@ pub(super) struct Classified<'s> {
 pub(super) fn classify<'s>(snapshot: &'s Snapshot, nodes: &NodeSet<'_>) -> Classified<'s> {
     let mut pending = Vec::new();
     let mut rescheduled = Vec::new();
-    let mut bound = Vec::new();
+    // Most pods are bound (150,000 on a large cluster): sized once rather than doubled up to it.
+    let mut bound = Vec::with_capacity(snapshot.pods.len());
     for pod in snapshot.pods.iter().map(|p| &**p) {
         if is_terminal(pod) {
             continue;
