@@ -269,6 +269,7 @@ SETTING_ENV = {
     "vmMemoryOverheadPercent": "VM_MEMORY_OVERHEAD_PERCENT",
     "reservedENIs": "RESERVED_ENIS",
     "isolatedVPC": "ISOLATED_VPC",
+    "disableDryRun": "DISABLE_DRY_RUN",
     "amiRefreshInterval": "AMI_REFRESH_INTERVAL",
     "subnetRefreshInterval": "SUBNET_REFRESH_INTERVAL",
     "ignoreDRARequests": "IGNORE_DRA_REQUESTS",
@@ -283,7 +284,6 @@ SETTING_ENV = {
 UNREAD_SETTING_ENV = {
     "eksControlPlane": "EKS_CONTROL_PLANE",
     "enableZonalShift": "ENABLE_ZONAL_SHIFT",
-    "disableDryRun": "DISABLE_DRY_RUN",
     "enableProfiling": "ENABLE_PROFILING",
     "logOutputPaths": "LOG_OUTPUT_PATHS",
     "logErrorOutputPaths": "LOG_ERROR_OUTPUT_PATHS",

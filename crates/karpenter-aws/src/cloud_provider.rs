@@ -13,13 +13,17 @@
 //!   [`ReservationAvailability`] (planning again without the reservation when another launch took its last
 //!   one), and keeps it counted once launched. The claim comes back hydrated: provider ID
 //!   `aws:///<zone>/<instance-id>`, the instance type's single-valued labels plus zone, zone ID and capacity
-//!   type (and, in a reservation, its id and type labels), image, capacity and allocatable, and the class's
-//!   drift hash annotations.
+//!   type (and, in a reservation, its id and type labels; in a placement group, the group's id and the
+//!   partition), image, capacity and allocatable, and the class's drift hash annotations. A class with a
+//!   placement group launches into it ([`crate::placement_groups`]): the launch template names the group (and
+//!   a partition the claim pins), and a partition group's instance is described once after the launch for the
+//!   partition EC2 chose.
 //! - `delete`, `get`, `list`: by provider ID and by the cluster's tags; NodeClaimNotFound once terminated.
 //! - `instance_types`: the discovered types under the NodePool's class's capacity settings, priced, with
 //!   recently out-of-capacity offerings and zones without a subnet of the class unavailable, and with the
 //!   ReservedCapacity gate on a `reserved` offering per capacity reservation of the class
-//!   ([`crate::capacity_reservations::offerings`]).
+//!   ([`crate::capacity_reservations::offerings`]); with a placement group, its id (and partitions) in every
+//!   type's requirements, and for a cluster group only the zone its instances run in.
 //! - Drift ([`crate::drift`]) from the caches of classes and instances the calls above keep.
 
 use std::collections::{BTreeMap, HashMap};
@@ -54,17 +58,23 @@ use crate::drift::drift_reason;
 use crate::error::AwsError;
 use crate::fleet_batcher::{Ec2Fleet, FleetBatchOptions, FleetBatcher};
 use crate::instance::{
-    Ec2Instance, InstanceCache, get_instance, list_instances, parse_provider_id, terminate_instance,
+    Ec2Instance, InstanceCache, InstancePlacementGroup, get_instance, list_instances, parse_provider_id,
+    terminate_instance,
 };
 use crate::instance_profile::InstanceProfiles;
 use crate::instance_types::InstanceTypeProvider;
 use crate::launch::{LaunchOverride, LaunchRequest};
 use crate::launch_plan::{LaunchPlan, plan_launch};
-use crate::launch_template::{LaunchTemplateCache, LaunchTemplateSpec, LaunchTemplates};
+use crate::launch_template::{LaunchTemplateCache, LaunchTemplateSpec, LaunchTemplates, TemplatePlacement};
 use crate::node_claim::instance_to_node_claim;
 use crate::node_classes::{NodeClassCache, NodeClassSource};
+use crate::nodeclass::dry_run::DryRunCache;
 use crate::nodeclass::resolve;
 use crate::nodeclass::status::{Resolution, compute_status};
+use crate::placement_groups::{
+    PLACEMENT_GROUP_ID_LABEL, PLACEMENT_GROUP_PARTITION_LABEL, PlacementGroup, PlacementStrategy,
+    PlacementTarget, ResolvedPlacementGroups, cluster_zone, describe_placement_group, launch_placement,
+};
 use crate::pricing::PricingProvider;
 use crate::settings::AwsSettings;
 use crate::subnet_ips::SubnetIps;
@@ -102,6 +112,8 @@ pub struct AwsCloudProvider {
     unavailable: Arc<UnavailableOfferings>,
     reservations: Arc<ReservationAvailability>,
     subnet_ips: Arc<SubnetIps>,
+    placement_groups: Arc<ResolvedPlacementGroups>,
+    dry_runs: Arc<DryRunCache>,
     instances: Arc<InstanceCache>,
     launch_template_cache: Arc<LaunchTemplateCache>,
     fleet: FleetBatcher<Ec2Fleet>,
@@ -209,6 +221,8 @@ impl AwsCloudProvider {
             unavailable,
             reservations: Arc::new(ReservationAvailability::default()),
             subnet_ips: Arc::new(SubnetIps::default()),
+            placement_groups: Arc::new(ResolvedPlacementGroups::default()),
+            dry_runs: Arc::new(DryRunCache::default()),
             instances: Arc::new(InstanceCache::default()),
             launch_template_cache: Arc::new(LaunchTemplateCache::default()),
             node_class_cache: Arc::new(NodeClassCache::default()),
@@ -259,6 +273,38 @@ impl AwsCloudProvider {
         if let Some(counts) = &resolution.subnet_addresses {
             self.subnet_ips.record_reported(counts);
         }
+    }
+
+    /// The placement group each class's selector resolved to.
+    pub fn placement_groups(&self) -> &Arc<ResolvedPlacementGroups> {
+        &self.placement_groups
+    }
+
+    /// Keeps what `resolution` found of `node_class`'s placement group (a failed lookup keeps the previous
+    /// answer; a class without a selector has none).
+    pub fn record_placement_group(&self, node_class: &EC2NodeClass, resolution: &Resolution) {
+        let name = node_class.metadata.name.clone().unwrap_or_default();
+        match (
+            &node_class.spec.placement_group_selector,
+            &resolution.placement_group,
+        ) {
+            (None, _) => self.placement_groups.remove(&name),
+            (Some(selector), Some(Ok(group))) => self.placement_groups.record(&name, selector, group.clone()),
+            (Some(_), _) => {}
+        }
+    }
+
+    /// The available placement group `node_class` launches into, as last resolved; None when it selects none
+    /// or it is not known (yet) to be available.
+    fn class_placement_group(&self, node_class: &EC2NodeClass) -> Option<PlacementGroup> {
+        let selector = node_class.spec.placement_group_selector.as_ref()?;
+        let name = node_class.metadata.name.as_deref().unwrap_or_default();
+        self.placement_groups.available_group(name, selector)
+    }
+
+    /// The EC2NodeClasses' dry-run verdicts ([`crate::nodeclass::dry_run`]).
+    pub fn dry_run_cache(&self) -> &Arc<DryRunCache> {
+        &self.dry_runs
     }
 
     pub fn instance_cache(&self) -> &Arc<InstanceCache> {
@@ -357,6 +403,18 @@ impl AwsCloudProvider {
                 offering.available &= zones.contains(&offering.zone);
             }
         }
+        if let Some(group) = self.class_placement_group(node_class) {
+            let requirements = group.requirements();
+            for entry in &mut catalog {
+                entry.requirements.extend(requirements.iter().cloned());
+            }
+            // A cluster group stays in the zone of its first instance.
+            if let Some(zone) = cluster_zone_of(&self.instances, &group) {
+                for offering in catalog.iter_mut().flat_map(|t| t.offerings.iter_mut()) {
+                    offering.available &= offering.zone == zone;
+                }
+            }
+        }
         Ok(catalog)
     }
 
@@ -400,6 +458,7 @@ impl AwsCloudProvider {
         .await;
         self.record_capacity_reservations(&resolution);
         self.record_subnet_addresses(&resolution);
+        self.record_placement_group(node_class, &resolution);
         resolution.instance_profile = self.ensure_instance_profile(node_class).await;
         if let Some(err) = resolution.error() {
             return Err(CloudProviderError::Transient(format!(
@@ -420,6 +479,58 @@ impl AwsCloudProvider {
         }
     }
 
+    /// The placement group a launch of `node_class` goes into: none without a selector; the resolved group when
+    /// it is available; resolved now when the controller has not yet (a launch right after start-up).
+    async fn launch_placement_group(
+        &self,
+        node_class: &EC2NodeClass,
+    ) -> Result<Option<PlacementGroup>, CloudProviderError> {
+        let Some(selector) = &node_class.spec.placement_group_selector else {
+            return Ok(None);
+        };
+        let name = node_class.metadata.name.clone().unwrap_or_default();
+        let group = match self.placement_groups.get(&name, selector) {
+            Some(resolution) => resolution.group,
+            None => {
+                let group = describe_placement_group(&self.clients.ec2, selector)
+                    .await
+                    .map_err(|e| {
+                        CloudProviderError::Transient(format!("resolving EC2NodeClass {name}: {e}"))
+                    })?;
+                self.placement_groups.record(&name, selector, group.clone());
+                group
+            }
+        };
+        match group {
+            Some(group) if group.is_available() => Ok(Some(group)),
+            Some(group) => Err(not_ready(
+                &name,
+                format!(
+                    "placement group {} ({}) is {}, not available",
+                    group.name, group.id, group.state
+                ),
+            )),
+            None => Err(not_ready(
+                &name,
+                format!(
+                    "PlacementGroupNotFound: {}",
+                    crate::placement_groups::selector_json(selector)
+                ),
+            )),
+        }
+    }
+
+    /// The partition EC2 put `instance_id` in, read back once (best effort: a launch does not fail for it).
+    async fn launched_partition(&self, instance_id: &str) -> Option<i32> {
+        match get_instance(&self.clients.ec2, instance_id).await {
+            Ok(instance) => instance.placement_group.and_then(|g| g.partition),
+            Err(err) => {
+                tracing::warn!(instance = instance_id, error = %err, "reading the partition of a launched instance");
+                None
+            }
+        }
+    }
+
     async fn launch(&self, claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
         let class_name = claim.spec.node_class_ref.name.clone();
         let node_class = self
@@ -430,10 +541,15 @@ impl AwsCloudProvider {
             return Err(not_ready(&class_name, "EC2NodeClass is being deleted"));
         }
         let status = self.launch_status(&node_class).await?;
+        let placement_group = self.launch_placement_group(&node_class).await?;
         let mut catalog = self
             .catalog_with(&node_class, Some(&status))
             .map_err(|e| not_ready(&class_name, e.to_string()))?;
         let (mut plan, reservation_slot) = self.plan_and_take_reservation(claim, &mut catalog, &status)?;
+        let placement = placement_group
+            .as_ref()
+            .map(|group| launch_placement(claim, group))
+            .transpose()?;
         // The subnets are chosen again as the addresses are leased: another launch may have taken some since.
         let subnet_lease = self.subnet_ips.lease(&status.subnets, &plan.addresses);
         if !plan.use_subnets(&subnet_lease.subnets()) {
@@ -450,7 +566,7 @@ impl AwsCloudProvider {
         let mut resolved_class = (*node_class).clone();
         resolved_class.status = Some(status.clone());
         let overrides = self
-            .ensure_launch_templates(claim, &resolved_class, &plan, &catalog)
+            .ensure_launch_templates(claim, &resolved_class, &plan, placement.as_ref(), &catalog)
             .await?;
         let template_name = overrides
             .first()
@@ -498,7 +614,7 @@ impl AwsCloudProvider {
                     templates.forget(name);
                 }
                 request.overrides = self
-                    .ensure_launch_templates(claim, &resolved_class, &plan, &catalog)
+                    .ensure_launch_templates(claim, &resolved_class, &plan, placement.as_ref(), &catalog)
                     .await?;
                 self.fleet.launch(&request).await?
             }
@@ -509,6 +625,16 @@ impl AwsCloudProvider {
         }
         subnet_lease.launched(&launched.zone, Instant::now());
 
+        let partition = match &placement {
+            Some(PlacementTarget {
+                partition: Some(pinned),
+                ..
+            }) => Some(*pinned),
+            Some(target) if target.group.strategy == Some(PlacementStrategy::Partition) => {
+                self.launched_partition(&launched.instance_id).await
+            }
+            _ => None,
+        };
         let image_id = plan
             .overrides
             .iter()
@@ -527,6 +653,11 @@ impl AwsCloudProvider {
             private_dns_name: None,
             subnet_id: plan.subnets.get(&launched.zone).cloned(),
             security_group_ids: status.security_groups.iter().map(|g| g.id.clone()).collect(),
+            placement_group: placement.as_ref().map(|target| InstancePlacementGroup {
+                id: Some(target.group.id.clone()),
+                name: Some(target.group.name.clone()),
+                partition,
+            }),
             tags,
         };
         self.instances.insert(instance.clone());
@@ -611,6 +742,7 @@ impl AwsCloudProvider {
         claim: &NodeClaim,
         node_class: &EC2NodeClass,
         plan: &LaunchPlan,
+        placement: Option<&PlacementTarget>,
         catalog: &[CatalogInstanceType],
     ) -> Result<Vec<LaunchOverride>, CloudProviderError> {
         let class_name = node_class.metadata.name.clone().unwrap_or_default();
@@ -669,6 +801,10 @@ impl AwsCloudProvider {
                     .with_efa_interfaces(efa_count);
             template.user_data = user_data.map(|d| userdata::base64_encode(d.as_bytes()));
             template.capacity_reservation = plan.reservation.clone();
+            template.placement = placement.map(|target| TemplatePlacement {
+                group_id: target.group.id.clone(),
+                partition: target.partition,
+            });
             let name = self
                 .launch_templates()
                 .ensure(&template, Instant::now())
@@ -715,13 +851,24 @@ impl AwsCloudProvider {
         labels.insert(INSTANCE_TYPE_LABEL.into(), instance.instance_type.clone());
         labels.insert(ZONE_LABEL.into(), instance.zone.clone());
         labels.insert(CAPACITY_TYPE_LABEL.into(), instance.capacity_type.clone());
-        // The type admits every reservation label once it has a reservation; the launch decides which apply.
+        // The type admits every reservation label once it has a reservation, and every partition of its
+        // placement group; the launch decides which apply.
         for key in [
             AWS_CAPACITY_RESERVATION_ID_LABEL,
             AWS_CAPACITY_RESERVATION_TYPE_LABEL,
             AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL,
+            PLACEMENT_GROUP_ID_LABEL,
+            PLACEMENT_GROUP_PARTITION_LABEL,
         ] {
             labels.remove(key);
+        }
+        if let Some(group) = &instance.placement_group {
+            if let Some(id) = &group.id {
+                labels.insert(PLACEMENT_GROUP_ID_LABEL.into(), id.clone());
+            }
+            if let Some(partition) = group.partition {
+                labels.insert(PLACEMENT_GROUP_PARTITION_LABEL.into(), partition.to_string());
+            }
         }
         if let Some(reservation) = instance
             .capacity_reservation_id
@@ -799,7 +946,18 @@ impl DriftProvider for AwsCloudProvider {
             .and_then(|s| s.provider_id.as_deref())
             .and_then(|id| parse_provider_id(id).ok())
             .and_then(|id| self.instances.get(id));
-        drift_reason(claim, &class, instance.as_ref(), self.settings.reserved_capacity).map(str::to_string)
+        let placement_group = class.spec.placement_group_selector.as_ref().and_then(|selector| {
+            self.placement_groups
+                .get(&claim.spec.node_class_ref.name, selector)
+        });
+        drift_reason(
+            claim,
+            &class,
+            instance.as_ref(),
+            self.settings.reserved_capacity,
+            placement_group.as_ref(),
+        )
+        .map(str::to_string)
     }
 }
 
@@ -879,6 +1037,15 @@ impl CloudProvider for AwsCloudProvider {
             kind: "EC2NodeClass",
         }]
     }
+}
+
+/// The zone of cluster group `group`: where the instances in it that Karpenter knows run.
+fn cluster_zone_of(instances: &InstanceCache, group: &PlacementGroup) -> Option<String> {
+    if group.strategy != Some(PlacementStrategy::Cluster) {
+        return None;
+    }
+    let member = instances.find(|i| i.is_in_placement_group(&group.id, &group.name))?;
+    cluster_zone(group, [&member])
 }
 
 /// Upstream AWS's repair policies: the kubelet's Ready, and the node monitoring agent's conditions.

@@ -10,7 +10,10 @@
 //! 5. `CapacityReservationDrift` (only with the ReservedCapacity feature gate on): the claim was launched into
 //!    a capacity reservation (capacity type `reserved`) that the class's `status.capacityReservations` no
 //!    longer lists (its selector terms changed, or the reservation ended or was deleted), so the node is
-//!    replaced with capacity the class does select.
+//!    replaced with capacity the class does select;
+//! 6. `PlacementGroupDrift`: the claim was launched into a placement group (its
+//!    `karpenter.k8s.aws/placement-group-id` label, else the instance's group) that the class no longer
+//!    selects: it selects no group, or its selector resolved to another group or to none.
 //!
 //! A check whose inputs are unknown (no status yet, an instance not seen yet) does not fire.
 
@@ -24,20 +27,24 @@ use karpenter_api::labels::{
 use karpenter_api::nodeclaim::NodeClaim;
 
 use crate::instance::Ec2Instance;
+use crate::placement_groups::{PLACEMENT_GROUP_ID_LABEL, PlacementGroupResolution};
 
 pub const NODE_CLASS_DRIFT: &str = "NodeClassDrift";
 pub const AMI_DRIFT: &str = "AMIDrift";
 pub const SUBNET_DRIFT: &str = "SubnetDrift";
 pub const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
 pub const CAPACITY_RESERVATION_DRIFT: &str = "CapacityReservationDrift";
+pub const PLACEMENT_GROUP_DRIFT: &str = "PlacementGroupDrift";
 
 /// The drift reason of `claim` against `node_class` and its `instance`, if any. `reserved_capacity` is the
 /// ReservedCapacity feature gate: without it reservations are not resolved, so none can have gone away.
+/// `placement_group` is what the class's placement group selector last resolved to (None: not yet known).
 pub fn drift_reason(
     claim: &NodeClaim,
     node_class: &EC2NodeClass,
     instance: Option<&Ec2Instance>,
     reserved_capacity: bool,
+    placement_group: Option<&PlacementGroupResolution>,
 ) -> Option<&'static str> {
     let annotations = claim.metadata.annotations.as_ref();
     let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
@@ -74,7 +81,46 @@ pub fn drift_reason(
     {
         return Some(CAPACITY_RESERVATION_DRIFT);
     }
+    if placement_group_drifted(claim, node_class, instance, placement_group) {
+        return Some(PLACEMENT_GROUP_DRIFT);
+    }
     None
+}
+
+/// Whether the placement group `claim` was launched into is no longer the one its class selects. A selector
+/// naming the group (by id, or by the name the instance reports) keeps it; otherwise the selector's
+/// resolution decides, and without one (not resolved yet) nothing is judged.
+fn placement_group_drifted(
+    claim: &NodeClaim,
+    node_class: &EC2NodeClass,
+    instance: Option<&Ec2Instance>,
+    resolution: Option<&PlacementGroupResolution>,
+) -> bool {
+    let instance_group = instance.and_then(|i| i.placement_group.as_ref());
+    let launched_id = claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(PLACEMENT_GROUP_ID_LABEL))
+        .map(String::as_str)
+        .or_else(|| instance_group.and_then(|g| g.id.as_deref()));
+    let launched_name = instance_group.and_then(|g| g.name.as_deref());
+    if launched_id.is_none() && launched_name.is_none() {
+        return false;
+    }
+    let Some(selector) = &node_class.spec.placement_group_selector else {
+        return true;
+    };
+    let named = |selected: Option<&str>, launched: Option<&str>| selected.is_some() && selected == launched;
+    if named(selector.id.as_deref(), launched_id) || named(selector.name.as_deref(), launched_name) {
+        return false;
+    }
+    match resolution.filter(|r| r.selector == *selector) {
+        None => false,
+        Some(resolved) => resolved.group.as_ref().is_none_or(|group| {
+            !named(Some(group.id.as_str()), launched_id) && !named(Some(group.name.as_str()), launched_name)
+        }),
+    }
 }
 
 /// The capacity reservation a reserved claim runs in: its `karpenter.k8s.aws/capacity-reservation-id` label,
@@ -161,6 +207,7 @@ mod tests {
             private_dns_name: None,
             subnet_id: Some(subnet.into()),
             security_group_ids: groups.iter().map(|g| g.to_string()).collect(),
+            placement_group: None,
             tags: BTreeMap::new(),
         }
     }
@@ -171,37 +218,37 @@ mod tests {
         let current = class.hash();
         let same = claim("ami-new", Some((&current, EC2NODECLASS_HASH_VERSION)));
         let ok = instance("subnet-a", &["sg-1"]);
-        assert_eq!(drift_reason(&same, &class, Some(&ok), true), None);
+        assert_eq!(drift_reason(&same, &class, Some(&ok), true, None), None);
         assert_eq!(
-            drift_reason(&same, &class, None, true),
+            drift_reason(&same, &class, None, true, None),
             None,
             "an unknown instance does not drift"
         );
         let rehashed = claim("ami-new", Some(("1", EC2NODECLASS_HASH_VERSION)));
         assert_eq!(
-            drift_reason(&rehashed, &class, Some(&ok), true),
+            drift_reason(&rehashed, &class, Some(&ok), true, None),
             Some(NODE_CLASS_DRIFT)
         );
         let old_version = claim("ami-new", Some(("1", "v5")));
-        assert_eq!(drift_reason(&old_version, &class, Some(&ok), true), None);
+        assert_eq!(drift_reason(&old_version, &class, Some(&ok), true, None), None);
         let old_image = claim("ami-old", Some(("1", EC2NODECLASS_HASH_VERSION)));
         assert_eq!(
-            drift_reason(&old_image, &class, Some(&ok), true),
+            drift_reason(&old_image, &class, Some(&ok), true, None),
             Some(NODE_CLASS_DRIFT),
             "the static hash first"
         );
         assert_eq!(
-            drift_reason(&claim("ami-old", None), &class, Some(&ok), true),
+            drift_reason(&claim("ami-old", None), &class, Some(&ok), true, None),
             Some(AMI_DRIFT)
         );
         let moved = instance("subnet-b", &["sg-1"]);
         assert_eq!(
-            drift_reason(&same, &class, Some(&moved), true),
+            drift_reason(&same, &class, Some(&moved), true, None),
             Some(SUBNET_DRIFT)
         );
         let extra = instance("subnet-a", &["sg-1", "sg-2"]);
         assert_eq!(
-            drift_reason(&same, &class, Some(&extra), true),
+            drift_reason(&same, &class, Some(&extra), true, None),
             Some(SECURITY_GROUP_DRIFT)
         );
     }
@@ -236,16 +283,28 @@ mod tests {
         let reserved = claim_in(CAPACITY_TYPE_RESERVED, Some("cr-1"));
         let ok = instance("subnet-a", &["sg-1"]);
         assert_eq!(
-            drift_reason(&reserved, &class_with_reservations(&["cr-2"]), Some(&ok), true),
+            drift_reason(
+                &reserved,
+                &class_with_reservations(&["cr-2"]),
+                Some(&ok),
+                true,
+                None
+            ),
             Some(CAPACITY_RESERVATION_DRIFT)
         );
         assert_eq!(
-            drift_reason(&reserved, &class_with_reservations(&[]), None, true),
+            drift_reason(&reserved, &class_with_reservations(&[]), None, true, None),
             Some(CAPACITY_RESERVATION_DRIFT),
             "the label is enough; the instance need not be known"
         );
         assert_eq!(
-            drift_reason(&reserved, &class_with_reservations(&["cr-2"]), Some(&ok), false),
+            drift_reason(
+                &reserved,
+                &class_with_reservations(&["cr-2"]),
+                Some(&ok),
+                false,
+                None
+            ),
             None,
             "without the ReservedCapacity gate reservations are not judged"
         );
@@ -256,7 +315,7 @@ mod tests {
         let reserved = claim_in(CAPACITY_TYPE_RESERVED, Some("cr-1"));
         let ok = instance("subnet-a", &["sg-1"]);
         let class = class_with_reservations(&["cr-2", "cr-1"]);
-        assert_eq!(drift_reason(&reserved, &class, Some(&ok), true), None);
+        assert_eq!(drift_reason(&reserved, &class, Some(&ok), true, None), None);
     }
 
     #[test]
@@ -266,13 +325,120 @@ mod tests {
         let class = class_with_reservations(&[]);
         for capacity_type in ["on-demand", "spot"] {
             let claim = claim_in(capacity_type, None);
-            assert_eq!(drift_reason(&claim, &class, Some(&in_reservation), true), None);
+            assert_eq!(
+                drift_reason(&claim, &class, Some(&in_reservation), true, None),
+                None
+            );
         }
         // A reserved claim without the label falls back to the instance's reservation.
         let unlabelled = claim_in(CAPACITY_TYPE_RESERVED, None);
         assert_eq!(
-            drift_reason(&unlabelled, &class, Some(&in_reservation), true),
+            drift_reason(&unlabelled, &class, Some(&in_reservation), true, None),
             Some(CAPACITY_RESERVATION_DRIFT)
+        );
+    }
+
+    fn placement_group(id: &str, name: &str) -> crate::placement_groups::PlacementGroup {
+        crate::placement_groups::PlacementGroup {
+            id: id.into(),
+            name: name.into(),
+            strategy: Some(crate::placement_groups::PlacementStrategy::Partition),
+            partition_count: Some(2),
+            state: "available".into(),
+        }
+    }
+
+    fn selecting(name: Option<&str>) -> EC2NodeClass {
+        let mut class = node_class();
+        class.spec.placement_group_selector =
+            name.map(|n| karpenter_api::ec2nodeclass::PlacementGroupSelector {
+                name: Some(n.into()),
+                id: None,
+            });
+        class
+    }
+
+    fn resolved(
+        class: &EC2NodeClass,
+        group: Option<crate::placement_groups::PlacementGroup>,
+    ) -> PlacementGroupResolution {
+        PlacementGroupResolution {
+            selector: class.spec.placement_group_selector.clone().unwrap(),
+            group,
+        }
+    }
+
+    #[test]
+    fn a_claim_drifts_once_its_class_no_longer_selects_its_placement_group() {
+        let mut in_group = claim("ami-new", None);
+        in_group.metadata.labels = Some(BTreeMap::from([(
+            PLACEMENT_GROUP_ID_LABEL.to_string(),
+            "pg-1".to_string(),
+        )]));
+        let ok = instance("subnet-a", &["sg-1"]);
+
+        let same = selecting(Some("training"));
+        let still = resolved(&same, Some(placement_group("pg-1", "training")));
+        assert_eq!(
+            drift_reason(&in_group, &same, Some(&ok), true, Some(&still)),
+            None
+        );
+        assert_eq!(
+            drift_reason(&in_group, &same, Some(&ok), true, None),
+            None,
+            "an unresolved selector judges nothing"
+        );
+
+        let other = selecting(Some("inference"));
+        let moved = resolved(&other, Some(placement_group("pg-2", "inference")));
+        assert_eq!(
+            drift_reason(&in_group, &other, Some(&ok), true, Some(&moved)),
+            Some(PLACEMENT_GROUP_DRIFT)
+        );
+        let missing = resolved(&other, None);
+        assert_eq!(
+            drift_reason(&in_group, &other, Some(&ok), true, Some(&missing)),
+            Some(PLACEMENT_GROUP_DRIFT),
+            "the class selects a group that does not exist"
+        );
+        assert_eq!(
+            drift_reason(&in_group, &other, Some(&ok), true, Some(&still)),
+            None,
+            "a resolution of another selector is not used"
+        );
+        assert_eq!(
+            drift_reason(&in_group, &selecting(None), None, true, None),
+            Some(PLACEMENT_GROUP_DRIFT),
+            "the class selects no group any more"
+        );
+    }
+
+    #[test]
+    fn placement_groups_judge_only_claims_launched_into_one() {
+        let outside = claim("ami-new", None);
+        let ok = instance("subnet-a", &["sg-1"]);
+        let class = selecting(Some("training"));
+        let group = resolved(&class, Some(placement_group("pg-1", "training")));
+        assert_eq!(
+            drift_reason(&outside, &class, Some(&ok), true, Some(&group)),
+            None
+        );
+        assert_eq!(
+            drift_reason(&outside, &selecting(None), Some(&ok), true, None),
+            None
+        );
+
+        // Without the label, the instance's group counts; a selector naming it keeps it.
+        let mut in_group = instance("subnet-a", &["sg-1"]);
+        in_group.placement_group = Some(crate::instance::InstancePlacementGroup {
+            id: None,
+            name: Some("training".into()),
+            partition: Some(1),
+        });
+        assert_eq!(drift_reason(&outside, &class, Some(&in_group), true, None), None);
+        assert_eq!(
+            drift_reason(&outside, &selecting(None), Some(&in_group), true, None),
+            Some(PLACEMENT_GROUP_DRIFT)
         );
     }
 }

@@ -38,13 +38,44 @@ pub struct Ec2Instance {
     /// The subnet and security groups the instance runs in, for subnet and security-group drift.
     pub subnet_id: Option<String>,
     pub security_group_ids: Vec<String>,
+    /// The placement group the instance runs in, for placement-group labels, drift and a cluster group's zone.
+    pub placement_group: Option<InstancePlacementGroup>,
     pub tags: BTreeMap<String, String>,
+}
+
+/// Where in a placement group an instance runs: EC2 reports the group by name (and by id for newer
+/// launches), and the partition in a partition group.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InstancePlacementGroup {
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub partition: Option<i32>,
+}
+
+impl InstancePlacementGroup {
+    /// The instance's placement group from DescribeInstances' `Placement`; None outside any group.
+    fn from_sdk(placement: &aws_sdk_ec2::types::Placement) -> Option<Self> {
+        let non_empty = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_string);
+        let group = Self {
+            id: non_empty(placement.group_id()),
+            name: non_empty(placement.group_name()),
+            partition: placement.partition_number().filter(|p| *p > 0),
+        };
+        (group.id.is_some() || group.name.is_some()).then_some(group)
+    }
 }
 
 impl Ec2Instance {
     /// `aws:///<zone>/<instance-id>`.
     pub fn provider_id(&self) -> String {
         format!("aws:///{}/{}", self.zone, self.id)
+    }
+
+    /// Whether the instance runs in the placement group with id `id` or name `name`.
+    pub fn is_in_placement_group(&self, id: &str, name: &str) -> bool {
+        self.placement_group.as_ref().is_some_and(|g| {
+            g.id.as_deref().is_some_and(|i| i == id) || g.name.as_deref().is_some_and(|n| n == name)
+        })
     }
 
     fn from_sdk(instance: &aws_sdk_ec2::types::Instance) -> Option<Self> {
@@ -84,6 +115,7 @@ impl Ec2Instance {
                 .iter()
                 .filter_map(|g| g.group_id().map(str::to_string))
                 .collect(),
+            placement_group: instance.placement().and_then(InstancePlacementGroup::from_sdk),
             tags: instance
                 .tags()
                 .iter()
@@ -213,6 +245,16 @@ impl InstanceCache {
             .remove(id);
     }
 
+    /// An instance `matches` accepts, if any.
+    pub fn find(&self, matches: impl Fn(&Ec2Instance) -> bool) -> Option<Ec2Instance> {
+        self.by_id
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .find(|i| matches(i))
+            .cloned()
+    }
+
     /// Replaces everything with a full listing (instances not listed are gone).
     pub fn replace_all(&self, instances: &[Ec2Instance]) {
         *self.by_id.write().unwrap_or_else(PoisonError::into_inner) =
@@ -237,5 +279,47 @@ mod tests {
             err.to_string(),
             r#""kind://docker/node" is not an AWS provider ID"#
         );
+    }
+
+    #[test]
+    fn instances_report_their_placement_group_and_partition() {
+        use aws_sdk_ec2::types::{Instance, InstanceState, Placement};
+        let instance = |placement: Placement| {
+            let described = Instance::builder()
+                .instance_id("i-1")
+                .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+                .state(InstanceState::builder().name(InstanceStateName::Running).build())
+                .placement(placement)
+                .build();
+            Ec2Instance::from_sdk(&described).unwrap()
+        };
+        let partitioned = instance(
+            Placement::builder()
+                .availability_zone("us-west-2a")
+                .group_name("training")
+                .group_id("pg-0abc")
+                .partition_number(2)
+                .build(),
+        );
+        assert_eq!(
+            partitioned.placement_group,
+            Some(InstancePlacementGroup {
+                id: Some("pg-0abc".into()),
+                name: Some("training".into()),
+                partition: Some(2),
+            })
+        );
+        assert!(partitioned.is_in_placement_group("pg-0abc", "other"));
+        assert!(partitioned.is_in_placement_group("pg-other", "training"));
+        assert!(!partitioned.is_in_placement_group("pg-other", "other"));
+        // EC2 reports an empty group name for an instance outside any group.
+        let outside = instance(
+            Placement::builder()
+                .availability_zone("us-west-2a")
+                .group_name("")
+                .build(),
+        );
+        assert_eq!(outside.placement_group, None);
+        assert_eq!(outside.zone, "us-west-2a");
     }
 }

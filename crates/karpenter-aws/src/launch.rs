@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
+use aws_sdk_ec2::operation::create_fleet::builders::CreateFleetFluentBuilder;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
     FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceType,
@@ -175,6 +176,28 @@ async fn send_create_fleet(
     request: &LaunchRequest,
     count: i32,
 ) -> Result<CreateFleetOutput, CloudProviderError> {
+    create_fleet_request(ec2, request, count)
+        .send()
+        .await
+        .map_err(|e| match AwsError::from_sdk("CreateFleet", e) {
+            err @ (AwsError::Throttled { .. } | AwsError::Unreachable { .. }) => {
+                CloudProviderError::Transient(err.to_string())
+            }
+            // A missing launch template or subnet is a failed launch, not a missing NodeClaim.
+            err => CloudProviderError::Create {
+                reason: err.code().unwrap_or("LaunchFailed").to_string(),
+                message: err.to_string(),
+            },
+        })
+}
+
+/// The instant CreateFleet of `count` instances of `request`, ready to send (the EC2NodeClass dry runs send
+/// the same request with `DryRun`).
+pub fn create_fleet_request(
+    ec2: &aws_sdk_ec2::Client,
+    request: &LaunchRequest,
+    count: i32,
+) -> CreateFleetFluentBuilder {
     let spot = request.capacity_type == CAPACITY_TYPE_SPOT;
     // EC2 knows no "reserved" capacity: a reservation is filled with on-demand (or capacity-block) capacity.
     let target_capacity_type = match &request.reservation {
@@ -259,18 +282,7 @@ async fn send_create_fleet(
                 .build(),
         )
     };
-    call.send()
-        .await
-        .map_err(|e| match AwsError::from_sdk("CreateFleet", e) {
-            err @ (AwsError::Throttled { .. } | AwsError::Unreachable { .. }) => {
-                CloudProviderError::Transient(err.to_string())
-            }
-            // A missing launch template or subnet is a failed launch, not a missing NodeClaim.
-            err => CloudProviderError::Create {
-                reason: err.code().unwrap_or("LaunchFailed").to_string(),
-                message: err.to_string(),
-            },
-        })
+    call
 }
 
 fn sorted_overrides(request: &LaunchRequest) -> Vec<LaunchOverride> {

@@ -7,7 +7,8 @@
 //! ([`interfaces`]: the class's `networkInterfaces`, or EFA interfaces for a claim that requests
 //! `vpc.amazonaws.com/efa`, with `ipPrefixCount` and `connectionTracking`), the nested virtualization CPU
 //! option, and for a launch into a capacity reservation the reservation it targets (a capacity block also with
-//! market type `capacity-block`), so each reservation has its own template. Its name is a hash of all of that
+//! market type `capacity-block`), so each reservation has its own template, and for a class with a placement
+//! group the group (by id) and, when a launch needs a particular one, the partition. Its name is a hash of all of that
 //! ([`LaunchTemplateSpec::name`]): a changed class or AMI yields a new template and an unchanged one
 //! reuses its template, so templates are never updated in place.
 //!
@@ -34,7 +35,7 @@ use crate::capacity_reservations::ReservationTarget;
 pub use block_devices::{BlockDeviceSpec, default_block_devices};
 pub use cache::LaunchTemplateCache;
 pub use interfaces::NetworkInterfaceSpec;
-pub use request::{ensure_launch_template, launch_template_data};
+pub use request::{create_launch_template_request, ensure_launch_template, launch_template_data};
 pub use store::{ClusterTemplate, LaunchTemplates};
 
 /// Every launch template Karpenter creates is named `<prefix><hash>`.
@@ -88,6 +89,18 @@ pub struct LaunchTemplateSpec {
     /// without one keep the names they had before reservations existed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity_reservation: Option<ReservationTarget>,
+    /// The placement group instances launch into. Left out of the name's hash when unset, like the fields above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<TemplatePlacement>,
+}
+
+/// A template's placement: the group by id (unambiguous, and the only way to name a group shared from
+/// another account) and the partition of a partition group when the launch needs one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TemplatePlacement {
+    pub group_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
 }
 
 /// The tags of every template of class `node_class` in `cluster_name`, over the class's own `class_tags`
@@ -170,6 +183,7 @@ impl LaunchTemplateSpec {
                 .as_ref()
                 .and_then(|c| c.nested_virtualization.clone()),
             capacity_reservation: None,
+            placement: None,
         })
     }
 

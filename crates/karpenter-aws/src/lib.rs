@@ -16,15 +16,20 @@
 //! - [`cloud_provider`]: [`AwsCloudProvider`], core's `CloudProvider` and `DriftProvider` on EC2.
 //! - [`runtime`]: [`runtime::AwsProvider::start`] and the tasks it returns.
 //! - [`settings`]: [`AwsSettings`] and their validation.
-//! - [`nodeclass`]: the EC2NodeClass controller (status, conditions, finalizer, hash annotations).
+//! - [`nodeclass`]: the EC2NodeClass controller (status, conditions, finalizer, hash annotations), with the EC2
+//!   dry-run authorization checks behind ValidationSucceeded ([`nodeclass::dry_run`], `DISABLE_DRY_RUN`).
 //! - [`interruption_source`]: core's `InterruptionSource` over the SQS queue.
 //! - [`launch_plan`]: the offerings, subnets and AMIs one launch sends; [`launch_template`]: launch templates
 //!   (block devices, metadata options, network interfaces with EFA, IPv4 prefixes and connection tracking,
 //!   nested virtualization, tags, content-hashed names), their cache and garbage collection; [`launch`]:
 //!   instant CreateFleet, with ICE handling; [`fleet_batcher`]: launches of the same fleet input within 35 ms
 //!   sent as one CreateFleet; [`subnet_ips`]: the subnet each zone launches into (most free IP addresses, net
-//!   of launches in flight); [`drift`]: AMI, subnet, security group, static-hash and capacity reservation drift.
+//!   of launches in flight); [`drift`]: AMI, subnet, security group, static-hash, capacity reservation and
+//!   placement group drift.
 //! - [`node_classes`]: where EC2NodeClasses are read from and cached; [`capacity`]: a class's capacity settings.
+//! - [`placement_groups`]: `spec.placementGroupSelector` resolved with DescribePlacementGroups (the
+//!   PlacementGroupReady condition), the group's id and partitions as instance-type requirements and node
+//!   labels, launches into it through the launch template, a cluster group's zone, and PlacementGroupDrift.
 //! - [`capacity_reservations`]: on-demand capacity reservations and capacity blocks (ReservedCapacity gate):
 //!   discovery into `status.capacityReservations`, the instances each can still take, `reserved` offerings,
 //!   and the lifecycle loop (NodeClaims whose reservation ended become on-demand; capacity blocks drained 40
@@ -49,7 +54,9 @@
 //!   interrupted.
 //! - [`interruption`]: the SQS EventBridge messages; [`interruption_queue`]: receiving and deleting them.
 //!
-//! Not done here: placement groups and dry-run validation. The addresses a launch is counted on to use are
+//! Not done here: a cluster placement group's zone is learnt only from the instances Karpenter launched or listed
+//! in it (EC2 does not report it), and the partition EC2 picks is read back once right after the launch (no
+//! registration hook waits for it). The addresses a launch is counted on to use are
 //! the smallest max pods of its types (VPC CNI secondary IPs); prefix delegation (`ipPrefixCount` reaches the
 //! launch template, but not max pods or the subnet address count) and custom networking are not modelled.
 //! Instances of a batched CreateFleet get their `karpenter.sh/nodeclaim` tag through CreateTags afterwards,
@@ -83,6 +90,7 @@ pub mod launch_template;
 pub mod node_claim;
 pub mod node_classes;
 pub mod nodeclass;
+pub mod placement_groups;
 pub mod pricing;
 pub mod runtime;
 pub mod sdk_metrics;

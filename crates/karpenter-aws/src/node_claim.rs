@@ -1,7 +1,8 @@
 //! An EC2 instance as a NodeClaim, for `CloudProvider::get` and `list` (garbage collection compares them with
 //! the cluster's NodeClaims). Follows upstream's `instanceToNodeClaim`: labels from the instance type's
 //! single-valued requirements, then zone, capacity type (`reserved` in a capacity reservation, with the
-//! reservation's id label) and the NodePool from the instance's tag; capacity and
+//! reservation's id label), the placement group's id and partition labels when EC2 reports them, and the
+//! NodePool from the instance's tag; capacity and
 //! allocatable from the instance type (zero amounts left out); the launch time as creation time; a deletion
 //! timestamp when the instance is shutting down; provider ID and image.
 
@@ -20,6 +21,7 @@ use karpenter_api::quantity::format_milli;
 use karpenter_core::catalog::{CatalogInstanceType, Quantities, RequirementOperator};
 
 use crate::instance::Ec2Instance;
+use crate::placement_groups::{PLACEMENT_GROUP_ID_LABEL, PLACEMENT_GROUP_PARTITION_LABEL};
 
 const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
@@ -53,6 +55,14 @@ pub fn instance_to_node_claim(
     labels.insert(CAPACITY_TYPE_LABEL.to_string(), instance.capacity_type.clone());
     if let Some(reservation) = &instance.capacity_reservation_id {
         labels.insert(AWS_CAPACITY_RESERVATION_ID_LABEL.to_string(), reservation.clone());
+    }
+    if let Some(group) = &instance.placement_group {
+        if let Some(id) = &group.id {
+            labels.insert(PLACEMENT_GROUP_ID_LABEL.to_string(), id.clone());
+        }
+        if let Some(partition) = group.partition {
+            labels.insert(PLACEMENT_GROUP_PARTITION_LABEL.to_string(), partition.to_string());
+        }
     }
     if let Some(node_pool) = instance.tags.get(NODEPOOL_LABEL) {
         labels.insert(NODEPOOL_LABEL.to_string(), node_pool.clone());
@@ -113,6 +123,7 @@ mod tests {
             private_dns_name: None,
             subnet_id: None,
             security_group_ids: Vec::new(),
+            placement_group: None,
             tags: BTreeMap::from([
                 ("karpenter.sh/nodepool".into(), "default".into()),
                 ("karpenter.sh/nodeclaim".into(), "default-x7k2p".into()),
@@ -162,5 +173,17 @@ mod tests {
         let labels = claim.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["karpenter.sh/capacity-type"], "reserved");
         assert_eq!(labels["karpenter.k8s.aws/capacity-reservation-id"], "cr-0123");
+        assert!(!labels.contains_key(PLACEMENT_GROUP_ID_LABEL));
+
+        let mut partitioned = instance("running");
+        partitioned.placement_group = Some(crate::instance::InstancePlacementGroup {
+            id: Some("pg-0abc".into()),
+            name: Some("training".into()),
+            partition: Some(3),
+        });
+        let claim = instance_to_node_claim(&partitioned, Some(m5), now);
+        let labels = claim.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[PLACEMENT_GROUP_ID_LABEL], "pg-0abc");
+        assert_eq!(labels[PLACEMENT_GROUP_PARTITION_LABEL], "3");
     }
 }

@@ -35,6 +35,9 @@ pub struct AwsSettings {
     pub interruption_queue: Option<String>,
     /// `RESERVED_ENIS`: ENIs kept from the VPC CNI when computing max pods; at least 0.
     pub reserved_enis: i64,
+    /// `DISABLE_DRY_RUN`: skip the EC2 dry-run authorization checks of EC2NodeClasses (their
+    /// ValidationSucceeded is then True with reason DryRunDisabled).
+    pub disable_dry_run: bool,
     /// `AMI_REFRESH_INTERVAL`: how often EC2NodeClass AMIs are re-resolved; at least one minute.
     pub ami_refresh_interval: Duration,
     /// `SUBNET_REFRESH_INTERVAL`: how often subnets (and security groups) are re-resolved; at least one minute.
@@ -65,6 +68,7 @@ impl Default for AwsSettings {
             vm_memory_overhead_percent: DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
             interruption_queue: None,
             reserved_enis: 0,
+            disable_dry_run: false,
             ami_refresh_interval: MIN_REFRESH_INTERVAL,
             subnet_refresh_interval: MIN_REFRESH_INTERVAL,
             instance_type_refresh_interval: Duration::from_secs(12 * 3600),

@@ -1,6 +1,6 @@
 //! karpenter-aws against moto (tests/moto/harness.py): instance types and their capacity, prices and their
-//! fallback, error mapping, launches through CreateFleet, and capacity reservations. Each test runs its own
-//! server.
+//! fallback, error mapping, launches through CreateFleet, capacity reservations, placement groups and the
+//! EC2NodeClass dry-run checks. Each test runs its own server.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -32,6 +32,12 @@ mod launch_batching;
 
 #[path = "moto/interfaces_and_cpu_options.rs"]
 mod interfaces_and_cpu_options;
+
+#[path = "moto/placement_groups.rs"]
+mod placement_groups;
+
+#[path = "moto/dry_run.rs"]
+mod dry_run;
 
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -38,6 +38,11 @@ pub struct AwsArgs {
     /// ENIs kept from the VPC CNI when computing ENI-limited max pods.
     #[arg(long, env = "RESERVED_ENIS", default_value_t = 0)]
     pub reserved_enis: i64,
+    /// Skip the EC2 dry-run authorization checks (CreateFleet, CreateLaunchTemplate, RunInstances) of
+    /// EC2NodeClasses; their ValidationSucceeded is then True with reason DryRunDisabled.
+    #[arg(long, env = "DISABLE_DRY_RUN", action = ArgAction::Set, default_value_t = false,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub disable_dry_run: bool,
     /// How often EC2NodeClass AMIs are resolved again (at least 1m).
     #[arg(long, env = "AMI_REFRESH_INTERVAL", default_value = "1m", value_parser = parse_duration)]
     pub ami_refresh_interval: Duration,

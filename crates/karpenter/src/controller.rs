@@ -96,6 +96,7 @@ fn aws_settings(args: &AwsArgs, reserved_capacity: bool) -> karpenter_aws::AwsSe
         vm_memory_overhead_percent: args.vm_memory_overhead_percent,
         interruption_queue: some(&args.interruption_queue),
         reserved_enis: args.reserved_enis,
+        disable_dry_run: args.disable_dry_run,
         ami_refresh_interval: args.ami_refresh_interval,
         subnet_refresh_interval: args.subnet_refresh_interval,
         region: args.aws_region.clone(),

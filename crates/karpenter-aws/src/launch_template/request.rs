@@ -2,15 +2,18 @@
 
 use std::collections::BTreeMap;
 
+use aws_sdk_ec2::operation::create_launch_template::builders::CreateLaunchTemplateFluentBuilder;
+
 use aws_sdk_ec2::types::{
     CapacityReservationTarget, LaunchTemplateBlockDeviceMappingRequest,
     LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateCpuOptionsRequest,
     LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
     LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMarketOptionsRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateTagSpecificationRequest,
-    LaunchTemplatesMonitoringRequest, MarketType, NestedVirtualizationSpecification,
-    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType,
+    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplatePlacementRequest,
+    LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest, MarketType,
+    NestedVirtualizationSpecification, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification,
+    VolumeType,
 };
 
 use super::interfaces::interface_requests;
@@ -98,6 +101,14 @@ pub fn launch_template_data(spec: &LaunchTemplateSpec) -> RequestLaunchTemplateD
             );
         }
     }
+    if let Some(placement) = &spec.placement {
+        data = data.placement(
+            LaunchTemplatePlacementRequest::builder()
+                .group_id(&placement.group_id)
+                .set_partition_number(placement.partition)
+                .build(),
+        );
+    }
     if let Some(profile) = &spec.instance_profile {
         data = data.iam_instance_profile(
             LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
@@ -121,15 +132,14 @@ pub fn launch_template_data(spec: &LaunchTemplateSpec) -> RequestLaunchTemplateD
     data.build()
 }
 
-/// Creates the template named [`LaunchTemplateSpec::name`] unless it exists. Returns its name.
-pub async fn ensure_launch_template(
+/// The CreateLaunchTemplate request of `spec`, named [`LaunchTemplateSpec::name`] and tagged like what it
+/// launches, ready to send (the EC2NodeClass dry runs send it with `DryRun`).
+pub fn create_launch_template_request(
     ec2: &aws_sdk_ec2::Client,
     spec: &LaunchTemplateSpec,
-) -> Result<String, AwsError> {
-    let name = spec.name();
-    let created = ec2
-        .create_launch_template()
-        .launch_template_name(&name)
+) -> CreateLaunchTemplateFluentBuilder {
+    ec2.create_launch_template()
+        .launch_template_name(spec.name())
         .launch_template_data(launch_template_data(spec))
         .tag_specifications(
             TagSpecification::builder()
@@ -137,8 +147,15 @@ pub async fn ensure_launch_template(
                 .set_tags(Some(tags(&spec.tags)))
                 .build(),
         )
-        .send()
-        .await;
+}
+
+/// Creates the template named [`LaunchTemplateSpec::name`] unless it exists. Returns its name.
+pub async fn ensure_launch_template(
+    ec2: &aws_sdk_ec2::Client,
+    spec: &LaunchTemplateSpec,
+) -> Result<String, AwsError> {
+    let name = spec.name();
+    let created = create_launch_template_request(ec2, spec).send().await;
     match created {
         Ok(_) => Ok(name),
         Err(err) => match AwsError::from_sdk("CreateLaunchTemplate", err) {

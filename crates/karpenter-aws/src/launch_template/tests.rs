@@ -332,6 +332,45 @@ fn a_reserved_launch_template_targets_its_reservation() {
 }
 
 #[test]
+fn a_placement_group_template_names_the_group_and_a_pinned_partition() {
+    use super::TemplatePlacement;
+
+    let plain = spec_of(&class(alias("al2023@latest")));
+    assert!(launch_template_data(&plain).placement().is_none());
+
+    let mut grouped = plain.clone();
+    grouped.placement = Some(TemplatePlacement {
+        group_id: "pg-0abc".into(),
+        partition: None,
+    });
+    let data = launch_template_data(&grouped);
+    let placement = data.placement().unwrap();
+    assert_eq!(
+        (
+            placement.group_id(),
+            placement.group_name(),
+            placement.partition_number()
+        ),
+        (Some("pg-0abc"), None, None)
+    );
+    assert_ne!(grouped.name(), plain.name(), "one template per group");
+
+    let mut pinned = grouped.clone();
+    pinned.placement = Some(TemplatePlacement {
+        group_id: "pg-0abc".into(),
+        partition: Some(2),
+    });
+    assert_eq!(
+        launch_template_data(&pinned)
+            .placement()
+            .unwrap()
+            .partition_number(),
+        Some(2)
+    );
+    assert_ne!(pinned.name(), grouped.name(), "one template per pinned partition");
+}
+
+#[test]
 fn templates_without_the_interface_and_cpu_fields_keep_their_names() {
     // Pinned: a template of a class that sets none of networkInterfaces, ipPrefixCount, connectionTracking or
     // cpuOptions must keep the name it had before those fields were supported, or every node would be replaced.

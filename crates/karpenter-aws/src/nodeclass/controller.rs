@@ -4,9 +4,10 @@
 //!   instance profile Karpenter made for its `spec.role`, and removes the `karpenter.k8s.aws/termination`
 //!   finalizer;
 //! - otherwise: adds the finalizer, resolves the selector terms ([`super::resolve`]; capacity reservations
-//!   only with the ReservedCapacity gate on; their instance counts and the subnets' free address counts are
-//!   handed to the CloudProvider), creates or adopts the instance profile for `spec.role` ([`crate::instance_profile`]), writes the status
-//!   ([`super::status::compute_status`]) through the status subresource when it changed, writes the
+//!   only with the ReservedCapacity gate on; their instance counts, the subnets' free address counts and the
+//!   placement group are handed to the CloudProvider), creates or adopts the instance profile for `spec.role`
+//!   ([`crate::instance_profile`]), runs the EC2 dry-run authorization checks on what was resolved
+//!   ([`super::dry_run`], cached for 30 minutes), writes the status ([`super::status::compute_status`]) through the status subresource when it changed, writes the
 //!   `karpenter.k8s.aws/ec2nodeclass-hash` and `-hash-version` annotations, hands the class to the
 //!   CloudProvider's cache (launches and drift read it), and requeues after the refresh interval (upstream
 //!   re-resolves subnets every minute and AMIs every few; a class with capacity reservation terms every minute,
@@ -119,6 +120,8 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
             set_finalizers(&api, &class, rest).await?;
         }
         ctx.provider.node_class_cache().remove(&name);
+        ctx.provider.placement_groups().remove(&name);
+        ctx.provider.dry_run_cache().remove(&name);
         return Ok(Action::await_change());
     }
 
@@ -142,7 +145,11 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
     .await;
     ctx.provider.record_capacity_reservations(&resolution);
     ctx.provider.record_subnet_addresses(&resolution);
+    ctx.provider.record_placement_group(&class, &resolution);
     resolution.instance_profile = ctx.provider.ensure_instance_profile(&class).await;
+    // The dry runs are built from what was resolved, so they come after it.
+    let resolved = super::status::compute_status(&class, &resolution, now);
+    resolution.dry_run = super::dry_run::check_authorization(&ctx.provider, &class, &resolved).await;
     let status = super::status::compute_status(&class, &resolution, now);
     if class.status.as_ref() != Some(&status) {
         api.patch_status(

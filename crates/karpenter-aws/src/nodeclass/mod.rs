@@ -1,7 +1,8 @@
 //! The EC2NodeClass controller and what it computes: each class's selector terms resolved into
 //! `status.amis`, `status.subnets`, `status.securityGroups`, `status.capacityReservations` (with the
-//! ReservedCapacity feature gate on) and `status.instanceProfile`, with its conditions
-//! ([`status`]), written through the status subresource; the `karpenter.k8s.aws/termination` finalizer, held
+//! ReservedCapacity feature gate on) and `status.instanceProfile`, and its placement group selector into the
+//! provider's [`crate::placement_groups::ResolvedPlacementGroups`], with its conditions
+//! ([`status`]; ValidationSucceeded also from EC2 dry runs, [`dry_run`]), written through the status subresource; the `karpenter.k8s.aws/termination` finalizer, held
 //! while NodeClaims still use the class; the drift hash annotations ([`controller`]).
 //!
 //! [`resolve`] is shared with the CloudProvider, which resolves a class itself when a launch comes before the
@@ -9,6 +10,7 @@
 
 pub mod amis;
 pub mod controller;
+pub mod dry_run;
 pub mod status;
 
 use std::time::Instant;
@@ -18,13 +20,15 @@ use karpenter_api::ec2nodeclass::EC2NodeClass;
 
 use crate::capacity_reservations::discover_capacity_reservations;
 use crate::client::AwsClients;
+use crate::placement_groups::describe_placement_group;
 use crate::security_groups::discover_security_groups;
 use crate::subnet_ips::SubnetAddressCounts;
 use crate::subnets::discover_subnets;
 use status::Resolution;
 
 /// Looks up everything `node_class` selects, for Kubernetes `k8s_version` (AMI aliases); its capacity
-/// reservations only with `reserved_capacity` (the feature gate) on.
+/// reservations only with `reserved_capacity` (the feature gate) on, its placement group only when it selects
+/// one.
 pub async fn resolve(
     clients: &AwsClients,
     node_class: &EC2NodeClass,
@@ -62,6 +66,10 @@ pub async fn resolve(
     } else {
         None
     };
+    let placement_group = match &spec.placement_group_selector {
+        Some(selector) => Some(describe_placement_group(&clients.ec2, selector).await),
+        None => None,
+    };
     Resolution {
         amis,
         subnets,
@@ -69,5 +77,7 @@ pub async fn resolve(
         security_groups,
         capacity_reservations,
         instance_profile: None,
+        placement_group,
+        dry_run: None,
     }
 }

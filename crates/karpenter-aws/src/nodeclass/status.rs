@@ -1,10 +1,14 @@
 //! What an EC2NodeClass resolves to, and the status written from it: the resolved AMIs, subnets, security
 //! groups, capacity reservations and instance profile, and one condition per dependent (AMIsReady,
-//! SubnetsReady, SecurityGroupsReady, InstanceProfileReady, ValidationSucceeded, and CapacityReservationsReady
-//! with the ReservedCapacity feature gate on) plus Ready. A dependent that selected nothing is False with the
-//! upstream reason and a message naming the selector terms, so `kubectl describe` says what to fix. For
-//! capacity reservations that is any single term selecting nothing (no terms at all is fine: the class simply
-//! uses none).
+//! SubnetsReady, SecurityGroupsReady, InstanceProfileReady, ValidationSucceeded, PlacementGroupReady when
+//! `spec.placementGroupSelector` is set, and CapacityReservationsReady with the ReservedCapacity feature gate
+//! on) plus Ready. A dependent that selected nothing is False with the upstream reason and a message naming
+//! the selector terms, so `kubectl describe` says what to fix. For capacity reservations that is any single
+//! term selecting nothing (no terms at all is fine: the class simply uses none).
+//!
+//! The placement group itself is not in the status (the API has no field for it): the provider keeps it
+//! ([`crate::placement_groups::ResolvedPlacementGroups`]). ValidationSucceeded is the spec's validity, then
+//! the verdict of the EC2 dry runs ([`crate::nodeclass::dry_run`]) when the controller ran them.
 //!
 //! Instance profiles: `spec.instanceProfile` is used as it is; for `spec.role` the controller creates one
 //! ([`crate::instance_profile`]) and the resolution carries its name, or why it could not.
@@ -19,6 +23,8 @@ use serde::Serialize;
 
 use crate::capacity_reservations::ReservationDiscovery;
 use crate::error::AwsError;
+use crate::nodeclass::dry_run::DryRunOutcome;
+use crate::placement_groups::{PlacementGroup, selector_json};
 use crate::subnet_ips::SubnetAddressCounts;
 
 /// Reason of a role-based class's InstanceProfileReady before its instance profile was created.
@@ -33,6 +39,9 @@ pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
 pub const RESOLUTION_FAILED: &str = "ResolutionFailed";
 /// Reason of CapacityReservationsReady when a capacity reservation selector term selected nothing.
 pub const CAPACITY_RESERVATIONS_NOT_FOUND: &str = "CapacityReservationsNotFound";
+/// Reason of PlacementGroupReady when the selected group exists but instances cannot launch into it (pending,
+/// deleting), as upstream names it.
+pub const PLACEMENT_GROUP_NOT_AVAILABLE: &str = "PlacementGroupNotAvailable";
 
 /// The outcome of resolving each part of a class; an `Err` is a failed lookup, not an empty match.
 #[derive(Debug)]
@@ -48,6 +57,12 @@ pub struct Resolution {
     /// The instance profile created for `spec.role`; None when there is none to create (`spec.instanceProfile`
     /// is set) or it was not attempted.
     pub instance_profile: Option<Result<String, AwsError>>,
+    /// The group `spec.placementGroupSelector` selects (`Ok(None)`: none matches); None without a selector.
+    pub placement_group: Option<Result<Option<PlacementGroup>, AwsError>>,
+    /// The dry-run authorization checks' verdict ([`crate::nodeclass::dry_run`]); None when they were not run
+    /// (a launch resolving a class the controller has not reconciled yet, or an invalid spec): then only the
+    /// spec's validity counts.
+    pub dry_run: Option<DryRunOutcome>,
 }
 
 impl Resolution {
@@ -59,6 +74,7 @@ impl Resolution {
             self.security_groups.as_ref().err(),
             self.capacity_reservations.as_ref().and_then(|r| r.as_ref().err()),
             self.instance_profile.as_ref().and_then(|p| p.as_ref().err()),
+            self.placement_group.as_ref().and_then(|g| g.as_ref().err()),
         ]
         .into_iter()
         .flatten()
@@ -73,6 +89,7 @@ impl Resolution {
             self.security_groups.err(),
             self.capacity_reservations.and_then(Result::err),
             self.instance_profile.and_then(Result::err),
+            self.placement_group.and_then(Result::err),
         ]
         .into_iter()
         .flatten()
@@ -86,17 +103,79 @@ fn terms_json<T: Serialize>(terms: &[T]) -> String {
 
 /// One condition computed now; the caller keeps the old transition time when the status did not change.
 fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
+    if ok {
+        condition_with(type_, ConditionStatus::True, type_, String::new(), generation)
+    } else {
+        condition_with(type_, ConditionStatus::False, reason, message, generation)
+    }
+}
+
+/// [`condition`] with any status and reason (a True condition with its own reason, an Unknown one).
+fn condition_with(
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Condition {
     Condition {
         type_: type_.to_string(),
-        status: if ok {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        },
+        status,
         observed_generation: generation,
         last_transition_time: Time(Timestamp::UNIX_EPOCH),
-        reason: if ok { type_.to_string() } else { reason.to_string() },
-        message: if ok { String::new() } else { message },
+        reason: reason.to_string(),
+        message,
+    }
+}
+
+/// ValidationSucceeded: the spec's validity first, then the dry runs' verdict. An inconclusive dry run keeps
+/// the previous verdict (a throttled check must not flip a validated class), or is Unknown before there is one.
+fn validation_condition(
+    node_class: &EC2NodeClass,
+    dry_run: Option<&DryRunOutcome>,
+    previous: &EC2NodeClassStatus,
+    generation: Option<i64>,
+) -> Condition {
+    let type_ = conditions::VALIDATION_SUCCEEDED;
+    if let Err(err) = node_class.validate() {
+        return condition(type_, false, SPEC_VALIDATION_FAILED, err.to_string(), generation);
+    }
+    match dry_run {
+        None | Some(DryRunOutcome::Authorized) => condition(type_, true, "", String::new(), generation),
+        Some(DryRunOutcome::Disabled) => condition_with(
+            type_,
+            ConditionStatus::True,
+            reasons::DRY_RUN_DISABLED,
+            "the EC2 dry-run authorization checks are disabled (DISABLE_DRY_RUN)".into(),
+            generation,
+        ),
+        Some(DryRunOutcome::DependenciesNotReady(waiting)) => condition(
+            type_,
+            false,
+            reasons::DEPENDENCIES_NOT_READY,
+            waiting.clone(),
+            generation,
+        ),
+        Some(DryRunOutcome::Failed { reason, message }) => {
+            condition(type_, false, reason, message.clone(), generation)
+        }
+        Some(DryRunOutcome::Inconclusive(message)) => previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.reason != SPEC_VALIDATION_FAILED)
+            .map(|c| Condition {
+                observed_generation: generation,
+                ..c.clone()
+            })
+            .unwrap_or_else(|| {
+                condition_with(
+                    type_,
+                    ConditionStatus::Unknown,
+                    reasons::DEPENDENCIES_NOT_READY,
+                    message.clone(),
+                    generation,
+                )
+            }),
     }
 }
 
@@ -265,12 +344,43 @@ pub fn compute_status(
             None
         }
     };
-    let validation = node_class.validate();
-    conditions_out.push(condition(
-        conditions::VALIDATION_SUCCEEDED,
-        validation.is_ok(),
-        SPEC_VALIDATION_FAILED,
-        validation.err().map(|e| e.to_string()).unwrap_or_default(),
+    if let (Some(selector), Some(resolved)) = (&spec.placement_group_selector, &resolution.placement_group) {
+        let (ok, reason, message) = match resolved {
+            Ok(Some(group)) if group.is_available() => (true, "", String::new()),
+            Ok(Some(group)) => (
+                false,
+                PLACEMENT_GROUP_NOT_AVAILABLE,
+                format!(
+                    "placement group {} ({}) is {}, not available",
+                    group.name, group.id, group.state
+                ),
+            ),
+            Ok(None) => (
+                false,
+                reasons::PLACEMENT_GROUP_NOT_FOUND,
+                format!(
+                    "PlacementGroupSelector did not match any PlacementGroups: {}",
+                    selector_json(selector)
+                ),
+            ),
+            Err(err) => (
+                false,
+                reasons::PLACEMENT_GROUP_RESOLUTION_FAILED,
+                format!("resolving placement group {}: {err}", selector_json(selector)),
+            ),
+        };
+        conditions_out.push(condition(
+            conditions::PLACEMENT_GROUP_READY,
+            ok,
+            reason,
+            message,
+            generation,
+        ));
+    }
+    conditions_out.push(validation_condition(
+        node_class,
+        resolution.dry_run.as_ref(),
+        &previous,
         generation,
     ));
 
@@ -355,6 +465,8 @@ mod tests {
             }]),
             capacity_reservations: None,
             instance_profile: None,
+            placement_group: None,
+            dry_run: None,
         }
     }
 
@@ -555,6 +667,100 @@ mod tests {
         assert_eq!(
             find(&status, conditions::SECURITY_GROUPS_READY).status,
             ConditionStatus::True
+        );
+    }
+
+    #[test]
+    fn a_selected_placement_group_must_exist_and_be_available() {
+        use crate::placement_groups::{PlacementGroup, PlacementStrategy};
+        use karpenter_api::ec2nodeclass::PlacementGroupSelector;
+
+        let subnets = vec![Subnet {
+            id: "subnet-1".into(),
+            zone: "us-west-2a".into(),
+            zone_id: None,
+        }];
+        let mut class = node_class();
+        let without = compute_status(&class, &ok_resolution(subnets.clone()), Timestamp::UNIX_EPOCH);
+        assert!(
+            without
+                .conditions
+                .iter()
+                .all(|c| c.type_ != conditions::PLACEMENT_GROUP_READY),
+            "no condition without a selector"
+        );
+
+        class.spec.placement_group_selector = Some(PlacementGroupSelector {
+            name: Some("training".into()),
+            id: None,
+        });
+        let mut group = PlacementGroup {
+            id: "pg-0abc".into(),
+            name: "training".into(),
+            strategy: Some(PlacementStrategy::Cluster),
+            partition_count: None,
+            state: "available".into(),
+        };
+        let mut found = ok_resolution(subnets.clone());
+        found.placement_group = Some(Ok(Some(group.clone())));
+        let status = compute_status(&class, &found, Timestamp::UNIX_EPOCH);
+        let ready = find(&status, conditions::PLACEMENT_GROUP_READY);
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            (ConditionStatus::True, "PlacementGroupReady")
+        );
+        assert_eq!(find(&status, conditions::READY).status, ConditionStatus::True);
+
+        let mut missing = ok_resolution(subnets.clone());
+        missing.placement_group = Some(Ok(None));
+        let status = compute_status(&class, &missing, Timestamp::UNIX_EPOCH);
+        let ready = find(&status, conditions::PLACEMENT_GROUP_READY);
+        assert_eq!(
+            (ready.status, ready.reason.as_str(), ready.message.as_str()),
+            (
+                ConditionStatus::False,
+                "PlacementGroupNotFound",
+                r#"PlacementGroupSelector did not match any PlacementGroups: {"name":"training"}"#
+            )
+        );
+        assert_eq!(
+            find(&status, conditions::READY).message,
+            "PlacementGroupReady=False (PlacementGroupNotFound)"
+        );
+
+        group.state = "pending".into();
+        let mut pending = ok_resolution(subnets.clone());
+        pending.placement_group = Some(Ok(Some(group)));
+        let status = compute_status(&class, &pending, Timestamp::UNIX_EPOCH);
+        let ready = find(&status, conditions::PLACEMENT_GROUP_READY);
+        assert_eq!(
+            (ready.status, ready.reason.as_str(), ready.message.as_str()),
+            (
+                ConditionStatus::False,
+                PLACEMENT_GROUP_NOT_AVAILABLE,
+                "placement group training (pg-0abc) is pending, not available"
+            )
+        );
+
+        let mut failed = ok_resolution(subnets);
+        failed.placement_group = Some(Err(AwsError::from_code(
+            "DescribePlacementGroups",
+            "UnauthorizedOperation".into(),
+            "not allowed".into(),
+        )));
+        assert_eq!(
+            failed.error().map(AwsError::code),
+            Some(Some("UnauthorizedOperation"))
+        );
+        let status = compute_status(&class, &failed, Timestamp::UNIX_EPOCH);
+        let ready = find(&status, conditions::PLACEMENT_GROUP_READY);
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            (ConditionStatus::False, "PlacementGroupResolutionFailed")
+        );
+        assert_eq!(
+            ready.message,
+            r#"resolving placement group {"name":"training"}: DescribePlacementGroups: UnauthorizedOperation: not allowed"#
         );
     }
 }

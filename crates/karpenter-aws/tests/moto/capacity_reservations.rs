@@ -111,7 +111,7 @@ fn reserved_offerings(
 async fn the_status_lists_selected_reservations_and_names_a_term_that_selects_nothing() {
     let moto = moto_or_skip!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients.ec2).await;
+    network(&clients).await;
     set_capacity_reservations(&clients, reservations()).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
@@ -248,7 +248,7 @@ async fn the_status_lists_selected_reservations_and_names_a_term_that_selects_no
 async fn a_node_claim_that_allows_reserved_capacity_launches_into_the_reservation() {
     let moto = moto_or_skip!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients.ec2).await;
+    network(&clients).await;
     set_capacity_reservations(
         &clients,
         json!([
@@ -357,7 +357,7 @@ async fn a_node_claim_that_allows_reserved_capacity_launches_into_the_reservatio
 async fn a_reservation_found_full_at_launch_is_unavailable_and_the_launch_lacks_capacity() {
     let moto = moto_or_skip!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients.ec2).await;
+    network(&clients).await;
     let reservation = |available: i64| {
         json!([{"CapacityReservationId": "cr-0a", "InstanceType": "m5.large", "AvailabilityZone": "us-west-2a",
                 "AvailableInstanceCount": available}])
@@ -423,7 +423,7 @@ async fn a_reservation_found_full_at_launch_is_unavailable_and_the_launch_lacks_
 async fn two_launches_at_once_do_not_both_count_on_the_last_reserved_instance() {
     let moto = moto_or_skip!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients.ec2).await;
+    network(&clients).await;
     set_capacity_reservations(
         &clients,
         json!([{"CapacityReservationId": "cr-0a", "InstanceType": "m5.large", "AvailabilityZone": "us-west-2a",

@@ -37,7 +37,7 @@ fn node_pool(class: &str) -> NodePool {
 async fn a_node_claim_launches_through_the_cloud_provider_and_is_found_drifted_and_deleted() {
     let moto = moto_or_skip!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients.ec2).await;
+    let net = network(&clients).await;
     let (server, provider) = provider(clients.clone()).await;
     assert_eq!(provider.refresh_instance_types().await.unwrap(), 3);
     let dyn_provider: std::sync::Arc<dyn CloudProvider> = provider.clone();
@@ -185,7 +185,7 @@ async fn a_node_claim_launches_through_the_cloud_provider_and_is_found_drifted_a
 async fn insufficient_capacity_falls_back_and_marks_offerings_unavailable() {
     let moto = moto_or_skip!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients.ec2).await;
+    network(&clients).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     create_node_class(

@@ -28,9 +28,21 @@ pub struct Network {
     pub security_group_id: String,
 }
 
+/// The instance profile [`node_class`] names; [`network`] creates it, as a cluster's setup would (a dry-run
+/// RunInstances with a profile IAM does not know fails in moto, as a real launch would).
+pub const INSTANCE_PROFILE: &str = "KarpenterNodeInstanceProfile";
+
 /// A VPC with a subnet in us-west-2a and one in us-west-2b and a security group, all tagged
-/// `karpenter.sh/discovery: test`.
-pub async fn network(ec2: &aws_sdk_ec2::Client) -> Network {
+/// `karpenter.sh/discovery: test`, and the instance profile [`node_class`] uses.
+pub async fn network(clients: &karpenter_aws::AwsClients) -> Network {
+    let ec2 = &clients.ec2;
+    clients
+        .iam
+        .create_instance_profile()
+        .instance_profile_name(INSTANCE_PROFILE)
+        .send()
+        .await
+        .unwrap();
     let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await.unwrap();
     let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
     let mut subnet_ids = Vec::new();
@@ -82,7 +94,7 @@ pub fn node_class(name: &str, ami_terms: serde_json::Value) -> EC2NodeClass {
             "amiSelectorTerms": ami_terms,
             "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": DISCOVERY}}],
             "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": DISCOVERY}}],
-            "instanceProfile": "KarpenterNodeInstanceProfile",
+            "instanceProfile": INSTANCE_PROFILE,
             "tags": {"team": "platform"}
         }
     }))

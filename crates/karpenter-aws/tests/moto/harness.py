@@ -31,6 +31,17 @@ Patches (moto internals, hence the exact pin moto[server]==5.2.5 in .ci/requirem
    each of that template's overrides comes back in Errors[] with ErrorCode ReservationCapacityExceeded. The
    launched instance carries CapacityReservationId; a `capacity-block` target capacity launches as on-demand
    (moto knows only spot and on-demand).
+5. Placement groups, which moto does not implement: CreatePlacementGroup (GroupName, Strategy, PartitionCount
+   (default 2 for partition groups), SpreadLevel; state available; a duplicate name is
+   InvalidPlacementGroup.Duplicate) and DescribePlacementGroups (GroupNames, GroupIds (an unknown one is
+   InvalidPlacementGroup.Unknown, as in EC2) and the filters group-name, group-id, state, strategy). A fleet
+   instance whose launch template has a Placement naming a known group (GroupId or GroupName) is placed in it:
+   DescribeInstances reports its Placement.GroupName, GroupId and, in a partition group, PartitionNumber (the
+   template's, else the partitions in turn, as EC2 balances them).
+6. Refused permissions: the SSM String parameter /moto-harness/unauthorized holds comma-separated EC2 actions
+   (`CreateFleet,RunInstances`); a call of one of them (dry run or not) fails with UnauthorizedOperation, as
+   EC2 answers a caller whose IAM policy does not allow it. moto itself answers every dry run with
+   DryRunOperation (after checking that a RunInstances instance profile exists).
 Nothing else is changed; in particular the Pricing API stays unimplemented (HTTP 500), as in moto.
 After READY, stdout goes to stderr: moto prints notes there, and the parent reads only the READY line.
 """
@@ -52,6 +63,7 @@ except ImportError as e:  # the Rust side turns this exit code into a skip
     sys.exit(3)
 
 ICE_PARAMETER = "/moto-harness/ice"
+UNAUTHORIZED_PARAMETER = "/moto-harness/unauthorized"
 RESERVATIONS_PARAMETER = "/moto-harness/capacity-reservations"
 EXPECTED_MOTO = "5.2.5"
 
@@ -204,10 +216,10 @@ def patch_capacity_reservations():
     EC2Response.describe_capacity_reservations = describe_capacity_reservations
 
 
-def template_reservation(backend, launch_template_spec):
-    """The reservation id the fleet config's launch template targets, if any."""
+def template_data(backend, launch_template_spec):
+    """The LaunchTemplateData of the version a fleet config's launch template specification names, if any."""
     try:
-        if "LaunchTemplateId" in launch_template_spec:
+        if launch_template_spec.get("LaunchTemplateId"):
             template = backend.get_launch_template(template_id=launch_template_spec["LaunchTemplateId"])
         else:
             template = backend.get_launch_template_by_name(name=launch_template_spec.get("LaunchTemplateName"))
@@ -216,8 +228,15 @@ def template_reservation(backend, launch_template_spec):
             "$Latest": template.latest_version_number,
             "$Default": template.default_version_number,
         }.get(version, version)
-        data = template.get_version(number).data
+        return template.get_version(int(number)).data
     except Exception:
+        return None
+
+
+def template_reservation(backend, launch_template_spec):
+    """The reservation id the fleet config's launch template targets, if any."""
+    data = template_data(backend, launch_template_spec)
+    if data is None:
         return None
     spec = data.get("CapacityReservationSpecification") or {}
     return (spec.get("CapacityReservationTarget") or {}).get("CapacityReservationId")
@@ -230,6 +249,116 @@ def reservation_has_room(backend, reservation_id):
     return False
 
 
+# Placement groups by (account, region), then by name; and the next partition of each group.
+PLACEMENT_GROUPS = {}
+NEXT_PARTITION = {}
+PLACEMENT_LOCK = threading.Lock()
+
+
+def placement_group_matches(group, filters):
+    fields = {
+        "group-name": group["GroupName"],
+        "group-id": group["GroupId"],
+        "state": group["State"],
+        "strategy": group["Strategy"],
+    }
+    return all(fields[name] in values for name, values in filters.items() if name in fields)
+
+
+def patch_placement_groups():
+    import uuid
+
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses import EC2Response
+
+    def create_placement_group(self):
+        backend = self.ec2_backend
+        name = self._get_param("GroupName")
+        strategy = self._get_param("Strategy") or "cluster"
+        self.error_on_dryrun()
+        group = {
+            "GroupName": name,
+            "GroupId": "pg-" + uuid.uuid4().hex[:17],
+            "Strategy": strategy,
+            "State": "available",
+        }
+        group["GroupArn"] = f"arn:aws:ec2:{backend.region_name}:{backend.account_id}:placement-group/{name}"
+        if strategy == "partition":
+            group["PartitionCount"] = int(self._get_param("PartitionCount") or 2)
+        if self._get_param("SpreadLevel"):
+            group["SpreadLevel"] = self._get_param("SpreadLevel")
+        with PLACEMENT_LOCK:
+            groups = PLACEMENT_GROUPS.setdefault((backend.account_id, backend.region_name), {})
+            if name in groups:
+                raise EC2ClientError("InvalidPlacementGroup.Duplicate", f"The placement group '{name}' already exists.")
+            groups[name] = group
+        return ActionResult({"PlacementGroup": group})
+
+    def describe_placement_groups(self):
+        backend = self.ec2_backend
+        names = self._get_param("GroupNames", []) or []
+        ids = self._get_param("GroupIds", []) or []
+        filters = self._filters_from_querystring()
+        self.error_on_dryrun()
+        with PLACEMENT_LOCK:
+            groups = list(PLACEMENT_GROUPS.get((backend.account_id, backend.region_name), {}).values())
+        for wanted, field in [(names, "GroupName"), (ids, "GroupId")]:
+            for value in wanted:
+                if not any(g[field] == value for g in groups):
+                    raise EC2ClientError("InvalidPlacementGroup.Unknown", f"The Placement Group '{value}' is unknown.")
+        selected = [
+            g
+            for g in groups
+            if (not names or g["GroupName"] in names)
+            and (not ids or g["GroupId"] in ids)
+            and placement_group_matches(g, filters)
+        ]
+        return ActionResult({"PlacementGroups": selected})
+
+    EC2Response.create_placement_group = create_placement_group
+    EC2Response.describe_placement_groups = describe_placement_groups
+
+
+def place_fleet_instances(backend, body):
+    """Puts each instance a fleet launched into the placement group its launch template names."""
+    if not isinstance(body, dict):
+        return
+    with PLACEMENT_LOCK:
+        groups = list(PLACEMENT_GROUPS.get((backend.account_id, backend.region_name), {}).values())
+    if not groups:
+        return
+    for launched in body.get("Instances") or []:
+        spec = (launched.get("LaunchTemplateAndOverrides") or {}).get("LaunchTemplateSpecification") or {}
+        placement = (template_data(backend, spec) or {}).get("Placement") or {}
+        group = next(
+            (
+                g
+                for g in groups
+                if g["GroupId"] == placement.get("GroupId") or g["GroupName"] == placement.get("GroupName")
+            ),
+            None,
+        )
+        if group is None:
+            continue
+        for instance_id in launched.get("InstanceIds") or []:
+            partition = None
+            if group["Strategy"] == "partition":
+                partition = placement.get("PartitionNumber")
+                if not partition:
+                    with PLACEMENT_LOCK:
+                        key = (backend.account_id, backend.region_name, group["GroupId"])
+                        partition = NEXT_PARTITION.get(key, 0) % group["PartitionCount"] + 1
+                        NEXT_PARTITION[key] = partition
+            try:
+                instance = backend.get_instance(instance_id)
+            except Exception:
+                continue
+            instance.placement.group_name = group["GroupName"]
+            instance.placement.group_id = group["GroupId"]
+            instance.placement.partition_number = int(partition) if partition else None
+
+
 def patch_create_fleet():
     from moto.ec2.responses.fleets import Fleets
     from moto.ec2.utils import random_fleet_id
@@ -237,7 +366,7 @@ def patch_create_fleet():
 
     original = Fleets.create_fleet
 
-    def create_fleet(self):
+    def create_fleet_with_capacity(self):
         backend = self.ec2_backend
         rules = ice_rules(backend.account_id, backend.region_name)
         spec = self._get_param("TargetCapacitySpecification", {}) or {}
@@ -321,7 +450,34 @@ def patch_create_fleet():
             body["Errors"] = errors
         return result
 
+    def create_fleet(self):
+        result = create_fleet_with_capacity(self)
+        place_fleet_instances(self.ec2_backend, getattr(result, "result", None))
+        return result
+
     Fleets.create_fleet = create_fleet
+
+
+def patch_unauthorized():
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses._base_response import EC2BaseResponse
+
+    original = EC2BaseResponse.error_on_dryrun
+
+    # Every EC2 action moto implements calls error_on_dryrun before it acts, so refusing there refuses the call.
+    def error_on_dryrun(self):
+        denied = harness_parameter(self.current_account, self.region, UNAUTHORIZED_PARAMETER) or ""
+        action = self._get_action()
+        if action in {a.strip() for a in denied.split(",")}:
+            raise EC2ClientError(
+                "UnauthorizedOperation",
+                f"You are not authorized to perform this operation. User: "
+                f"arn:aws:sts::{self.current_account}:assumed-role/KarpenterController/moto is not authorized to "
+                f"perform: ec2:{action}",
+            )
+        original(self)
+
+    EC2BaseResponse.error_on_dryrun = error_on_dryrun
 
 
 def patch_eks_amis(versions):
@@ -391,6 +547,8 @@ def main():
         patch_instance_types(patterns)
     patch_create_fleet()
     patch_capacity_reservations()
+    patch_placement_groups()
+    patch_unauthorized()
     patch_eks_amis(os.environ.get("HARNESS_K8S_VERSIONS", "1.32 1.33 1.34").split())
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)

@@ -14,7 +14,7 @@ async fn a_claim_requesting_efa_launches_with_an_efa_interface() {
     // c5n.9xlarge has one EFA interface; m5.large none, so the claim's EFA request rules it out.
     let moto = moto_or_skip!(&["c5n.9xlarge", "m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients.ec2).await;
+    let net = network(&clients).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     create_node_class(

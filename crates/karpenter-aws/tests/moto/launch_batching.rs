@@ -38,7 +38,7 @@ async fn launches_at_once_share_one_create_fleet_and_each_instance_carries_its_n
     let moto = moto_or_skip!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
     let ec2 = &clients.ec2;
-    let net = network(ec2).await;
+    let net = network(&clients).await;
     let template = launch_template(&clients, &net.security_group_id).await;
     let request = |claim: &str| LaunchRequest {
         launch_template_name: template.clone(),
@@ -99,7 +99,7 @@ async fn launches_at_once_share_one_create_fleet_and_each_instance_carries_its_n
 async fn a_launch_holds_the_addresses_it_uses_until_describe_subnets_counts_them() {
     let moto = moto_or_skip!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients.ec2).await;
+    let net = network(&clients).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     let class = node_class("default", json!([{"alias": "al2023@latest"}]));

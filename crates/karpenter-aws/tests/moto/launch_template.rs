@@ -23,7 +23,7 @@ use crate::moto_or_skip;
 async fn a_created_template_holds_the_classes_block_devices_metadata_options_and_tags() {
     let moto = moto_or_skip!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients.ec2).await;
+    let net = network(&clients).await;
     let mut class = node_class("storage", json!([{"alias": "bottlerocket@latest"}]));
     class.spec = serde_json::from_value(json!({
         "amiSelectorTerms": [{"alias": "bottlerocket@latest"}],
@@ -153,7 +153,7 @@ async fn template_names(ec2: &aws_sdk_ec2::Client) -> BTreeSet<String> {
 async fn a_cached_template_is_not_created_again_and_a_launch_recreates_one_deleted_behind_its_back() {
     let moto = moto_or_skip!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients.ec2).await;
+    let net = network(&clients).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
 
@@ -233,7 +233,7 @@ async fn unused_templates_and_those_of_deleted_classes_are_garbage_collected() {
     let moto = moto_or_skip!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
     let ec2 = &clients.ec2;
-    let net = network(ec2).await;
+    let net = network(&clients).await;
     let (server, provider) = provider(clients.clone()).await;
     let spec = |class: &str, cluster: &str| {
         LaunchTemplateSpec::from_node_class(
@@ -333,7 +333,7 @@ async fn unused_templates_and_those_of_deleted_classes_are_garbage_collected() {
 async fn a_created_template_holds_the_classes_network_interfaces_prefixes_and_connection_tracking() {
     let moto = moto_or_skip!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients.ec2).await;
+    let net = network(&clients).await;
     let mut class = node_class("efa", json!([{"alias": "al2023@latest"}]));
     class.spec = serde_json::from_value(json!({
         "amiSelectorTerms": [{"alias": "al2023@latest"}],

@@ -32,7 +32,7 @@ fn condition(class: &EC2NodeClass, type_: &str) -> (ConditionStatus, String, Str
 async fn the_controller_resolves_status_conditions_and_holds_the_finalizer() {
     let moto = moto_or_skip!(&["m5.large", "c6g.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients.ec2).await;
+    let net = network(&clients).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     let ctx = Arc::new(Context {
@@ -125,9 +125,19 @@ async fn the_controller_resolves_status_conditions_and_holds_the_finalizer() {
         (status, reason.as_str()),
         (ConditionStatus::False, "UnhealthyDependents")
     );
+    // Nothing to dry-run with: ValidationSucceeded waits for them.
+    assert_eq!(
+        condition(&nowhere, "ValidationSucceeded"),
+        (
+            ConditionStatus::False,
+            "DependenciesNotReady".to_string(),
+            "awaiting AMIsReady, SubnetsReady".to_string()
+        )
+    );
     assert_eq!(
         message,
-        "AMIsReady=False (AMINotFound), SubnetsReady=False (SubnetsNotFound)"
+        "AMIsReady=False (AMINotFound), SubnetsReady=False (SubnetsNotFound), \
+         ValidationSucceeded=False (DependenciesNotReady)"
     );
     // Launching with it says why.
     let err = provider
@@ -201,7 +211,7 @@ async fn the_controller_resolves_status_conditions_and_holds_the_finalizer() {
 async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
     let moto = moto_or_skip!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    network(&clients.ec2).await;
+    network(&clients).await;
     let server = karpenter_sim::apiserver::ApiServer::new(karpenter_sim::clock::SystemClock);
     assert_eq!(kubernetes_version(&server.client()).await.unwrap(), "1.33");
 
@@ -345,7 +355,7 @@ async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
 
     let moto = moto_or_skip!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    network(&clients.ec2).await;
+    network(&clients).await;
     let iam = clients.iam.clone();
     create_role(&iam, "KarpenterNodeRole").await;
     create_role(&iam, "OtherNodeRole").await;
@@ -375,13 +385,23 @@ async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
     assert_eq!(tags["kubernetes.io/cluster/test-cluster"], "owned");
     assert_eq!(tags["karpenter.sh/managed-by"], CLUSTER);
     assert_eq!(tags["eks:eks-cluster-name"], CLUSTER);
+    let path = "/karpenter/us-west-2/test-cluster/";
     let listed = iam
         .list_instance_profiles()
-        .path_prefix("/karpenter/us-west-2/test-cluster/")
+        .path_prefix(path)
         .send()
         .await
         .unwrap();
-    assert_eq!(listed.instance_profiles().len(), 1);
+    // moto ignores PathPrefix (and the fixture's own profile has the default path).
+    assert_eq!(
+        listed
+            .instance_profiles()
+            .iter()
+            .filter(|p| p.path() == path)
+            .map(|p| p.instance_profile_name())
+            .collect::<Vec<_>>(),
+        [name.as_str()]
+    );
 
     // A different role replaces the old one in the same profile (adopted, not recreated).
     let mut changed = class.clone();
