@@ -17,13 +17,13 @@ const FIRST_SWEEP: usize = 1024;
 
 /// Shares equal values of `T`; see the module documentation.
 #[derive(Debug)]
-pub struct ShareCache<T> {
+pub struct ShareCache<T: ?Sized> {
     buckets: HashMap<u64, Vec<Arc<T>>>,
     entries: usize,
     sweep_at: usize,
 }
 
-impl<T> Default for ShareCache<T> {
+impl<T: ?Sized> Default for ShareCache<T> {
     fn default() -> Self {
         Self {
             buckets: HashMap::new(),
@@ -42,14 +42,14 @@ impl fmt::Write for HashWriter<'_> {
     }
 }
 
-fn debug_hash<T: Debug>(value: &T) -> u64 {
+fn debug_hash<T: Debug + ?Sized>(value: &T) -> u64 {
     let mut hasher = DefaultHasher::new();
     // Writing into a hasher cannot fail.
     let _ = write!(HashWriter(&mut hasher), "{value:?}");
     hasher.finish()
 }
 
-impl<T: Debug + PartialEq> ShareCache<T> {
+impl<T: Debug + PartialEq + ?Sized> ShareCache<T> {
     /// `value`, or an equal value shared before (then `value` itself is dropped).
     pub fn share(&mut self, value: Arc<T>) -> Arc<T> {
         let hash = debug_hash(&*value);

@@ -39,7 +39,7 @@ pub fn refresh(state: &ClusterState) {
         .set(i64::try_from(nodes.len()).unwrap_or(i64::MAX));
 
     let mut table = ResourceTable::new();
-    let mut requests: HashMap<String, Resources> = HashMap::new();
+    let mut requests: HashMap<std::sync::Arc<str>, Resources> = HashMap::new();
     for pod in state.pods.all() {
         let Some(spec) = pod.spec.as_ref() else { continue };
         let Some(node) = spec.node_name.as_ref() else {
@@ -79,7 +79,7 @@ pub fn refresh(state: &ClusterState) {
         let allocatable = read(status.and_then(|s| s.allocatable.as_ref()), &mut table);
         let capacity = read(status.and_then(|s| s.capacity.as_ref()), &mut table);
         let used = requests
-            .get(&node.name_any())
+            .get(node.name_any().as_str())
             .cloned()
             .unwrap_or_else(Resources::zero);
         if !nodepool.is_empty() {
