@@ -124,9 +124,9 @@ async fn a_scale_up_survives_500s_conflicts_and_dropped_watches() -> TestResult 
 
 // Controller bug (karpenter-provisioner lifecycle launch): when the label or status write that follows a
 // successful `cloud.create` fails (here a 409), the claim keeps no providerID and the next pass launches it
-// again; the first instance is left running for good, and garbage collection never takes it because it
-// matches instances to NodeClaims by name, not by provider ID (upstream caches the launch result by claim UID
-// and collects instances whose provider ID no NodeClaim records).
+// again; the first instance was left running for good, as garbage collection counts an instance named after a
+// claim that records no provider ID as that claim's launch in flight (upstream caches the launch result by
+// claim UID; both collect instances whose provider ID no NodeClaim records, once they are 30 s old).
 #[tokio::test(start_paused = true)]
 async fn a_scale_up_survives_random_conflicts_on_every_nodeclaim_and_node_write() -> TestResult {
     let h = Harness::start()?;

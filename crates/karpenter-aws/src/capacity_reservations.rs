@@ -7,7 +7,7 @@
 //! - [`availability`]: how many instances each reservation can still take, shared by every class and launch;
 //! - [`offerings`]: each reservation of a class as a `reserved` offering of its instance type and zone;
 //! - [`lifecycle`]: NodeClaims whose reservation ended become on-demand; capacity blocks are drained 40
-//!   minutes before they end;
+//!   minutes before they end; each such NodeClaim gets a Kubernetes Event saying so;
 //! - launches into a reservation go through a launch template that targets it ([`ReservationTarget`]), one
 //!   reservation per CreateFleet ([`crate::launch_plan`], [`crate::launch`]).
 

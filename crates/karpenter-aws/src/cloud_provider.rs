@@ -68,6 +68,7 @@ use crate::launch_plan::{LaunchPlan, plan_launch};
 use crate::launch_template::{LaunchTemplateCache, LaunchTemplateSpec, LaunchTemplates, TemplatePlacement};
 use crate::node_claim::instance_to_node_claim;
 use crate::node_classes::{NodeClassCache, NodeClassSource};
+use crate::nodeclaim_tagging::InstanceTagLedger;
 use crate::nodeclass::dry_run::DryRunCache;
 use crate::nodeclass::resolve;
 use crate::nodeclass::status::{Resolution, compute_status};
@@ -75,6 +76,7 @@ use crate::placement_groups::{
     PLACEMENT_GROUP_ID_LABEL, PLACEMENT_GROUP_PARTITION_LABEL, PlacementGroup, PlacementStrategy,
     PlacementTarget, ResolvedPlacementGroups, cluster_zone, describe_placement_group, launch_placement,
 };
+use crate::pod_addressing::PodAddressing;
 use crate::pricing::PricingProvider;
 use crate::settings::AwsSettings;
 use crate::subnet_ips::SubnetIps;
@@ -245,6 +247,11 @@ impl AwsCloudProvider {
         &self.unavailable
     }
 
+    /// Which launched instances carry their NodeClaim tag, and which wait for it ([`crate::nodeclaim_tagging`]).
+    pub fn tag_ledger(&self) -> &Arc<InstanceTagLedger> {
+        self.fleet.tag_ledger()
+    }
+
     /// How many instances each capacity reservation can still take.
     pub fn reservation_availability(&self) -> &Arc<ReservationAvailability> {
         &self.reservations
@@ -371,6 +378,7 @@ impl AwsCloudProvider {
         let now = Instant::now();
         let mut catalog = self.instance_types.list(
             &capacity_settings(node_class, &self.settings),
+            PodAddressing::of_class(&node_class.spec),
             &self.pricing,
             &self.unavailable,
             now,
@@ -545,7 +553,9 @@ impl AwsCloudProvider {
         let mut catalog = self
             .catalog_with(&node_class, Some(&status))
             .map_err(|e| not_ready(&class_name, e.to_string()))?;
-        let (mut plan, reservation_slot) = self.plan_and_take_reservation(claim, &mut catalog, &status)?;
+        let addressing = PodAddressing::of_class(&node_class.spec);
+        let (mut plan, reservation_slot) =
+            self.plan_and_take_reservation(claim, &mut catalog, &status, addressing)?;
         let placement = placement_group
             .as_ref()
             .map(|group| launch_placement(claim, group))
@@ -673,6 +683,7 @@ impl AwsCloudProvider {
         claim: &NodeClaim,
         catalog: &mut [CatalogInstanceType],
         status: &EC2NodeClassStatus,
+        addressing: PodAddressing,
     ) -> Result<(LaunchPlan, Option<ReservationSlot>), CloudProviderError> {
         loop {
             let plan = plan_launch(
@@ -681,6 +692,7 @@ impl AwsCloudProvider {
                 &status.amis,
                 &self.subnet_ips.choose(&status.subnets),
                 &status.capacity_reservations,
+                addressing,
             )?;
             let Some(target) = &plan.reservation else {
                 return Ok((plan, None));
@@ -910,12 +922,21 @@ impl AwsCloudProvider {
     /// The catalog under the settings of class `class_name` when it is known, else the defaults.
     fn catalog_of_class(&self, class_name: Option<&String>) -> Vec<CatalogInstanceType> {
         let class = class_name.and_then(|n| self.node_class_cache.get(n));
-        let settings = class.map_or_else(
+        let settings = class.as_ref().map_or_else(
             || crate::capacity::default_capacity_settings(&self.settings),
-            |c| capacity_settings(&c, &self.settings),
+            |c| capacity_settings(c, &self.settings),
         );
+        let addressing = class
+            .as_ref()
+            .map_or_else(PodAddressing::default, |c| PodAddressing::of_class(&c.spec));
         self.instance_types
-            .list(&settings, &self.pricing, &self.unavailable, Instant::now())
+            .list(
+                &settings,
+                addressing,
+                &self.pricing,
+                &self.unavailable,
+                Instant::now(),
+            )
             .unwrap_or_default()
     }
 
@@ -990,7 +1011,10 @@ impl CloudProvider for AwsCloudProvider {
     async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {
         let id = parse_provider_id(provider_id)?;
         match get_instance(&self.clients.ec2, id).await {
-            Ok(instance) => {
+            Ok(mut instance) => {
+                self.fleet
+                    .tag_ledger()
+                    .overlay(std::slice::from_mut(&mut instance));
                 self.instances.insert(instance.clone());
                 let catalog = self.catalog_of_class(instance.tags.get(AWS_EC2NODECLASS_LABEL));
                 let entry = catalog.iter().find(|t| t.name == instance.instance_type);
@@ -1006,7 +1030,10 @@ impl CloudProvider for AwsCloudProvider {
     }
 
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
-        let instances = list_instances(&self.clients.ec2, &self.settings.cluster_name).await?;
+        let mut instances = list_instances(&self.clients.ec2, &self.settings.cluster_name).await?;
+        // An instance still waiting for its NodeClaim tag is its claim's all the same: garbage collection
+        // must see it named.
+        self.fleet.tag_ledger().overlay(&mut instances);
         self.instances.replace_all(&instances);
         Ok(self.to_node_claims(&instances))
     }

@@ -6,7 +6,10 @@
 //!
 //! The fleet input is the [`LaunchRequest`] without the `karpenter.sh/nodeclaim` tag, which names one
 //! instance: a launch alone is sent with it, exactly as it came; a batch is sent without it and each instance
-//! gets its NodeClaim's tag through CreateTags afterwards. Launches the fleet could not fill get the fleet's
+//! gets its NodeClaim's tag through CreateTags afterwards, tried again with backoff when it fails
+//! ([`FleetBatchOptions::tag_retry`]). The [`InstanceTagLedger`] records each launched instance as tagged, or as
+//! waiting for its tag until the tagging controller applies it ([`crate::nodeclaim_tagging`]); the provider
+//! shows a waiting instance with its tag meanwhile. Launches the fleet could not fill get the fleet's
 //! capacity error (the offerings it found out of capacity are marked unavailable once, for all of them), or the
 //! call's error when CreateFleet itself failed. Launches into a capacity reservation are not batched: each
 //! holds one instance of its reservation and is sent alone, at once.
@@ -23,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::error::AwsError;
 use crate::launch::{FleetResult, LaunchRequest, LaunchedInstance, launch_instances};
-use crate::tags::create_tags;
+use crate::nodeclaim_tagging::{InstanceTagLedger, InstanceTagger, TagRetry, tag_with_retries};
 use crate::unavailable_offerings::UnavailableOfferings;
 
 /// When a batch closes.
@@ -35,6 +38,11 @@ pub struct FleetBatchOptions {
     pub max_wait: Duration,
     /// Closes when it holds this many launches.
     pub max_launches: usize,
+    /// How a batched instance's NodeClaim tag is tried again.
+    pub tag_retry: TagRetry,
+    /// The `batcher` label of the batch metrics (`karpenter_cloudprovider_batcher_batch_size` and
+    /// `_batch_time_seconds`).
+    pub batcher: &'static str,
 }
 
 impl Default for FleetBatchOptions {
@@ -44,17 +52,17 @@ impl Default for FleetBatchOptions {
             idle: Duration::from_millis(35),
             max_wait: Duration::from_secs(1),
             max_launches: 1000,
+            tag_retry: TagRetry::default(),
+            batcher: "create_fleet",
         }
     }
 }
 
-/// Where a batch goes: EC2 ([`Ec2Fleet`]), or a fake in tests.
+/// Where a batch goes: EC2 ([`Ec2Fleet`]), or a fake in tests. Its [`InstanceTagger`] tags batched instances.
 #[async_trait]
-pub trait FleetApi: Send + Sync + 'static {
+pub trait FleetApi: InstanceTagger {
     /// `count` instances of `request` with one CreateFleet.
     async fn launch(&self, request: &LaunchRequest, count: i32) -> Result<FleetResult, CloudProviderError>;
-    /// Adds `tags` to instance `instance_id`.
-    async fn tag_instance(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), AwsError>;
 }
 
 /// CreateFleet and CreateTags on EC2; capacity errors mark offerings unavailable in the shared cache.
@@ -81,9 +89,12 @@ impl FleetApi for Ec2Fleet {
         )
         .await
     }
+}
 
+#[async_trait]
+impl InstanceTagger for Ec2Fleet {
     async fn tag_instance(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), AwsError> {
-        create_tags(&self.ec2, instance_id, tags).await
+        self.ec2.tag_instance(instance_id, tags).await
     }
 }
 
@@ -117,6 +128,7 @@ pub struct FleetBatcher<F: FleetApi> {
     fleet: Arc<F>,
     options: FleetBatchOptions,
     open: Arc<Mutex<OpenBatches>>,
+    ledger: Arc<InstanceTagLedger>,
 }
 
 impl<F: FleetApi> std::fmt::Debug for FleetBatcher<F> {
@@ -161,7 +173,13 @@ impl<F: FleetApi> FleetBatcher<F> {
             fleet: Arc::new(fleet),
             options,
             open: Arc::default(),
+            ledger: Arc::default(),
         }
+    }
+
+    /// Which launched instances carry their NodeClaim tag, and which wait for it.
+    pub fn tag_ledger(&self) -> &Arc<InstanceTagLedger> {
+        &self.ledger
     }
 
     /// Launches one instance of `request`, in a batch with the launches of the same fleet input that arrive
@@ -169,11 +187,16 @@ impl<F: FleetApi> FleetBatcher<F> {
     pub async fn launch(&self, request: &LaunchRequest) -> Result<LaunchedInstance, CloudProviderError> {
         if request.reservation.is_some() {
             let result = self.fleet.launch(request, 1).await?;
-            return result
+            let launched = result
                 .instances
                 .first()
                 .cloned()
-                .ok_or_else(|| result.failure(request));
+                .ok_or_else(|| result.failure(request))?;
+            if request.tags.contains_key(AWS_TAG_NODECLAIM) {
+                self.ledger
+                    .record_applied(&launched.instance_id, std::time::Instant::now());
+            }
+            return Ok(launched);
         }
         let (shared, instance_tags) = split_instance_tags(request.clone());
         let (reply, answer) = oneshot::channel();
@@ -218,6 +241,7 @@ impl<F: FleetApi> FleetBatcher<F> {
             tokio::spawn(run_batch(
                 Arc::clone(&self.open),
                 Arc::clone(&self.fleet),
+                Arc::clone(&self.ledger),
                 self.options,
                 id,
                 now,
@@ -236,6 +260,7 @@ impl<F: FleetApi> FleetBatcher<F> {
 async fn run_batch<F: FleetApi>(
     open: Arc<Mutex<OpenBatches>>,
     fleet: Arc<F>,
+    ledger: Arc<InstanceTagLedger>,
     options: FleetBatchOptions,
     id: u64,
     opened: Instant,
@@ -259,24 +284,41 @@ async fn run_batch<F: FleetApi>(
             () = full.notified() => {}
         }
     };
-    send_batch(fleet.as_ref(), batch).await;
+    record_batch(options.batcher, batch.waiters.len(), opened.elapsed());
+    send_batch(fleet.as_ref(), &ledger, options.tag_retry, batch).await;
+}
+
+/// A batch's size and how long it was open, as upstream's batcher metrics count them.
+fn record_batch(batcher: &str, size: usize, open_for: Duration) {
+    let metrics = karpenter_metrics::metrics();
+    let labels = karpenter_metrics::BatcherLabels {
+        batcher: batcher.to_string(),
+    };
+    metrics
+        .cloudprovider_batcher_batch_size
+        .get_or_create(&labels)
+        .observe(size as f64);
+    metrics
+        .cloudprovider_batcher_batch_time_seconds
+        .get_or_create(&labels)
+        .observe(open_for.as_secs_f64());
 }
 
 /// One CreateFleet for the batch's launches, and each launch's answer.
-async fn send_batch<F: FleetApi>(fleet: &F, batch: Batch) {
+async fn send_batch<F: FleetApi>(fleet: &F, ledger: &InstanceTagLedger, tag_retry: TagRetry, batch: Batch) {
     // A launch given up on meanwhile gets no instance: nothing would own it.
-    let mut waiters: Vec<Waiter> = batch
+    let waiters: Vec<Waiter> = batch
         .waiters
         .into_iter()
         .filter(|w| !w.reply.is_closed())
         .collect();
     let alone = waiters.len() == 1;
-    let request = match waiters.as_mut_slice() {
+    let request = match waiters.as_slice() {
         [] => return,
         // Alone: exactly the launch's own request, its instance tags included.
         [only] => {
             let mut request = batch.request.clone();
-            request.tags.append(&mut only.instance_tags);
+            request.tags.extend(only.instance_tags.clone());
             request
         }
         _ => batch.request.clone(),
@@ -301,20 +343,27 @@ async fn send_batch<F: FleetApi>(fleet: &F, batch: Batch) {
     let mut instances = result.instances.iter();
     let assigned: Vec<(Waiter, Option<&LaunchedInstance>)> =
         waiters.into_iter().map(|w| (w, instances.next())).collect();
-    if !alone {
-        let tagging = assigned.iter().filter_map(|(waiter, instance)| {
-            let instance = (*instance)?;
-            (!waiter.instance_tags.is_empty()).then_some(async move {
-                if let Err(err) = fleet
-                    .tag_instance(&instance.instance_id, &waiter.instance_tags)
-                    .await
-                {
-                    tracing::warn!(
-                        instance = %instance.instance_id, error = %err,
-                        "tagging a batch-launched instance with its NodeClaim failed"
-                    );
-                }
-            })
+    let launched = assigned
+        .iter()
+        .filter_map(|(waiter, instance)| Some((waiter, (*instance)?)))
+        .filter(|(waiter, _)| !waiter.instance_tags.is_empty());
+    if alone {
+        for (_, instance) in launched {
+            ledger.record_applied(&instance.instance_id, std::time::Instant::now());
+        }
+    } else {
+        let tagging = launched.map(|(waiter, instance)| async move {
+            // Waiting from now on, so that the provider shows the instance with its tag even while it is tried.
+            let id = &instance.instance_id;
+            ledger.record_waiting(id, waiter.instance_tags.clone(), std::time::Instant::now());
+            match tag_with_retries(fleet, id, &waiter.instance_tags, tag_retry).await {
+                Ok(()) => ledger.record_applied(id, std::time::Instant::now()),
+                Err(err) => tracing::warn!(
+                    instance = %id, error = %err, attempts = tag_retry.attempts,
+                    "tagging a batch-launched instance with its NodeClaim failed; the tagging controller \
+                     applies it later"
+                ),
+            }
         });
         futures::future::join_all(tagging).await;
     }

@@ -24,6 +24,7 @@ use karpenter_core::catalog::{
 };
 
 use crate::error::AwsError;
+use crate::pod_addressing::PodAddressing;
 use crate::pricing::PricingProvider;
 use crate::unavailable_offerings::UnavailableOfferings;
 
@@ -460,10 +461,12 @@ impl InstanceTypeProvider {
     }
 
     /// The catalog under `settings` (the EC2NodeClass's AMI family, kubelet and block devices, and the
-    /// controller's VM memory overhead and reserved ENIs). Empty until the first successful refresh.
+    /// controller's VM memory overhead and reserved ENIs), with max pods as `addressing` has it. Empty until
+    /// the first successful refresh.
     pub fn list(
         &self,
         settings: &AwsCapacitySettings,
+        addressing: PodAddressing,
         pricing: &PricingProvider,
         unavailable: &UnavailableOfferings,
         now: Instant,
@@ -477,6 +480,7 @@ impl InstanceTypeProvider {
             .types
             .iter()
             .map(|t| {
+                let settings = addressing.settings_for(t, &settings);
                 catalog_instance_type(t, &self.region, region_data, &settings, pricing, unavailable, now)
             })
             .collect())

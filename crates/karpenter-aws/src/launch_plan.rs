@@ -29,6 +29,7 @@ use karpenter_core::resources::ResourceTable;
 use crate::capacity_reservations::{ReservationTarget, reservation_type_label};
 use crate::instance_types::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 use crate::launch::LaunchOverride;
+use crate::pod_addressing::PodAddressing;
 
 /// CreateFleet's limit on overrides Karpenter uses (upstream's `maxInstanceTypes`).
 pub const MAX_OVERRIDES: usize = 60;
@@ -43,8 +44,9 @@ pub struct LaunchPlan {
     pub overrides: Vec<LaunchOverride>,
     /// The subnet each zone launches into.
     pub subnets: BTreeMap<String, String>,
-    /// Zone → the IP addresses one instance launched there is counted on to use: the smallest max pods of
-    /// the types it may launch there, at least 1 ([`crate::subnet_ips`]).
+    /// Zone → the IP addresses one instance launched there is counted on to use: what the smallest max pods
+    /// of the types it may launch there needs under the class's pod addressing
+    /// ([`PodAddressing::addresses_per_instance`], [`crate::subnet_ips`]).
     pub addresses: BTreeMap<String, i64>,
     /// The capacity reservation a reserved launch targets.
     pub reservation: Option<ReservationTarget>,
@@ -84,15 +86,16 @@ struct Candidate {
 }
 
 /// The plan for `claim` over `catalog` (the class's instance types, with its reserved offerings), `amis` and
-/// `reservations` (its status), and `subnets` (zone → the subnet a launch there uses, see
-/// [`crate::subnet_ips::SubnetIps::choose`]; only their zones are launched in). InsufficientCapacity when
-/// nothing qualifies.
+/// `reservations` (its status), `subnets` (zone → the subnet a launch there uses, see
+/// [`crate::subnet_ips::SubnetIps::choose`]; only their zones are launched in) and `addressing` (how the
+/// class's nodes address pods). InsufficientCapacity when nothing qualifies.
 pub fn plan_launch(
     claim: &NodeClaim,
     catalog: &[CatalogInstanceType],
     amis: &[Ami],
     subnets: &BTreeMap<String, String>,
     reservations: &[CapacityReservation],
+    addressing: PodAddressing,
 ) -> Result<LaunchPlan, CloudProviderError> {
     let mut interner = LabelInterner::new();
     let mut table = ResourceTable::default();
@@ -227,14 +230,18 @@ pub fn plan_launch(
         });
     };
     candidates.truncate(MAX_OVERRIDES);
-    let mut addresses: BTreeMap<String, i64> = BTreeMap::new();
+    // Upstream's estimate: the fewest pods any type of the zone may bring.
+    let mut fewest_pods: BTreeMap<String, i64> = BTreeMap::new();
     for c in &candidates {
-        let pods = c.pods.max(1);
-        addresses
+        fewest_pods
             .entry(c.zone.clone())
-            .and_modify(|least| *least = (*least).min(pods))
-            .or_insert(pods);
+            .and_modify(|least| *least = (*least).min(c.pods))
+            .or_insert(c.pods);
     }
+    let addresses: BTreeMap<String, i64> = fewest_pods
+        .into_iter()
+        .map(|(zone, pods)| (zone, addressing.addresses_per_instance(pods)))
+        .collect();
     let overrides = candidates
         .iter()
         .filter_map(|c| {

@@ -26,14 +26,16 @@
 //!   sent as one CreateFleet; [`subnet_ips`]: the subnet each zone launches into (most free IP addresses, net
 //!   of launches in flight); [`drift`]: AMI, subnet, security group, static-hash, capacity reservation and
 //!   placement group drift.
-//! - [`node_classes`]: where EC2NodeClasses are read from and cached; [`capacity`]: a class's capacity settings.
+//! - [`node_classes`]: where EC2NodeClasses are read from and cached; [`capacity`]: a class's capacity settings;
+//!   [`pod_addressing`]: secondary IPs or IPv4 prefix delegation (a class with `ipPrefixCount`), and the max
+//!   pods and subnet addresses that follow.
 //! - [`placement_groups`]: `spec.placementGroupSelector` resolved with DescribePlacementGroups (the
 //!   PlacementGroupReady condition), the group's id and partitions as instance-type requirements and node
 //!   labels, launches into it through the launch template, a cluster group's zone, and PlacementGroupDrift.
 //! - [`capacity_reservations`]: on-demand capacity reservations and capacity blocks (ReservedCapacity gate):
 //!   discovery into `status.capacityReservations`, the instances each can still take, `reserved` offerings,
 //!   and the lifecycle loop (NodeClaims whose reservation ended become on-demand; capacity blocks drained 40
-//!   minutes before their end);
+//!   minutes before their end; a `CapacityReservationEnded` or `CapacityBlockExpiring` Event on each);
 //!   launches into them go through [`launch_plan`], [`launch_template`] and [`launch`].
 //! - [`userdata`]: the launch templates' user data per AMI family (AL2023 nodeadm, Bottlerocket TOML, AL2
 //!   bootstrap.sh, Windows PowerShell), merged with `spec.userData`.
@@ -45,6 +47,9 @@
 //! - [`error`]: [`AwsError`] with a stable `category()`, and its mapping into core's `CloudProviderError`.
 //! - [`instance`]: finding, listing and terminating the instances behind NodeClaims, and their cache.
 //! - [`node_claim`]: an instance as the NodeClaim `CloudProvider::get`/`list` answer with.
+//! - [`nodeclaim_tagging`]: the `karpenter.sh/nodeclaim` tag on every launched instance: retried after a
+//!   batched launch, shown by `get`/`list` until EC2 has it, and applied later by the tagging controller
+//!   (upstream's `nodeclaim.tagging`, which also adds `Name` and marks the claim `karpenter.k8s.aws/tagged`).
 //! - [`instance_types`]: DescribeInstanceTypes/-Offerings into `CatalogInstanceType`s with core's capacity maths.
 //! - [`pricing`]: on-demand (Pricing API) and spot (DescribeSpotPriceHistory) prices, with a static fallback.
 //! - [`selectors`], [`subnets`], [`security_groups`]: what an EC2NodeClass's selector terms select.
@@ -57,13 +62,8 @@
 //! Not done here: a cluster placement group's zone is learnt only from the instances Karpenter launched or listed
 //! in it (EC2 does not report it), and the partition EC2 picks is read back once right after the launch (no
 //! registration hook waits for it). The addresses a launch is counted on to use are
-//! the smallest max pods of its types (VPC CNI secondary IPs); prefix delegation (`ipPrefixCount` reaches the
-//! launch template, but not max pods or the subnet address count) and custom networking are not modelled.
-//! Instances of a batched CreateFleet get their `karpenter.sh/nodeclaim` tag through CreateTags afterwards,
-//! once, without retries. Of capacity reservations: the lifecycle loop records no Kubernetes Events for what it
-//! relabels or deletes, and a capacity reservation interruption raises no
-//! `CapacityReservationInstanceInterrupted` Kubernetes Event (it is acted on as a spot interruption and counted
-//! as `capacity_reservation_interrupted`).
+//! the smallest max pods of its types (VPC CNI secondary IPs), or whole /28 prefixes for them when the class
+//! sets `ipPrefixCount` ([`pod_addressing`]); the CNI's custom networking is not modelled.
 //!
 //! Tests: unit tests beside the code, and tests/moto.rs against a local moto server started per test by
 //! tests/moto/harness.py (python3 with `moto[server]==5.2.5` from .ci/requirements.txt; the tests skip, saying
@@ -89,8 +89,10 @@ pub mod launch_plan;
 pub mod launch_template;
 pub mod node_claim;
 pub mod node_classes;
+pub mod nodeclaim_tagging;
 pub mod nodeclass;
 pub mod placement_groups;
+pub mod pod_addressing;
 pub mod pricing;
 pub mod runtime;
 pub mod sdk_metrics;

@@ -2,7 +2,8 @@
 //! clients, learns the Kubernetes version, discovers instance types (failing start-up when EC2 cannot be
 //! reached, as upstream's connectivity check does), opens the interruption queue when one is configured, and
 //! returns the CloudProvider, the optional InterruptionSource and the tasks to run (the EC2NodeClass controller,
-//! the periodic refreshes, and with the ReservedCapacity gate the capacity reservation lifecycle). Nothing runs
+//! the periodic refreshes, the NodeClaim tagging controller, and with the ReservedCapacity gate the capacity
+//! reservation lifecycle). Nothing runs
 //! until the binary spawns the tasks, typically once elected leader.
 
 use std::future::Future;
@@ -20,6 +21,7 @@ use crate::error::AwsError;
 use crate::interruption_queue::InterruptionQueue;
 use crate::interruption_source::SqsInterruptionSource;
 use crate::node_classes::KubeNodeClasses;
+use crate::nodeclaim_tagging::controller::{self as tagging, TaggingContext};
 use crate::nodeclass::controller::{self, Context};
 use crate::settings::AwsSettings;
 
@@ -46,8 +48,8 @@ pub struct AwsRuntime {
     pub cloud_provider: Arc<AwsCloudProvider>,
     /// Set when `INTERRUPTION_QUEUE` is.
     pub interruption_source: Option<Arc<SqsInterruptionSource>>,
-    /// The EC2NodeClass controller, the refresh loops and garbage collection, and with the ReservedCapacity
-    /// gate the capacity reservation lifecycle; each runs until dropped.
+    /// The EC2NodeClass controller, the refresh loops, garbage collection and NodeClaim tagging, and with the
+    /// ReservedCapacity gate the capacity reservation lifecycle; each runs until dropped.
     pub tasks: Vec<NamedTask>,
 }
 
@@ -172,6 +174,17 @@ impl AwsProvider {
                 )),
             },
         ];
+        tasks.push(NamedTask {
+            name: "nodeclaim-tagging",
+            future: Box::pin(tagging::run(TaggingContext {
+                client: kube_client.clone(),
+                tagger: Arc::new(clients.ec2.clone()),
+                ledger: Arc::clone(provider.tag_ledger()),
+                cluster_name: settings.cluster_name.clone(),
+                create_tags_interval: tagging::CREATE_TAGS_INTERVAL,
+                unowned_grace: tagging::UNOWNED_GRACE,
+            })),
+        });
         if !settings.isolated_vpc {
             // IAM has no VPC endpoint: an isolated VPC cannot list profiles (upstream skips this there too).
             tasks.push(NamedTask {
@@ -185,10 +198,10 @@ impl AwsProvider {
         if settings.reserved_capacity {
             tasks.push(NamedTask {
                 name: "capacityreservation-lifecycle",
-                future: Box::pin(lifecycle::run(ReservationLifecycleContext {
-                    client: kube_client.clone(),
-                    clock: Arc::new(SystemClock),
-                })),
+                future: Box::pin(lifecycle::run(ReservationLifecycleContext::new(
+                    kube_client.clone(),
+                    Arc::new(SystemClock),
+                ))),
             });
         }
         if !fixed_version {

@@ -10,7 +10,8 @@
 //!
 //! How many addresses a launch uses: under the VPC CNI each pod takes an address from its node's subnet, so a
 //! launch counts on the smallest max pods among the instance types it may launch in the zone (upstream's
-//! estimate), and at least one, the node's own.
+//! estimate), and at least one, the node's own; with prefix delegation, whole /28 prefixes for those pods
+//! (at least the class's `ipPrefixCount`) plus the node's own address ([`crate::pod_addressing`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -39,10 +39,17 @@ mod placement_groups;
 #[path = "moto/dry_run.rs"]
 mod dry_run;
 
+#[path = "moto/prefix_delegation.rs"]
+mod prefix_delegation;
+
+#[path = "moto/nodeclaim_tagging.rs"]
+mod nodeclaim_tagging;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use karpenter_aws::instance_types::CAPACITY_TYPE_SPOT;
+use karpenter_aws::pod_addressing::PodAddressing;
 use karpenter_aws::{InstanceTypeProvider, PriceSource, PricingProvider, UnavailableOfferings};
 use karpenter_core::catalog::{AwsCapacitySettings, CatalogInstanceType, aws_catalog_data};
 use serde::Deserialize;
@@ -145,6 +152,7 @@ async fn instance_types_from_moto_have_karpenters_labels_and_documented_allocata
     let catalog = provider
         .list(
             &AwsCapacitySettings::default(),
+            PodAddressing::SecondaryIps,
             &pricing,
             &unavailable,
             Instant::now(),
@@ -173,7 +181,13 @@ async fn instance_types_from_moto_have_karpenters_labels_and_documented_allocata
     let zone = m5.offerings.iter().find(|o| o.available).unwrap().zone.clone();
     unavailable.mark_unavailable("m5.large", &zone, CAPACITY_TYPE_SPOT, now);
     let catalog = provider
-        .list(&AwsCapacitySettings::default(), &pricing, &unavailable, now)
+        .list(
+            &AwsCapacitySettings::default(),
+            PodAddressing::SecondaryIps,
+            &pricing,
+            &unavailable,
+            now,
+        )
         .unwrap();
     let m5 = catalog.iter().find(|t| t.name == "m5.large").unwrap();
     for offering in &m5.offerings {
@@ -197,6 +211,7 @@ async fn every_documented_instance_type_in_moto_has_karpenters_allocatable() {
     let catalog = provider
         .list(
             &AwsCapacitySettings::default(),
+            PodAddressing::SecondaryIps,
             &pricing,
             &UnavailableOfferings::default(),
             Instant::now(),

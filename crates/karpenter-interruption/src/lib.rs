@@ -3,17 +3,32 @@
 //! - a spot interruption warning, a scheduled change or a state change (stopping, terminated) deletes the
 //!   instance's NodeClaim at once: the terminator taints and drains the Node within PDBs while the instance
 //!   still runs, and the provisioner makes room for the evicted pods straight away (no consolidation wait);
-//! - a rebalance recommendation is logged only;
+//! - a rebalance recommendation deletes nothing (it raises its event only);
 //! - a message for an instance no NodeClaim owns is ignored (it is not this cluster's).
+//!
+//! Kubernetes Events, as upstream raises them ([`events`]): a Warning on the NodeClaim and on its Node for what
+//! the message says (`SpotInterrupted`, `InstanceUnhealthy` for a scheduled change,
+//! `CapacityReservationInstanceInterrupted`; a Normal `SpotRebalanceRecommendation` for a rebalance
+//! recommendation), also when the NodeClaim is already being deleted, and
+//! `TerminatingOnInterruption` on both when the message deletes the NodeClaim. Identical events within two
+//! minutes are published once (the shared recorder's window).
 //!
 //! Each message counts in `karpenter_interruption_received_messages_total{message_type}`, and each NodeClaim
 //! deleted in `karpenter_nodeclaims_disrupted_total{reason="interrupted"}`. Marking an interrupted spot offering
 //! unavailable is the source's part (it knows the provider's offering cache).
 
+pub mod events;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ObjectReference;
 use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_core::clock::SystemClock;
 use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind};
-use karpenter_state::ClusterState;
-use kube::{Api, Client, ResourceExt, api::DeleteParams};
+use karpenter_state::{ClusterState, events::DedupedRecorder};
+use kube::{Api, Client, Resource, ResourceExt, api::DeleteParams};
+
+use crate::events::{InterruptionEventText, TERMINATING_ON_INTERRUPTION, kind_event};
 
 /// What the controller did with one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,13 +63,49 @@ fn same_instance(provider_id: &str, event_id: &str) -> bool {
 pub struct InterruptionController {
     client: Client,
     state: ClusterState,
+    events: DedupedRecorder,
 }
 
 impl InterruptionController {
     /// Messages are fed to [`InterruptionController::handle`] by the operator's loop over the source
     /// (`karpenter_operator::controllers`), which also records what was done.
     pub fn new(client: Client, state: ClusterState) -> Self {
-        Self { client, state }
+        let events = DedupedRecorder::new(client.clone(), Arc::new(SystemClock));
+        Self {
+            client,
+            state,
+            events,
+        }
+    }
+
+    /// Publishes `text` on `claim` and on its Node, when the cache has one.
+    async fn publish(&self, claim: &NodeClaim, text: InterruptionEventText) {
+        let publish = |regarding: ObjectReference, message: &'static str| async move {
+            if text.warning {
+                self.events.warn(&regarding, text.reason, message).await
+            } else {
+                self.events.normal(&regarding, text.reason, message).await
+            }
+        };
+        publish(claim.object_ref(&()), text.node_claim_message).await;
+        if let Some(node) = self.node_of(claim) {
+            publish(node, text.node_message).await;
+        }
+    }
+
+    /// The Node `claim` registered as, from the cache (its uid included, when known).
+    fn node_of(&self, claim: &NodeClaim) -> Option<ObjectReference> {
+        let name = claim.status.as_ref()?.node_name.as_deref()?;
+        Some(match self.state.nodes.get(name) {
+            Some(node) => node.object_ref(&()),
+            // Not watched yet: the name alone still files the event under the Node.
+            None => ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(name.to_string()),
+                ..ObjectReference::default()
+            },
+        })
     }
 
     pub async fn handle(&self, event: &InterruptionEvent) -> Result<Handled, kube::Error> {
@@ -74,6 +125,9 @@ impl InterruptionController {
         let Some(claim) = claim else {
             return Ok(Handled::NotOurs);
         };
+        if let Some(text) = kind_event(event.kind) {
+            self.publish(&claim, text).await;
+        }
         if event.kind == InterruptionKind::Rebalance || claim.metadata.deletion_timestamp.is_some() {
             return Ok(Handled::Noted);
         }
@@ -83,6 +137,7 @@ impl InterruptionController {
             .await
         {
             Ok(_) => {
+                self.publish(&claim, TERMINATING_ON_INTERRUPTION).await;
                 let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
                 metrics
                     .nodeclaims_disrupted

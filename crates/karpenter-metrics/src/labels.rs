@@ -102,6 +102,12 @@ pub struct EvaluationLabels {
     pub consolidation_type: String,
 }
 
+/// A cloud provider batcher: `create_fleet` for the AWS CreateFleet batcher.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BatcherLabels {
+    pub batcher: String,
+}
+
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
     pub controller: String,

@@ -36,6 +36,16 @@ fn termination_histogram() -> Histogram {
     ))
 }
 
+/// Batch sizes: 1 to 1,000 requests (a CreateFleet batch holds at most 1,000 launches).
+const BATCH_SIZE_BUCKETS: [f64; 21] = [
+    1.0, 2.0, 4.0, 5.0, 10.0, 15.0, 20.0, 25.0, 50.0, 75.0, 100.0, 150.0, 200.0, 250.0, 300.0, 400.0, 500.0,
+    600.0, 750.0, 900.0, 1000.0,
+];
+
+fn batch_size_histogram() -> Histogram {
+    Histogram::new(BATCH_SIZE_BUCKETS)
+}
+
 /// Every metric Karpenter exports. Handles are atomic: record through `&self` from any task.
 pub struct Metrics {
     registry: Registry,
@@ -67,6 +77,8 @@ pub struct Metrics {
     pub interruption_deleted_messages: Counter,
     /// Seconds from an interruption event to its message's deletion (one series, no labels).
     pub interruption_message_queue_duration_seconds: HistogramFamily<NoLabels>,
+    pub cloudprovider_batcher_batch_time_seconds: HistogramFamily<BatcherLabels>,
+    pub cloudprovider_batcher_batch_size: HistogramFamily<BatcherLabels>,
     pub cloudprovider_instance_type_offering_available: Family<InstanceTypeOfferingLabels, Gauge>,
     pub cloudprovider_instance_type_offering_price_estimate: Family<InstanceTypeOfferingLabels, FloatGauge>,
     pub cloudprovider_instance_type_cpu_cores: Family<InstanceTypeLabels, Gauge>,
@@ -128,6 +140,10 @@ impl Metrics {
             interruption_received_messages: Family::default(),
             interruption_deleted_messages: Counter::default(),
             interruption_message_queue_duration_seconds: histograms(),
+            cloudprovider_batcher_batch_time_seconds: histograms(),
+            cloudprovider_batcher_batch_size: Family::new_with_constructor(
+                batch_size_histogram as fn() -> Histogram,
+            ),
             cloudprovider_instance_type_offering_available: Family::default(),
             cloudprovider_instance_type_offering_price_estimate: Family::default(),
             cloudprovider_instance_type_cpu_cores: Family::default(),
@@ -251,6 +267,16 @@ impl Metrics {
             "karpenter_interruption_message_queue_duration_seconds",
             "Time from an interruption event to the deletion of its message from the queue.",
             &m.interruption_message_queue_duration_seconds,
+        );
+        b.add(
+            "karpenter_cloudprovider_batcher_batch_time_seconds",
+            "Time from a batch's first request to the batch being sent, by batcher.",
+            &m.cloudprovider_batcher_batch_time_seconds,
+        );
+        b.add(
+            "karpenter_cloudprovider_batcher_batch_size",
+            "Number of requests in a batch when it is sent, by batcher.",
+            &m.cloudprovider_batcher_batch_size,
         );
         b.add(
             "karpenter_cloudprovider_instance_type_offering_available",

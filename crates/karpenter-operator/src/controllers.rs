@@ -158,6 +158,7 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         parts.client.clone(),
         parts.state.clone(),
         parts.cloud_for("nodeclaim.garbagecollection"),
+        Arc::clone(&parts.clock),
     );
     let disruption_settings = DisruptionSettings {
         build,

@@ -1,14 +1,22 @@
 //! Garbage collection, both ways, every 2 minutes as upstream:
-//! - an instance of this cluster that no NodeClaim owns is terminated: no claim of its name (a launch whose
-//!   claim was lost, a controller killed between CreateFleet and the status write), or a claim of its name
-//!   that records another instance (a second launch after a failed status write);
+//! - an instance of this cluster that no NodeClaim owns is terminated: no claim records its provider ID and
+//!   either no claim has its name (a launch whose claim was lost, a controller killed between CreateFleet and
+//!   the status write) or the claim of its name records another instance (a second launch after a failed
+//!   status write). An instance launched less than [`INSTANCE_GRACE`] ago is left alone, as upstream does: its
+//!   claim's status or its NodeClaim tag (a batched launch is tagged after CreateFleet) may still be on the
+//!   way;
 //! - a launched NodeClaim whose instance the provider no longer lists is deleted (the instance was terminated
 //!   behind Karpenter's back), so its Node is drained and its pods find room elsewhere.
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
+use jiff::Timestamp;
 use karpenter_api::nodeclaim::NodeClaim;
-use karpenter_core::cloudprovider::CloudProvider;
+use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
 use karpenter_state::ClusterState;
 use kube::{Api, Client, ResourceExt, api::DeleteParams};
 
@@ -23,20 +31,75 @@ pub struct Collected {
     pub node_claims: Vec<String>,
 }
 
+/// How old an instance must be before it is collected for want of a NodeClaim (upstream: 30 s).
+pub const INSTANCE_GRACE: Duration = Duration::from_secs(30);
+
 /// The garbage collector's context.
 pub struct GarbageCollector {
     client: Client,
     state: ClusterState,
     cloud: Arc<dyn CloudProvider>,
+    clock: Arc<dyn Clock>,
     pub interval: Duration,
 }
 
+/// Who owns the instances: each NodeClaim's name with the provider ID its status records (`None` before the
+/// launch is recorded), and every recorded provider ID.
+struct Owners {
+    by_name: HashMap<String, Option<String>>,
+    provider_ids: HashSet<String>,
+}
+
+impl Owners {
+    fn of(claims: &[Arc<NodeClaim>]) -> Self {
+        let by_name: HashMap<String, Option<String>> = claims
+            .iter()
+            .map(|c| {
+                (
+                    c.name_any(),
+                    c.status.as_ref().and_then(|s| s.provider_id.clone()),
+                )
+            })
+            .collect();
+        let provider_ids = by_name.values().flatten().cloned().collect();
+        Self {
+            by_name,
+            provider_ids,
+        }
+    }
+
+    /// Whether `instance` (as the provider lists it) is to be terminated at `now`.
+    fn is_orphan(&self, instance: &NodeClaim, now: Timestamp) -> bool {
+        let id = instance.status.as_ref().and_then(|s| s.provider_id.as_deref());
+        if id.is_some_and(|id| self.provider_ids.contains(id)) {
+            return false;
+        }
+        let launched = instance.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let grace = jiff::SignedDuration::try_from(INSTANCE_GRACE).unwrap_or_default();
+        if launched.is_some_and(|at| now.duration_since(at) < grace) {
+            return false;
+        }
+        match self.by_name.get(&instance.name_any()) {
+            None => true,
+            // The claim's launch is in flight: this is its instance.
+            Some(None) => false,
+            Some(Some(recorded)) => Some(recorded.as_str()) != id,
+        }
+    }
+}
+
 impl GarbageCollector {
-    pub fn new(client: Client, state: ClusterState, cloud: Arc<dyn CloudProvider>) -> Self {
+    pub fn new(
+        client: Client,
+        state: ClusterState,
+        cloud: Arc<dyn CloudProvider>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             client,
             state,
             cloud,
+            clock,
             interval: Duration::from_secs(120),
         }
     }
@@ -68,30 +131,15 @@ impl GarbageCollector {
     pub async fn collect(&self) -> Result<Collected, ProvisionerError> {
         let mut collected = Collected::default();
         let claims = self.state.node_claims.all();
-        // A claim's instance is the one its status records; before the launch is recorded, any instance
-        // carrying its name (the launch in flight).
-        let recorded: std::collections::HashMap<String, Option<String>> = claims
-            .iter()
-            .map(|c| {
-                (
-                    c.name_any(),
-                    c.status.as_ref().and_then(|s| s.provider_id.clone()),
-                )
-            })
-            .collect();
+        let owners = Owners::of(&claims);
         let instances = self.cloud.list().await?;
         let running: HashSet<String> = instances
             .iter()
             .filter_map(|i| i.status.as_ref()?.provider_id.clone())
             .collect();
+        let now = self.clock.now();
         for instance in &instances {
-            let id = instance.status.as_ref().and_then(|s| s.provider_id.as_deref());
-            let owned = match recorded.get(&instance.name_any()) {
-                None => false,
-                Some(None) => true,
-                Some(Some(recorded)) => Some(recorded.as_str()) == id,
-            };
-            if owned {
+            if !owners.is_orphan(instance, now) {
                 continue;
             }
             match self.cloud.delete(instance).await {
@@ -118,5 +166,63 @@ impl GarbageCollector {
             }
         }
         Ok(collected)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use karpenter_api::nodeclaim::NodeClaimStatus;
+
+    use super::*;
+
+    const NOW: &str = "2026-01-01T00:10:00Z";
+
+    fn claim(name: &str, provider_id: Option<&str>) -> Arc<NodeClaim> {
+        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": name},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+        }))
+        .unwrap();
+        claim.status = Some(NodeClaimStatus {
+            provider_id: provider_id.map(str::to_string),
+            ..NodeClaimStatus::default()
+        });
+        Arc::new(claim)
+    }
+
+    /// An instance as the provider lists it: named after the NodeClaim its tag names, launched at `launched`.
+    fn instance(name: &str, provider_id: &str, launched: &str) -> NodeClaim {
+        let mut instance = NodeClaim::clone(&claim(name, Some(provider_id)));
+        instance.metadata.creation_timestamp = Some(Time(launched.parse().unwrap()));
+        instance
+    }
+
+    #[test]
+    fn an_instance_is_an_orphan_only_when_no_claim_owns_it_and_it_is_past_the_grace() {
+        let now: Timestamp = NOW.parse().unwrap();
+        let old = "2026-01-01T00:00:00Z";
+        let owners = Owners::of(&[claim("recorded", Some("aws:///a/i-1")), claim("in-flight", None)]);
+        assert!(!owners.is_orphan(&instance("recorded", "aws:///a/i-1", old), now));
+        assert!(
+            !owners.is_orphan(&instance("in-flight", "aws:///a/i-2", old), now),
+            "the launch of a claim with no provider ID yet"
+        );
+        assert!(
+            owners.is_orphan(&instance("gone", "aws:///a/i-3", old), now),
+            "no claim of its name or provider ID"
+        );
+        assert!(
+            owners.is_orphan(&instance("recorded", "aws:///a/i-4", old), now),
+            "a second launch for a claim that records another instance"
+        );
+        // A batched launch whose NodeClaim tag has not been applied yet: listed under another name, but its
+        // claim records its provider ID.
+        assert!(!owners.is_orphan(&instance("i-1", "aws:///a/i-1", old), now));
+        assert!(
+            !owners.is_orphan(&instance("gone", "aws:///a/i-5", "2026-01-01T00:09:45Z"), now),
+            "launched 15 s ago: its claim may not be written yet"
+        );
+        assert!(owners.is_orphan(&instance("gone", "aws:///a/i-6", "2026-01-01T00:09:29Z"), now));
     }
 }

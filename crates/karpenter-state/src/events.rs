@@ -17,7 +17,7 @@ use tokio::sync::Mutex;
 /// How long an identical event is suppressed.
 pub const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
 
-/// Publishes Warning events as `karpenter`, deduplicated (see the module documentation).
+/// Publishes events as `karpenter`, deduplicated (see the module documentation).
 pub struct DedupedRecorder {
     recorder: Recorder,
     clock: Arc<dyn Clock>,
@@ -47,6 +47,21 @@ impl DedupedRecorder {
     /// Publishes a Warning on `regarding` unless the same was published within the window. Returns whether it
     /// was published. A failure to publish is logged, not returned: an event is never worth failing a pass for.
     pub async fn warn(&self, regarding: &ObjectReference, reason: &str, message: &str) -> bool {
+        self.publish(EventType::Warning, regarding, reason, message).await
+    }
+
+    /// Publishes a Normal event, as [`DedupedRecorder::warn`] does a Warning.
+    pub async fn normal(&self, regarding: &ObjectReference, reason: &str, message: &str) -> bool {
+        self.publish(EventType::Normal, regarding, reason, message).await
+    }
+
+    async fn publish(
+        &self,
+        type_: EventType,
+        regarding: &ObjectReference,
+        reason: &str,
+        message: &str,
+    ) -> bool {
         let now = self.clock.now();
         let object = regarding
             .uid
@@ -74,7 +89,7 @@ impl DedupedRecorder {
             }
         }
         let event = Event {
-            type_: EventType::Warning,
+            type_,
             reason: reason.to_string(),
             note: Some(message.to_string()),
             action: reason.to_string(),

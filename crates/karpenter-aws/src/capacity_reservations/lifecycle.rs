@@ -9,7 +9,10 @@
 //! Whether a reservation is active is read from the `status.capacityReservations` of the NodeClaim's
 //! EC2NodeClass, which the EC2NodeClass controller refreshes every minute from EC2 (keeping the previous list
 //! when EC2 cannot be asked). A NodeClaim whose class is missing or not yet resolved is left alone.
-//! [`reservation_actions`] decides, [`reconcile`] carries the decisions out.
+//! [`reservation_actions`] decides, [`reconcile`] carries the decisions out and records a Kubernetes Event on
+//! each NodeClaim it changed ([`ReservationAction::event`]). Upstream records none here, so the reasons are
+//! this crate's: `CapacityReservationEnded` and `CapacityBlockExpiring`. Both are Warnings: the first changes
+//! what the node costs, the second takes it away.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,8 +30,9 @@ use karpenter_api::labels::{
 };
 use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_core::clock::Clock;
+use karpenter_state::events::DedupedRecorder;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::CAPACITY_BLOCK_EXPIRATION_WINDOW;
@@ -39,10 +43,28 @@ pub const LIFECYCLE_INTERVAL: Duration = Duration::from_secs(60);
 /// The field manager of the relabelling patches.
 pub const FIELD_MANAGER: &str = "karpenter-capacityreservation";
 
+/// Reason of the Event on a NodeClaim relabelled to on-demand.
+pub const RESERVATION_ENDED_REASON: &str = "CapacityReservationEnded";
+/// Reason of the Event on a NodeClaim deleted before its capacity block ends.
+pub const CAPACITY_BLOCK_EXPIRING_REASON: &str = "CapacityBlockExpiring";
+
 /// What the loop works with.
 pub struct ReservationLifecycleContext {
     pub client: kube::Client,
     pub clock: Arc<dyn Clock>,
+    pub events: DedupedRecorder,
+}
+
+impl ReservationLifecycleContext {
+    /// A context whose Events are published through `client` and deduplicated on `clock`.
+    pub fn new(client: kube::Client, clock: Arc<dyn Clock>) -> Self {
+        let events = DedupedRecorder::new(client.clone(), Arc::clone(&clock));
+        Self {
+            client,
+            clock,
+            events,
+        }
+    }
 }
 
 /// What to do with one NodeClaim.
@@ -60,6 +82,39 @@ pub enum ReservationAction {
         reservation_id: String,
         ends_at: Timestamp,
     },
+}
+
+impl ReservationAction {
+    /// The NodeClaim the action is about.
+    pub fn node_claim(&self) -> &str {
+        match self {
+            Self::Demote { node_claim, .. } | Self::Expire { node_claim, .. } => node_claim,
+        }
+    }
+
+    /// The Event's reason and message once the action is carried out.
+    pub fn event(&self) -> (&'static str, String) {
+        match self {
+            Self::Demote { reservation_id, .. } => (
+                RESERVATION_ENDED_REASON,
+                format!(
+                    "Capacity reservation {reservation_id} is no longer active; the instance keeps running as \
+                     on-demand capacity"
+                ),
+            ),
+            Self::Expire {
+                reservation_id,
+                ends_at,
+                ..
+            } => (
+                CAPACITY_BLOCK_EXPIRING_REASON,
+                format!(
+                    "Capacity block {reservation_id} ends at {ends_at}; deleting the NodeClaim so its pods \
+                     move before EC2 reclaims the instance"
+                ),
+            ),
+        }
+    }
 }
 
 fn label<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
@@ -154,7 +209,7 @@ pub async fn reconcile(ctx: &ReservationLifecycleContext) -> Result<LifecycleOut
     let params = PatchParams::apply(FIELD_MANAGER);
     let mut outcome = LifecycleOutcome::default();
     for action in reservation_actions(&claims, &classes, ctx.clock.now()) {
-        match action {
+        let found = match &action {
             ReservationAction::Demote {
                 node_claim,
                 node,
@@ -163,40 +218,44 @@ pub async fn reconcile(ctx: &ReservationLifecycleContext) -> Result<LifecycleOut
                 // The Node first: once the NodeClaim is relabelled it is not picked again, so a Node left
                 // behind would stay `reserved`.
                 if let Some(node) = node {
-                    ignore_not_found(nodes_api.patch(&node, &params, &Patch::Merge(&patch)).await)?;
+                    found(nodes_api.patch(node, &params, &Patch::Merge(&patch)).await)?;
                 }
-                ignore_not_found(
-                    claims_api
-                        .patch(&node_claim, &params, &Patch::Merge(&patch))
-                        .await,
-                )?;
+                let found = found(claims_api.patch(node_claim, &params, &Patch::Merge(&patch)).await)?;
                 tracing::info!(
                     nodeclaim = %node_claim, reservation = %reservation_id,
                     "capacity reservation no longer active; relabelled the NodeClaim as on-demand"
                 );
-                outcome.demoted.push(node_claim);
+                outcome.demoted.push(node_claim.clone());
+                found
             }
             ReservationAction::Expire {
                 node_claim,
                 reservation_id,
                 ends_at,
             } => {
-                ignore_not_found(claims_api.delete(&node_claim, &DeleteParams::default()).await)?;
+                let found = found(claims_api.delete(node_claim, &DeleteParams::default()).await)?;
                 tracing::info!(
                     nodeclaim = %node_claim, reservation = %reservation_id, ends_at = %ends_at,
                     "capacity block ends soon; deleted its NodeClaim"
                 );
-                outcome.expired.push(node_claim);
+                outcome.expired.push(node_claim.clone());
+                found
             }
+        };
+        // A NodeClaim deleted meanwhile has nothing left to explain the change to.
+        if found && let Some(claim) = claims.iter().find(|c| c.name_any() == action.node_claim()) {
+            let (reason, message) = action.event();
+            ctx.events.warn(&claim.object_ref(&()), reason, &message).await;
         }
     }
     Ok(outcome)
 }
 
-fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), AwsError> {
+/// Whether the object was there: a 404 is not an error (it was deleted meanwhile).
+fn found<T>(result: Result<T, kube::Error>) -> Result<bool, AwsError> {
     match result {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(response)) if response.code == 404 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(response)) if response.code == 404 => Ok(false),
         Err(err) => Err(err.into()),
     }
 }

@@ -7,12 +7,15 @@ use crate::capacity_reservations::ReservationTarget;
 use crate::launch::LaunchOverride;
 
 /// A fleet that launches up to `capacity` instances per call (all asked for without it), reporting the rest
-/// out of capacity, or fails every call with `fail`.
+/// out of capacity, or fails every call with `fail`. Its first `failing_tag_calls` CreateTags fail.
 #[derive(Default)]
 struct FakeFleet {
     capacity: Option<usize>,
     fail: Option<&'static str>,
+    failing_tag_calls: usize,
     calls: Mutex<Vec<(LaunchRequest, i32)>>,
+    /// Every CreateTags call, failed ones included.
+    tag_calls: Mutex<Vec<String>>,
     tagged: Mutex<Vec<(String, BTreeMap<String, String>)>>,
 }
 
@@ -60,8 +63,23 @@ impl FleetApi for Arc<FakeFleet> {
             errors: Vec::new(),
         })
     }
+}
 
+#[async_trait]
+impl InstanceTagger for Arc<FakeFleet> {
     async fn tag_instance(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), AwsError> {
+        let call = {
+            let mut calls = self.tag_calls.lock().unwrap();
+            calls.push(instance_id.to_string());
+            calls.len()
+        };
+        if call <= self.failing_tag_calls {
+            return Err(AwsError::NotFound {
+                operation: "CreateTags",
+                code: "InvalidInstanceID.NotFound".into(),
+                message: format!("The instance ID '{instance_id}' does not exist"),
+            });
+        }
         self.tagged
             .lock()
             .unwrap()
@@ -145,6 +163,50 @@ async fn launches_arriving_together_share_one_create_fleet_and_each_gets_its_own
     );
 }
 
+/// The `_count` or `_sum` sample of histogram `name` for batcher `batcher` in the exported metrics.
+fn batcher_sample(name: &str, batcher: &str) -> Option<f64> {
+    let prefix = format!("{name}{{batcher=\"{batcher}\"}} ");
+    karpenter_metrics::metrics()
+        .encode()
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.parse().ok())
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_batch_records_its_size_and_how_long_it_was_open() {
+    let fleet = Arc::new(FakeFleet::default());
+    // A label of its own: other tests' batches count under the default one.
+    let options = FleetBatchOptions {
+        batcher: "test_three_launches",
+        ..FleetBatchOptions::default()
+    };
+    let batcher = new_batcher(&fleet, options);
+    let launches: Vec<_> = ["claim-1", "claim-2", "claim-3"]
+        .into_iter()
+        .map(|claim| spawn_launch(&batcher, request(claim, "m5.large")))
+        .collect();
+    for launch in launches {
+        launch.await.unwrap().unwrap();
+    }
+    let size = "karpenter_cloudprovider_batcher_batch_size";
+    let time = "karpenter_cloudprovider_batcher_batch_time_seconds";
+    assert_eq!(
+        batcher_sample(&format!("{size}_count"), "test_three_launches"),
+        Some(1.0)
+    );
+    assert_eq!(
+        batcher_sample(&format!("{size}_sum"), "test_three_launches"),
+        Some(3.0)
+    );
+    assert_eq!(
+        batcher_sample(&format!("{time}_count"), "test_three_launches"),
+        Some(1.0)
+    );
+    // The three arrived together, so the batch closed after the idle time.
+    let open_for = batcher_sample(&format!("{time}_sum"), "test_three_launches").unwrap();
+    assert!((0.035..0.1).contains(&open_for), "{open_for}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_launch_alone_is_sent_as_it_came_and_different_inputs_are_not_merged() {
     let fleet = Arc::new(FakeFleet::default());
@@ -156,6 +218,7 @@ async fn a_launch_alone_is_sent_as_it_came_and_different_inputs_are_not_merged()
         fleet.tagged.lock().unwrap().is_empty(),
         "tagged at launch already"
     );
+    assert!(batcher.tag_ledger().is_applied(&alone.instance_id));
 
     let m5 = spawn_launch(&batcher, request("claim-2", "m5.large"));
     let c5 = spawn_launch(&batcher, request("claim-3", "c5.large"));
@@ -259,4 +322,56 @@ async fn a_batch_closes_at_its_longest_wait_and_at_its_most_launches() {
     let mut counts = fleet.counts();
     counts.sort_unstable();
     assert_eq!(counts, [1, 2, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_tagging_is_tried_again_after_a_backoff() {
+    // Right after the launch EC2 does not know the instances yet: each one's first CreateTags fails.
+    let fleet = Arc::new(FakeFleet {
+        failing_tag_calls: 2,
+        ..FakeFleet::default()
+    });
+    let batcher = new_batcher(&fleet, FleetBatchOptions::default());
+    let started = tokio::time::Instant::now();
+    let first = spawn_launch(&batcher, request("claim-1", "m5.large"));
+    let second = spawn_launch(&batcher, request("claim-2", "m5.large"));
+    let ids = [
+        first.await.unwrap().unwrap().instance_id,
+        second.await.unwrap().unwrap().instance_id,
+    ];
+    assert_eq!(fleet.tag_calls.lock().unwrap().len(), 4, "two calls each");
+    assert_eq!(fleet.tagged.lock().unwrap().len(), 2);
+    for id in &ids {
+        assert!(batcher.tag_ledger().is_applied(id), "{id}");
+    }
+    // The batch window (35 ms), then the first backoff (200 ms) before the second calls.
+    assert_eq!(started.elapsed(), Duration::from_millis(235));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_whose_tagging_keeps_failing_launches_and_waits_for_its_tag() {
+    let fleet = Arc::new(FakeFleet {
+        failing_tag_calls: usize::MAX,
+        ..FakeFleet::default()
+    });
+    let batcher = new_batcher(&fleet, FleetBatchOptions::default());
+    let started = tokio::time::Instant::now();
+    let first = spawn_launch(&batcher, request("claim-1", "m5.large"));
+    let second = spawn_launch(&batcher, request("claim-2", "m5.large"));
+    let first = first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    // Three calls each, 200 ms and 800 ms apart, and no more.
+    assert_eq!(fleet.tag_calls.lock().unwrap().len(), 6);
+    assert_eq!(started.elapsed(), Duration::from_millis(35 + 200 + 800));
+    assert!(fleet.tagged.lock().unwrap().is_empty());
+    let ledger = batcher.tag_ledger();
+    assert!(!ledger.is_applied(&first.instance_id));
+    assert_eq!(
+        ledger.waiting(&first.instance_id),
+        Some(BTreeMap::from([(
+            AWS_TAG_NODECLAIM.to_string(),
+            "claim-1".to_string()
+        )])),
+        "the tags the instance should carry"
+    );
 }

@@ -54,7 +54,15 @@ fn spot_when_allowed_in_the_subnets_zones_with_an_ami_that_runs_the_type() {
                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}]),
         json!({"cpu": "1"}),
     );
-    let plan = plan_launch(&claim, &catalog(), &amd64_ami(), &subnets(), &[]).unwrap();
+    let plan = plan_launch(
+        &claim,
+        &catalog(),
+        &amd64_ami(),
+        &subnets(),
+        &[],
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
     assert_eq!(plan.capacity_type, "spot");
     assert_eq!(plan.image_id, "ami-amd64");
     assert!(
@@ -87,7 +95,15 @@ fn leased_subnets_replace_the_planned_ones_and_zones_without_one_are_dropped() {
         json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES}]),
         json!({"cpu": "1"}),
     );
-    let mut plan = plan_launch(&claim, &catalog(), &amd64_ami(), &subnets(), &[]).unwrap();
+    let mut plan = plan_launch(
+        &claim,
+        &catalog(),
+        &amd64_ami(),
+        &subnets(),
+        &[],
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
     let leased = BTreeMap::from([("us-west-2b".to_string(), "subnet-other".to_string())]);
     assert!(plan.use_subnets(&leased));
     assert!(!plan.overrides.is_empty());
@@ -108,7 +124,15 @@ fn on_demand_when_the_claim_says_so_and_requests_must_fit() {
                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2b"]}]),
         json!({"cpu": "3", "memory": "4Gi"}),
     );
-    let plan = plan_launch(&on_demand, &catalog(), &amd64_ami(), &subnets(), &[]).unwrap();
+    let plan = plan_launch(
+        &on_demand,
+        &catalog(),
+        &amd64_ami(),
+        &subnets(),
+        &[],
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
     assert_eq!(plan.capacity_type, "on-demand");
     let chosen: Vec<(&str, &str)> = plan
         .overrides
@@ -121,9 +145,25 @@ fn on_demand_when_the_claim_says_so_and_requests_must_fit() {
         json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES}]),
         json!({"cpu": "100"}),
     );
-    let err = plan_launch(&too_big, &catalog(), &amd64_ami(), &subnets(), &[]).unwrap_err();
+    let err = plan_launch(
+        &too_big,
+        &catalog(),
+        &amd64_ami(),
+        &subnets(),
+        &[],
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap_err();
     assert_eq!(err.category(), "InsufficientCapacity");
-    let no_subnets = plan_launch(&on_demand, &catalog(), &amd64_ami(), &BTreeMap::new(), &[]).unwrap_err();
+    let no_subnets = plan_launch(
+        &on_demand,
+        &catalog(),
+        &amd64_ami(),
+        &BTreeMap::new(),
+        &[],
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap_err();
     assert_eq!(no_subnets.category(), "InsufficientCapacity");
 }
 
@@ -139,7 +179,15 @@ fn unavailable_offerings_are_skipped() {
         json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}]),
         json!({}),
     );
-    let plan = plan_launch(&claim, &catalog, &amd64_ami(), &subnets(), &[]).unwrap();
+    let plan = plan_launch(
+        &claim,
+        &catalog,
+        &amd64_ami(),
+        &subnets(),
+        &[],
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
     assert_eq!(plan.capacity_type, "on-demand");
 }
 
@@ -151,7 +199,15 @@ fn each_override_carries_the_ami_that_runs_its_type() {
                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2a"]}]),
         json!({}),
     );
-    let plan = plan_launch(&claim, &catalog(), &[ami("amd64"), ami("arm64")], &subnets(), &[]).unwrap();
+    let plan = plan_launch(
+        &claim,
+        &catalog(),
+        &[ami("amd64"), ami("arm64")],
+        &subnets(),
+        &[],
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
     let images: Vec<(&str, Option<&str>)> = plan
         .overrides
         .iter()
@@ -219,7 +275,15 @@ fn a_reservation_with_room_is_launched_into_alone_before_spot() {
                 "values": ["reserved", "spot", "on-demand"]}]),
         json!({"cpu": "1"}),
     );
-    let plan = plan_launch(&any, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap();
+    let plan = plan_launch(
+        &any,
+        &catalog,
+        &amd64_ami(),
+        &subnets(),
+        &reservations,
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
     assert_eq!(plan.capacity_type, "reserved");
     assert_eq!(plan.overrides.len(), 1, "one reservation per launch");
     assert_eq!(plan.overrides[0].instance_type, "m5.large");
@@ -240,7 +304,15 @@ fn a_reservation_with_room_is_launched_into_alone_before_spot() {
                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved"]}]),
         json!({}),
     );
-    let plan = plan_launch(&block, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap();
+    let plan = plan_launch(
+        &block,
+        &catalog,
+        &amd64_ami(),
+        &subnets(),
+        &reservations,
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
     let target = plan.reservation.unwrap();
     assert_eq!(target.id, "cr-block");
     assert!(target.is_capacity_block());
@@ -249,7 +321,15 @@ fn a_reservation_with_room_is_launched_into_alone_before_spot() {
         json!([{"key": "karpenter.k8s.aws/capacity-reservation-id", "operator": "In", "values": ["cr-b"]}]),
         json!({}),
     );
-    let plan = plan_launch(&by_id, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap();
+    let plan = plan_launch(
+        &by_id,
+        &catalog,
+        &amd64_ami(),
+        &subnets(),
+        &reservations,
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
     assert_eq!(plan.reservation.unwrap().id, "cr-b");
 
     // Without reserved capacity allowed, the reservations are left alone.
@@ -258,7 +338,15 @@ fn a_reservation_with_room_is_launched_into_alone_before_spot() {
                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}]),
         json!({}),
     );
-    let plan = plan_launch(&spot, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap();
+    let plan = plan_launch(
+        &spot,
+        &catalog,
+        &amd64_ami(),
+        &subnets(),
+        &reservations,
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
     assert_eq!((plan.capacity_type.as_str(), plan.reservation), ("spot", None));
     assert!(plan.overrides.len() > 1);
 }
@@ -276,7 +364,15 @@ fn full_reservations_fall_back_to_spot_and_on_demand() {
                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}]),
         json!({}),
     );
-    let plan = plan_launch(&any, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap();
+    let plan = plan_launch(
+        &any,
+        &catalog,
+        &amd64_ami(),
+        &subnets(),
+        &reservations,
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
     assert_eq!(
         (plan.capacity_type.as_str(), plan.reservation),
         ("on-demand", None)
@@ -285,6 +381,46 @@ fn full_reservations_fall_back_to_spot_and_on_demand() {
         json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved"]}]),
         json!({}),
     );
-    let err = plan_launch(&only_reserved, &catalog, &amd64_ami(), &subnets(), &reservations).unwrap_err();
+    let err = plan_launch(
+        &only_reserved,
+        &catalog,
+        &amd64_ami(),
+        &subnets(),
+        &reservations,
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap_err();
     assert_eq!(err.category(), "InsufficientCapacity");
+}
+
+#[test]
+fn with_ip_prefixes_a_launch_is_counted_on_whole_prefixes() {
+    use crate::pod_addressing::prefix_mode_max_pods;
+    use karpenter_core::catalog::aws_catalog_data;
+
+    // The class's catalog in prefix mode: m5.large and m5.xlarge both have 110 pods.
+    let mut catalog = catalog();
+    for entry in catalog.iter_mut().filter(|e| TYPES.contains(&e.name.as_str())) {
+        let data = aws_catalog_data().unwrap().instance_type(&entry.name).unwrap();
+        entry
+            .capacity
+            .insert("pods".into(), prefix_mode_max_pods(data, 0) * 1000);
+    }
+    let claim = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES}]),
+        json!({"cpu": "1"}),
+    );
+    let one_prefix = PodAddressing::Ipv4Prefixes { at_launch: 1 };
+    let plan = plan_launch(&claim, &catalog, &amd64_ami(), &subnets(), &[], one_prefix).unwrap();
+    assert_eq!(
+        plan.addresses,
+        BTreeMap::from([("us-west-2a".to_string(), 113), ("us-west-2b".to_string(), 113)]),
+        "110 pods need 7 prefixes of 16, plus the node's own address"
+    );
+    let eight_prefixes = PodAddressing::Ipv4Prefixes { at_launch: 8 };
+    let plan = plan_launch(&claim, &catalog, &amd64_ami(), &subnets(), &[], eight_prefixes).unwrap();
+    assert_eq!(
+        plan.addresses["us-west-2a"], 129,
+        "what EC2 assigns at launch, at least"
+    );
 }

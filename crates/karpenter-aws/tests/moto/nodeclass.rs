@@ -260,6 +260,7 @@ async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
             "ec2nodeclass",
             "instancetype-and-pricing-refresh",
             "launchtemplate-garbage-collection",
+            "nodeclaim-tagging",
             "instanceprofile-garbage-collection",
             "capacityreservation-lifecycle",
             "kubernetes-version-refresh"

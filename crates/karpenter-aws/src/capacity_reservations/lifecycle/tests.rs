@@ -1,3 +1,4 @@
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::ec2nodeclass::{EC2NodeClassSpec, EC2NodeClassStatus, InstanceMatchCriteria};
 use karpenter_sim::{ApiServer, VirtualClock};
@@ -154,10 +155,7 @@ async fn cluster(classes: Vec<CapacityReservation>) -> (ApiServer, ReservationLi
         .patch_status("default", &PatchParams::default(), &Patch::Merge(&status))
         .await
         .unwrap();
-    let ctx = ReservationLifecycleContext {
-        client,
-        clock: Arc::new(clock),
-    };
+    let ctx = ReservationLifecycleContext::new(client, Arc::new(clock));
     (server, ctx)
 }
 
@@ -178,6 +176,30 @@ async fn create_claim_and_node(client: &kube::Client, claim: &NodeClaim) {
         .create(&PostParams::default(), &node)
         .await
         .unwrap();
+}
+
+/// (regarded object's kind and name, type, reason, note) of every Event, sorted.
+async fn events(client: &kube::Client) -> Vec<(String, String, String, String, String)> {
+    let listed = Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let mut events: Vec<_> = listed
+        .items
+        .into_iter()
+        .map(|e| {
+            let regarding = e.regarding.unwrap_or_default();
+            (
+                regarding.kind.unwrap_or_default(),
+                regarding.name.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect();
+    events.sort();
+    events
 }
 
 fn reservation_labels(labels: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
@@ -232,8 +254,23 @@ async fn a_claim_and_node_in_an_ended_reservation_become_on_demand() {
     let kept_node = nodes.get("node-kept").await.unwrap();
     assert_eq!(kept_node.labels()[CAPACITY_TYPE_LABEL], "reserved");
 
+    // The relabelled claim, and only it, says why.
+    assert_eq!(
+        events(&ctx.client).await,
+        [(
+            "NodeClaim".to_string(),
+            "ended".to_string(),
+            "Warning".to_string(),
+            "CapacityReservationEnded".to_string(),
+            "Capacity reservation cr-ended is no longer active; the instance keeps running as on-demand \
+             capacity"
+                .to_string()
+        )]
+    );
+
     // Nothing is left to do on the next pass.
     assert_eq!(reconcile(&ctx).await.unwrap(), LifecycleOutcome::default());
+    assert_eq!(events(&ctx.client).await.len(), 1);
 }
 
 #[tokio::test]
@@ -269,4 +306,16 @@ async fn a_claim_in_a_capacity_block_is_deleted_forty_minutes_before_the_end() {
     assert!(claims.get_opt("block").await.unwrap().is_none(), "deleted");
     let later = claims.get("later").await.unwrap();
     assert_eq!(later.labels()[CAPACITY_TYPE_LABEL], "reserved", "untouched");
+    assert_eq!(
+        events(&ctx.client).await,
+        [(
+            "NodeClaim".to_string(),
+            "block".to_string(),
+            "Warning".to_string(),
+            "CapacityBlockExpiring".to_string(),
+            "Capacity block cr-block ends at 2026-12-02T12:30:00Z; deleting the NodeClaim so its pods move \
+             before EC2 reclaims the instance"
+                .to_string()
+        )]
+    );
 }

@@ -1,0 +1,214 @@
+//! The interruption controller against the in-memory API server: the Kubernetes Events it raises on the
+//! NodeClaim and its Node for each kind of message, and when it deletes the NodeClaim.
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind};
+use karpenter_interruption::{Handled, InterruptionController};
+use karpenter_sim::{ApiServer, SystemClock};
+use karpenter_state::ClusterState;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// A launched and registered NodeClaim `name` (instance `i-<name>`, Node `node-<name>`), in the API server and
+/// in the controller's cache. `finalizer` keeps it in the API server once deleted.
+async fn registered_claim(
+    client: &kube::Client,
+    state: &ClusterState,
+    name: &str,
+    finalizer: bool,
+) -> Result<(NodeClaim, Node), Box<dyn std::error::Error>> {
+    let finalizers: Vec<&str> = if finalizer {
+        vec!["karpenter.sh/termination"]
+    } else {
+        Vec::new()
+    };
+    let claim: NodeClaim = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": name, "finalizers": finalizers,
+                     "labels": {"karpenter.sh/nodepool": "default", "karpenter.sh/capacity-type": "reserved"}},
+        "spec": {"requirements": [],
+                 "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+    }))?;
+    let mut claim = Api::<NodeClaim>::all(client.clone())
+        .create(&PostParams::default(), &claim)
+        .await?;
+    // The status as the lifecycle controller writes it; the cache is what the controller reads.
+    claim.status = Some(serde_json::from_value(json!({
+        "providerID": format!("aws:///us-west-2a/i-{name}"),
+        "nodeName": format!("node-{name}")
+    }))?);
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("node-{name}")}
+    }))?;
+    let node = Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await?;
+    state.node_claims.apply(name.to_string(), claim.clone());
+    state.nodes.apply(node.name_any(), node.clone());
+    Ok((claim, node))
+}
+
+fn message(instance: &str, kind: InterruptionKind) -> InterruptionEvent {
+    InterruptionEvent {
+        provider_id: instance.to_string(),
+        kind,
+        at: jiff::Timestamp::now(),
+    }
+}
+
+/// (kind, name, uid, type, reason, note) of every event, sorted.
+async fn events(client: &kube::Client) -> Result<Vec<[String; 6]>, kube::Error> {
+    let listed = Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let mut events: Vec<[String; 6]> = listed
+        .items
+        .into_iter()
+        .map(|e| {
+            let regarding = e.regarding.unwrap_or_default();
+            [
+                regarding.kind.unwrap_or_default(),
+                regarding.name.unwrap_or_default(),
+                regarding.uid.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            ]
+        })
+        .collect();
+    events.sort();
+    Ok(events)
+}
+
+fn event(object: (&str, &str, &str), reason: &str, note: &str) -> [String; 6] {
+    [
+        object.0.to_string(),
+        object.1.to_string(),
+        object.2.to_string(),
+        "Warning".to_string(),
+        reason.to_string(),
+        note.to_string(),
+    ]
+}
+
+#[tokio::test]
+async fn a_capacity_reservation_interruption_raises_its_event_on_the_node_claim_and_node() -> TestResult {
+    let server = ApiServer::new(SystemClock);
+    let client = server.client();
+    let state = ClusterState::default();
+    let (claim, node) = registered_claim(&client, &state, "reserved-a", false).await?;
+    let controller = InterruptionController::new(client.clone(), state);
+
+    let handled = controller
+        .handle(&message(
+            "i-reserved-a",
+            InterruptionKind::CapacityReservationInterruption,
+        ))
+        .await?;
+    assert_eq!(handled, Handled::Deleted("reserved-a".into()));
+
+    let (claim_uid, node_uid) = (claim.uid().unwrap_or_default(), node.uid().unwrap_or_default());
+    assert!(!claim_uid.is_empty() && !node_uid.is_empty());
+    let claim_ref = ("NodeClaim", "reserved-a", claim_uid.as_str());
+    let node_ref = ("Node", "node-reserved-a", node_uid.as_str());
+    let interrupted = "Capacity reservation interruption warning was triggered";
+    let mut expected = vec![
+        event(claim_ref, "CapacityReservationInstanceInterrupted", interrupted),
+        event(node_ref, "CapacityReservationInstanceInterrupted", interrupted),
+        event(
+            claim_ref,
+            "TerminatingOnInterruption",
+            "Interruption triggered termination for the NodeClaim",
+        ),
+        event(
+            node_ref,
+            "TerminatingOnInterruption",
+            "Interruption triggered termination for the Node",
+        ),
+    ];
+    expected.sort();
+    assert_eq!(events(&client).await?, expected);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_spot_interruption_raises_spot_interrupted_and_a_deleting_claim_still_gets_it() -> TestResult {
+    let server = ApiServer::new(SystemClock);
+    let client = server.client();
+    let state = ClusterState::default();
+    let (claim, _) = registered_claim(&client, &state, "spot-a", true).await?;
+    let controller = InterruptionController::new(client.clone(), state.clone());
+
+    let first = controller
+        .handle(&message("i-spot-a", InterruptionKind::SpotInterruption))
+        .await?;
+    assert_eq!(first, Handled::Deleted("spot-a".into()));
+    let reasons = |events: &[[String; 6]]| -> Vec<(String, String)> {
+        events.iter().map(|e| (e[0].clone(), e[4].clone())).collect()
+    };
+    let spot_interrupted = [
+        ("Node".to_string(), "SpotInterrupted".to_string()),
+        ("Node".to_string(), "TerminatingOnInterruption".to_string()),
+        ("NodeClaim".to_string(), "SpotInterrupted".to_string()),
+        ("NodeClaim".to_string(), "TerminatingOnInterruption".to_string()),
+    ];
+    assert_eq!(reasons(&events(&client).await?), spot_interrupted);
+
+    // The claim is now being deleted (its finalizer holds it): a capacity reservation interruption for it
+    // still raises its event, and deletes nothing.
+    let deleting = Api::<NodeClaim>::all(client.clone()).get("spot-a").await?;
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    let mut cached = deleting;
+    cached.status = claim.status.clone();
+    state.node_claims.apply("spot-a".into(), cached);
+    let second = controller
+        .handle(&message(
+            "i-spot-a",
+            InterruptionKind::CapacityReservationInterruption,
+        ))
+        .await?;
+    assert_eq!(second, Handled::Noted);
+    let after = reasons(&events(&client).await?);
+    assert_eq!(after.len(), 6, "{after:?}");
+    for object in ["Node", "NodeClaim"] {
+        assert!(after.contains(&(
+            object.to_string(),
+            "CapacityReservationInstanceInterrupted".to_string()
+        )));
+    }
+
+    // A rebalance recommendation raises a Normal event on both; an instance no claim owns, nothing at all.
+    assert_eq!(
+        controller
+            .handle(&message("i-spot-a", InterruptionKind::Rebalance))
+            .await?,
+        Handled::Noted
+    );
+    assert_eq!(
+        controller
+            .handle(&message("i-unknown", InterruptionKind::SpotInterruption))
+            .await?,
+        Handled::NotOurs
+    );
+    let all = events(&client).await?;
+    assert_eq!(all.len(), 8, "{all:?}");
+    let rebalance: Vec<(String, String, String)> = all
+        .iter()
+        .filter(|e| e[4] == "SpotRebalanceRecommendation")
+        .map(|e| (e[0].clone(), e[3].clone(), e[5].clone()))
+        .collect();
+    let note = "Spot rebalance recommendation was triggered".to_string();
+    assert_eq!(
+        rebalance,
+        [
+            ("Node".to_string(), "Normal".to_string(), note.clone()),
+            ("NodeClaim".to_string(), "Normal".to_string(), note),
+        ]
+    );
+    Ok(())
+}
