@@ -2,7 +2,6 @@
 //! reservations a test registers (harness.py): the EC2NodeClass status and CapacityReservationsReady, reserved
 //! offerings, a launch into a reservation end to end, and a full reservation falling back.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use karpenter_api::common::ConditionStatus;
@@ -10,17 +9,13 @@ use karpenter_api::ec2nodeclass::{
     CapacityReservationState, CapacityReservationType, EC2NodeClass, InstanceMatchCriteria,
 };
 use karpenter_api::nodepool::NodePool;
-use karpenter_aws::AwsCloudProvider;
-use karpenter_aws::nodeclass::controller::{Context, reconcile};
 use karpenter_core::catalog::CatalogInstanceType;
 use karpenter_core::cloudprovider::{CloudProvider, CloudProviderError};
-use karpenter_sim::apiserver::ApiServer;
-use kube::Api;
 use serde_json::json;
 
 use super::fixtures::{
-    create_node_class, latest_template_data, network, node_claim, node_class, provider, provider_on,
-    set_capacity_reservations, settings,
+    condition, create_node_class, latest_template_data, network, node_claim, node_class, provider,
+    provider_on, reconciled, set_capacity_reservations, settings,
 };
 use crate::moto_or_skip;
 
@@ -64,24 +59,6 @@ fn requirements(capacity_types: &[&str]) -> serde_json::Value {
         {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TYPES},
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": capacity_types}
     ])
-}
-
-/// Runs the EC2NodeClass controller once on `name` and returns the class as stored.
-async fn reconciled(server: &ApiServer, provider: &Arc<AwsCloudProvider>, name: &str) -> EC2NodeClass {
-    let api: Api<EC2NodeClass> = Api::all(server.client());
-    let ctx = Arc::new(Context {
-        client: server.client(),
-        provider: Arc::clone(provider),
-    });
-    let class = api.get(name).await.unwrap();
-    let _ = reconcile(Arc::new(class), ctx).await;
-    api.get(name).await.unwrap()
-}
-
-fn condition(class: &EC2NodeClass, type_: &str) -> Option<(ConditionStatus, String, String)> {
-    class
-        .condition(type_)
-        .map(|c| (c.status, c.reason.clone(), c.message.clone()))
 }
 
 /// (reservation id, zone, available, free instances) of `instance_type`'s reserved offerings.

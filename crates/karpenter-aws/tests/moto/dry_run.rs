@@ -3,19 +3,17 @@
 //! actions a test names with UnauthorizedOperation (harness.py), as EC2 does for a caller whose IAM policy
 //! lacks them.
 
-use std::sync::Arc;
-
 use karpenter_api::common::ConditionStatus;
 use karpenter_api::ec2nodeclass::EC2NodeClass;
-use karpenter_aws::AwsCloudProvider;
-use karpenter_aws::nodeclass::controller::{Context, reconcile};
 use karpenter_core::cloudprovider::{CloudProvider, CloudProviderError};
 use karpenter_sim::apiserver::ApiServer;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::fixtures::{create_node_class, network, node_claim, node_class, provider, provider_on, settings};
+use super::fixtures::{
+    create_node_class, network, node_claim, node_class, provider, provider_on, reconciled, settings,
+};
 use crate::moto_or_skip;
 
 /// Makes the harness refuse `actions` (comma-separated EC2 actions; empty allows everything).
@@ -30,18 +28,6 @@ async fn refuse(clients: &karpenter_aws::AwsClients, actions: &str) {
         .send()
         .await
         .unwrap();
-}
-
-/// Runs the EC2NodeClass controller once on `name` and returns the class as stored.
-async fn reconciled(server: &ApiServer, provider: &Arc<AwsCloudProvider>, name: &str) -> EC2NodeClass {
-    let api: Api<EC2NodeClass> = Api::all(server.client());
-    let ctx = Arc::new(Context {
-        client: server.client(),
-        provider: Arc::clone(provider),
-    });
-    let class = api.get(name).await.unwrap();
-    let _ = reconcile(Arc::new(class), ctx).await;
-    api.get(name).await.unwrap()
 }
 
 fn validation(class: &EC2NodeClass) -> (ConditionStatus, String, String) {

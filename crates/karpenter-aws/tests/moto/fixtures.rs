@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use aws_sdk_ec2::types::Tag;
+use karpenter_api::common::ConditionStatus;
 use karpenter_api::ec2nodeclass::EC2NodeClass;
 use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_aws::nodeclass::controller::{Context, reconcile};
 use karpenter_aws::{AwsCloudProvider, AwsSettings, KubeNodeClasses};
 use karpenter_sim::apiserver::ApiServer;
 use karpenter_sim::clock::SystemClock;
@@ -228,4 +230,23 @@ pub async fn send_messages(sqs: &aws_sdk_sqs::Client, queue_url: &str, bodies: &
             .await
             .unwrap();
     }
+}
+
+/// Runs the EC2NodeClass controller once on `name` and returns the class as stored.
+pub async fn reconciled(server: &ApiServer, provider: &Arc<AwsCloudProvider>, name: &str) -> EC2NodeClass {
+    let api: Api<EC2NodeClass> = Api::all(server.client());
+    let ctx = Arc::new(Context {
+        client: server.client(),
+        provider: Arc::clone(provider),
+    });
+    let class = api.get(name).await.unwrap();
+    let _ = reconcile(Arc::new(class), ctx).await;
+    api.get(name).await.unwrap()
+}
+
+/// A condition of `class` as (status, reason, message).
+pub fn condition(class: &EC2NodeClass, type_: &str) -> Option<(ConditionStatus, String, String)> {
+    class
+        .condition(type_)
+        .map(|c| (c.status, c.reason.clone(), c.message.clone()))
 }

@@ -3,23 +3,20 @@
 //! Resolution and PlacementGroupReady, launches into a group with its labels, a cluster group's zone, and
 //! PlacementGroupDrift.
 
-use std::sync::Arc;
-
 use karpenter_api::common::ConditionStatus;
 use karpenter_api::ec2nodeclass::EC2NodeClass;
 use karpenter_api::nodepool::NodePool;
-use karpenter_aws::AwsCloudProvider;
-use karpenter_aws::nodeclass::controller::{Context, reconcile};
 use karpenter_aws::placement_groups::{PLACEMENT_GROUP_ID_LABEL, PLACEMENT_GROUP_PARTITION_LABEL};
 use karpenter_core::catalog::CatalogInstanceType;
 use karpenter_core::cloudprovider::{CloudProvider, CloudProviderError};
 use karpenter_core::disruption::drift::DriftProvider;
-use karpenter_sim::apiserver::ApiServer;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::fixtures::{create_node_class, latest_template_data, network, node_claim, node_class, provider};
+use super::fixtures::{
+    condition, create_node_class, latest_template_data, network, node_claim, node_class, provider, reconciled,
+};
 use crate::moto_or_skip;
 
 const TYPES: [&str; 2] = ["m5.large", "m5.xlarge"];
@@ -69,24 +66,6 @@ fn requirements(extra: serde_json::Value) -> serde_json::Value {
     ];
     all.extend(extra.as_array().cloned().unwrap_or_default());
     serde_json::Value::Array(all)
-}
-
-/// Runs the EC2NodeClass controller once on `name` and returns the class as stored.
-async fn reconciled(server: &ApiServer, provider: &Arc<AwsCloudProvider>, name: &str) -> EC2NodeClass {
-    let api: Api<EC2NodeClass> = Api::all(server.client());
-    let ctx = Arc::new(Context {
-        client: server.client(),
-        provider: Arc::clone(provider),
-    });
-    let class = api.get(name).await.unwrap();
-    let _ = reconcile(Arc::new(class), ctx).await;
-    api.get(name).await.unwrap()
-}
-
-fn condition(class: &EC2NodeClass, type_: &str) -> Option<(ConditionStatus, String, String)> {
-    class
-        .condition(type_)
-        .map(|c| (c.status, c.reason.clone(), c.message.clone()))
 }
 
 /// The values `entry` requires for `key`.
