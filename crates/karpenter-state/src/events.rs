@@ -1,45 +1,77 @@
 //! Kubernetes Events, deduplicated (shared by the controllers that report on what they see every pass:
-//! disruption, repair): an identical event (same object, reason and message) is published at most
-//! once per window of the controller's clock (upstream's recorder: 2 minutes), so a condition that holds for
-//! hours does not write an Event every pass.
+//! disruption, repair, interruption, the AWS reservation lifecycle): an identical event (same object, reason and
+//! message) is published at most once per window of the controller's clock (upstream's recorder: 2 minutes), so
+//! a condition that holds for hours does not write an Event every pass.
+//!
+//! Events are written as events.k8s.io/v1 objects directly, not through kube-runtime's `Recorder`, which keeps
+//! every Event it wrote for six minutes to count repeats in a series: with a DisruptionBlocked event on each of
+//! 5,000 nodes that cache held 10 MiB or more of the controller's memory. Here only the key of each event, its
+//! object's name and its count are kept; a repeat within [`SERIES_WINDOW`] of the last one is a patch of that
+//! Event's `series` (count and last time), as the Kubernetes event libraries do, and a new Event otherwise.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::{
+    api::{core::v1::ObjectReference, events::v1::Event},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+};
 use karpenter_core::clock::Clock;
 use kube::{
-    Client,
-    runtime::events::{Event, EventType, Recorder, Reporter},
+    Api, Client,
+    api::{Patch, PatchParams, PostParams},
 };
+use serde_json::json;
 use tokio::sync::Mutex;
 
 /// How long an identical event is suppressed.
 pub const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
 
-/// Publishes events as `karpenter`, deduplicated (see the module documentation).
-pub struct DedupedRecorder {
-    recorder: Recorder,
-    clock: Arc<dyn Clock>,
-    /// (object uid or name, reason, message) to when it was last published.
-    published: Mutex<HashMap<(String, String, String), Timestamp>>,
-    /// The size at which expired entries are next dropped (doubling, so pruning costs O(1) per call overall).
-    prune_at: std::sync::atomic::AtomicUsize,
-}
+/// How long after its last occurrence an event is counted in its series rather than written anew (the
+/// Kubernetes event libraries' six minutes).
+pub const SERIES_WINDOW: Duration = Duration::from_secs(360);
+
+/// The reporting controller named on every event.
+const REPORTER: &str = "karpenter";
 
 /// The smallest size at which the deduplication map is pruned.
 const PRUNE_MIN: usize = 1024;
 
+/// An event written before: where it is and how often it happened.
+struct Written {
+    namespace: String,
+    name: String,
+    count: i32,
+    last: Timestamp,
+}
+
+/// Publishes events as `karpenter`, deduplicated (see the module documentation).
+pub struct DedupedRecorder {
+    client: Client,
+    clock: Arc<dyn Clock>,
+    /// (object uid or name, reason, message) to the Event written for it.
+    written: Mutex<HashMap<(String, String, String), Written>>,
+    /// The size at which expired entries are next dropped (doubling, so pruning costs O(1) per call overall).
+    prune_at: std::sync::atomic::AtomicUsize,
+}
+
+/// How an event is to be written.
+enum Write {
+    New,
+    /// One more in the series of the Event `name`, now `count` strong.
+    Repeat {
+        namespace: String,
+        name: String,
+        count: i32,
+    },
+}
+
 impl DedupedRecorder {
     pub fn new(client: Client, clock: Arc<dyn Clock>) -> Self {
-        let reporter = Reporter {
-            controller: "karpenter".into(),
-            instance: None,
-        };
         Self {
-            recorder: Recorder::new(client, reporter),
+            client,
             clock,
-            published: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
             prune_at: std::sync::atomic::AtomicUsize::new(PRUNE_MIN),
         }
     }
@@ -47,21 +79,15 @@ impl DedupedRecorder {
     /// Publishes a Warning on `regarding` unless the same was published within the window. Returns whether it
     /// was published. A failure to publish is logged, not returned: an event is never worth failing a pass for.
     pub async fn warn(&self, regarding: &ObjectReference, reason: &str, message: &str) -> bool {
-        self.publish(EventType::Warning, regarding, reason, message).await
+        self.publish("Warning", regarding, reason, message).await
     }
 
     /// Publishes a Normal event, as [`DedupedRecorder::warn`] does a Warning.
     pub async fn normal(&self, regarding: &ObjectReference, reason: &str, message: &str) -> bool {
-        self.publish(EventType::Normal, regarding, reason, message).await
+        self.publish("Normal", regarding, reason, message).await
     }
 
-    async fn publish(
-        &self,
-        type_: EventType,
-        regarding: &ObjectReference,
-        reason: &str,
-        message: &str,
-    ) -> bool {
+    async fn publish(&self, type_: &str, regarding: &ObjectReference, reason: &str, message: &str) -> bool {
         let now = self.clock.now();
         let object = regarding
             .uid
@@ -69,35 +95,222 @@ impl DedupedRecorder {
             .or_else(|| regarding.name.clone())
             .unwrap_or_default();
         let key = (object, reason.to_string(), message.to_string());
-        let window = SignedDuration::try_from(DEDUPE_WINDOW).unwrap_or(SignedDuration::MAX);
-        {
-            let mut published = self.published.lock().await;
-            if published
-                .get(&key)
-                .is_some_and(|at| now.duration_since(*at) < window)
-            {
-                return false;
-            }
-            published.insert(key, now);
+        let dedupe = SignedDuration::try_from(DEDUPE_WINDOW).unwrap_or(SignedDuration::MAX);
+        let series = SignedDuration::try_from(SERIES_WINDOW).unwrap_or(SignedDuration::MAX);
+        let write = {
+            let mut written = self.written.lock().await;
+            let write = match written.get(&key) {
+                Some(w) if now.duration_since(w.last) < dedupe => return false,
+                Some(w) if now.duration_since(w.last) < series => Write::Repeat {
+                    namespace: w.namespace.clone(),
+                    name: w.name.clone(),
+                    count: w.count + 1,
+                },
+                _ => Write::New,
+            };
             // Forget expired entries now and then, not on every call: a pass may report thousands of nodes.
-            if published.len() >= self.prune_at.load(std::sync::atomic::Ordering::Relaxed) {
-                published.retain(|_, at| now.duration_since(*at) < window);
+            if written.len() >= self.prune_at.load(std::sync::atomic::Ordering::Relaxed) {
+                written.retain(|_, w| now.duration_since(w.last) < series);
                 self.prune_at.store(
-                    (published.len() * 2).max(PRUNE_MIN),
+                    (written.len() * 2).max(PRUNE_MIN),
                     std::sync::atomic::Ordering::Relaxed,
                 );
             }
-        }
-        let event = Event {
-            type_,
-            reason: reason.to_string(),
-            note: Some(message.to_string()),
-            action: reason.to_string(),
-            secondary: None,
+            write
         };
-        if let Err(error) = self.recorder.publish(&event, regarding).await {
-            tracing::debug!(%error, reason, "publishing an event failed");
+        let outcome = match write {
+            Write::Repeat {
+                namespace,
+                name,
+                count,
+            } => match self.repeat(&namespace, &name, count, now).await {
+                // The Event expired or was deleted meanwhile: write it anew.
+                Err(kube::Error::Api(status)) if status.code == 404 => self
+                    .create(type_, regarding, reason, message, now)
+                    .await
+                    .map(|name| (namespace, name, 1)),
+                result => result.map(|()| (namespace, name, count)),
+            },
+            Write::New => {
+                let namespace = namespace_of(regarding);
+                self.create(type_, regarding, reason, message, now)
+                    .await
+                    .map(|name| (namespace, name, 1))
+            }
+        };
+        match outcome {
+            Ok((namespace, name, count)) => {
+                self.written.lock().await.insert(
+                    key,
+                    Written {
+                        namespace,
+                        name,
+                        count,
+                        last: now,
+                    },
+                );
+            }
+            Err(error) => tracing::debug!(%error, reason, "publishing an event failed"),
         }
         true
+    }
+
+    /// Writes a new Event and returns its name.
+    async fn create(
+        &self,
+        type_: &str,
+        regarding: &ObjectReference,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
+    ) -> Result<String, kube::Error> {
+        let event = new_event(type_, regarding, reason, message, now);
+        let namespace = event.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let created = api.create(&PostParams::default(), &event).await?;
+        Ok(created.metadata.name.unwrap_or_default())
+    }
+
+    /// Counts one more occurrence in the series of Event `name`.
+    async fn repeat(
+        &self,
+        namespace: &str,
+        name: &str,
+        count: i32,
+        now: Timestamp,
+    ) -> Result<(), kube::Error> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let patch = json!({"series": {"count": count, "lastObservedTime": MicroTime(now)}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(drop)
+    }
+}
+
+/// Where an event about `regarding` lives: its object's namespace, or `default` for a cluster-scoped object (as
+/// the Kubernetes event libraries file them).
+fn namespace_of(regarding: &ObjectReference) -> String {
+    regarding
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into())
+}
+
+/// The Event for one occurrence at `now`.
+fn new_event(type_: &str, regarding: &ObjectReference, reason: &str, message: &str, now: Timestamp) -> Event {
+    let object = regarding.name.as_deref().unwrap_or("event");
+    Event {
+        metadata: ObjectMeta {
+            // The name the Kubernetes event libraries give: the object's name and the time in hex nanoseconds.
+            name: Some(format!("{object}.{:x}", now.as_nanosecond())),
+            namespace: Some(namespace_of(regarding)),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(now)),
+        type_: Some(type_.into()),
+        reason: Some(reason.into()),
+        action: Some(reason.into()),
+        note: Some(message.into()),
+        regarding: Some(regarding.clone()),
+        reporting_controller: Some(REPORTER.into()),
+        reporting_instance: Some(REPORTER.into()),
+        ..Event::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use karpenter_sim::{ApiServer, VirtualClock};
+    use kube::api::ListParams;
+
+    use super::*;
+
+    fn node(name: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            ..ObjectReference::default()
+        }
+    }
+
+    /// (regarding name, type, reason, note, series count) of every event.
+    async fn events(client: &Client) -> Vec<(String, String, String, String, i32)> {
+        let mut out: Vec<_> = Api::<Event>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|e| {
+                (
+                    e.regarding.and_then(|r| r.name).unwrap_or_default(),
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                    e.series.map_or(1, |s| s.count),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeats_are_suppressed_for_two_minutes_then_counted_in_a_series_then_written_anew() {
+        let clock = VirtualClock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
+        let server = ApiServer::new(clock);
+        let client = server.client();
+        let recorder = DedupedRecorder::new(client.clone(), Arc::new(clock));
+        let n1 = node("n1");
+        let blocked = |count| {
+            (
+                "n1".to_string(),
+                "Warning".to_string(),
+                "DisruptionBlocked".to_string(),
+                "pdb prevents".to_string(),
+                count,
+            )
+        };
+
+        assert!(recorder.warn(&n1, "DisruptionBlocked", "pdb prevents").await);
+        assert!(
+            !recorder.warn(&n1, "DisruptionBlocked", "pdb prevents").await,
+            "suppressed"
+        );
+        assert!(
+            recorder
+                .normal(&node("n2"), "Unconsolidatable", "no cheaper node")
+                .await
+        );
+        assert_eq!(
+            events(&client).await,
+            [
+                blocked(1),
+                (
+                    "n2".to_string(),
+                    "Normal".to_string(),
+                    "Unconsolidatable".to_string(),
+                    "no cheaper node".to_string(),
+                    1
+                )
+            ]
+        );
+
+        // After the dedupe window but within the series window: the same Event counts twice.
+        tokio::time::advance(Duration::from_secs(150)).await;
+        assert!(recorder.warn(&n1, "DisruptionBlocked", "pdb prevents").await);
+        let listed = events(&client).await;
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[0], blocked(2));
+
+        // Long after: a new Event.
+        tokio::time::advance(Duration::from_secs(600)).await;
+        assert!(recorder.warn(&n1, "DisruptionBlocked", "pdb prevents").await);
+        let listed = events(&client).await;
+        assert_eq!(listed.len(), 3);
+        assert_eq!(listed[..2], [blocked(1), blocked(2)]);
     }
 }
