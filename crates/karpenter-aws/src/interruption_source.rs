@@ -30,7 +30,7 @@ use tokio::sync::{Mutex, watch};
 
 use crate::instance::{Ec2Instance, InstanceCache, get_instance};
 use crate::instance_types::CAPACITY_TYPE_SPOT;
-use crate::interruption::{InterruptionKind as MessageKind, InterruptionMessage};
+use crate::interruption::{InstanceState, InterruptionKind as MessageKind, InterruptionMessage};
 use crate::interruption_queue::{InterruptionQueue, LONG_POLL};
 use crate::unavailable_offerings::UnavailableOfferings;
 
@@ -73,7 +73,10 @@ pub fn event_kind(kind: &MessageKind) -> InterruptionKind {
         MessageKind::SpotInterruption { .. } => InterruptionKind::SpotInterruption,
         MessageKind::RebalanceRecommendation => InterruptionKind::Rebalance,
         MessageKind::ScheduledChange { .. } => InterruptionKind::ScheduledChange,
-        MessageKind::StateChange { .. } => InterruptionKind::StateChange,
+        MessageKind::StateChange { state } => match state {
+            InstanceState::Stopping | InstanceState::Stopped => InterruptionKind::InstanceStopping,
+            InstanceState::ShuttingDown | InstanceState::Terminated => InterruptionKind::InstanceTerminating,
+        },
         MessageKind::CapacityReservationInterruption { .. } => {
             InterruptionKind::CapacityReservationInterruption
         }
@@ -274,7 +277,6 @@ impl InterruptionSource for SqsInterruptionSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interruption::InstanceState;
 
     #[test]
     fn deleted_messages_and_their_time_in_the_queue_are_recorded() {
@@ -308,12 +310,14 @@ mod tests {
         assert_eq!(events[1].provider_id, "i-02");
         assert_eq!(events[0].kind, InterruptionKind::ScheduledChange);
         assert_eq!(events[0].at, message.time);
-        assert_eq!(
-            event_kind(&MessageKind::StateChange {
-                state: InstanceState::Stopping
-            }),
-            InterruptionKind::StateChange
-        );
+        for (state, kind) in [
+            (InstanceState::Stopping, InterruptionKind::InstanceStopping),
+            (InstanceState::Stopped, InterruptionKind::InstanceStopping),
+            (InstanceState::ShuttingDown, InterruptionKind::InstanceTerminating),
+            (InstanceState::Terminated, InterruptionKind::InstanceTerminating),
+        ] {
+            assert_eq!(event_kind(&MessageKind::StateChange { state }), kind, "{state:?}");
+        }
         assert_eq!(
             event_kind(&MessageKind::RebalanceRecommendation),
             InterruptionKind::Rebalance

@@ -99,8 +99,10 @@ pub enum InterruptionKind {
     Rebalance,
     /// Maintenance is scheduled for the instance.
     ScheduledChange,
-    /// The instance is stopping or terminated.
-    StateChange,
+    /// The instance is stopping or stopped.
+    InstanceStopping,
+    /// The instance is shutting down or terminated.
+    InstanceTerminating,
     /// The instance's capacity reservation is reclaiming it (an interruptible reservation or a capacity block
     /// ending): handled as a spot interruption is.
     CapacityReservationInterruption,

@@ -26,31 +26,34 @@ impl InterruptionEventText {
     }
 }
 
-/// The event a message of `kind` raises (a Warning, but the rebalance recommendation's Normal
-/// `SpotRebalanceRecommendation`); None for a state change, which upstream reports as `InstanceStopping` or
-/// `InstanceTerminating` while core's `InterruptionKind::StateChange` does not say which.
-pub fn kind_event(kind: InterruptionKind) -> Option<InterruptionEventText> {
+/// The event a message of `kind` raises: a Warning, but the rebalance recommendation's Normal
+/// `SpotRebalanceRecommendation`.
+pub fn kind_event(kind: InterruptionKind) -> InterruptionEventText {
     match kind {
-        InterruptionKind::SpotInterruption => Some(InterruptionEventText::both(
-            "SpotInterrupted",
-            "Spot interruption warning was triggered",
-        )),
-        InterruptionKind::ScheduledChange => Some(InterruptionEventText::both(
+        InterruptionKind::SpotInterruption => {
+            InterruptionEventText::both("SpotInterrupted", "Spot interruption warning was triggered")
+        }
+        InterruptionKind::ScheduledChange => InterruptionEventText::both(
             "InstanceUnhealthy",
             "An unhealthy warning was triggered for the instance",
-        )),
-        InterruptionKind::CapacityReservationInterruption => Some(InterruptionEventText::both(
+        ),
+        InterruptionKind::CapacityReservationInterruption => InterruptionEventText::both(
             "CapacityReservationInstanceInterrupted",
             "Capacity reservation interruption warning was triggered",
-        )),
-        InterruptionKind::Rebalance => Some(InterruptionEventText {
+        ),
+        InterruptionKind::Rebalance => InterruptionEventText {
             warning: false,
             ..InterruptionEventText::both(
                 "SpotRebalanceRecommendation",
                 "Spot rebalance recommendation was triggered",
             )
-        }),
-        InterruptionKind::StateChange => None,
+        },
+        InterruptionKind::InstanceStopping => {
+            InterruptionEventText::both("InstanceStopping", "Instance is stopping")
+        }
+        InterruptionKind::InstanceTerminating => {
+            InterruptionEventText::both("InstanceTerminating", "Instance is terminating")
+        }
     }
 }
 

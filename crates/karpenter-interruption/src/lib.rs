@@ -47,7 +47,7 @@ fn message_type(kind: InterruptionKind) -> &'static str {
         InterruptionKind::SpotInterruption => "spot_interrupted",
         InterruptionKind::Rebalance => "rebalance_recommendation",
         InterruptionKind::ScheduledChange => "scheduled_change",
-        InterruptionKind::StateChange => "instance_state_change",
+        InterruptionKind::InstanceStopping | InterruptionKind::InstanceTerminating => "instance_state_change",
         InterruptionKind::CapacityReservationInterruption => "capacity_reservation_interrupted",
     }
 }
@@ -125,9 +125,7 @@ impl InterruptionController {
         let Some(claim) = claim else {
             return Ok(Handled::NotOurs);
         };
-        if let Some(text) = kind_event(event.kind) {
-            self.publish(&claim, text).await;
-        }
+        self.publish(&claim, kind_event(event.kind)).await;
         if event.kind == InterruptionKind::Rebalance || claim.metadata.deletion_timestamp.is_some() {
             return Ok(Handled::Noted);
         }

@@ -1,5 +1,6 @@
 //! The interruption controller against the in-memory API server: the Kubernetes Events it raises on the
-//! NodeClaim and its Node for each kind of message, and when it deletes the NodeClaim.
+//! NodeClaim and its Node for each kind of message (spot and capacity reservation interruptions, rebalance
+//! recommendations, instances stopping or terminating), and when it deletes the NodeClaim.
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
@@ -208,6 +209,47 @@ async fn a_spot_interruption_raises_spot_interrupted_and_a_deleting_claim_still_
         [
             ("Node".to_string(), "Normal".to_string(), note.clone()),
             ("NodeClaim".to_string(), "Normal".to_string(), note),
+        ]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stopping_or_terminating_instance_raises_its_own_event_and_its_claim_is_deleted() -> TestResult {
+    let server = ApiServer::new(SystemClock);
+    let client = server.client();
+    let state = ClusterState::default();
+    let (stopping, _) = registered_claim(&client, &state, "stop-a", false).await?;
+    let (terminating, _) = registered_claim(&client, &state, "term-a", false).await?;
+    let controller = InterruptionController::new(client.clone(), state);
+
+    for (instance, kind, claim) in [
+        ("i-stop-a", InterruptionKind::InstanceStopping, "stop-a"),
+        ("i-term-a", InterruptionKind::InstanceTerminating, "term-a"),
+    ] {
+        let handled = controller.handle(&message(instance, kind)).await?;
+        assert_eq!(handled, Handled::Deleted(claim.into()), "{kind:?}");
+    }
+
+    let on_claims: Vec<(String, String, String)> = events(&client)
+        .await?
+        .into_iter()
+        .filter(|e| e[0] == "NodeClaim" && e[4] != "TerminatingOnInterruption")
+        .map(|e| (e[1].clone(), e[4].clone(), e[5].clone()))
+        .collect();
+    assert_eq!(
+        on_claims,
+        [
+            (
+                stopping.name_any(),
+                "InstanceStopping".to_string(),
+                "Instance is stopping".to_string()
+            ),
+            (
+                terminating.name_any(),
+                "InstanceTerminating".to_string(),
+                "Instance is terminating".to_string()
+            ),
         ]
     );
     Ok(())

@@ -125,7 +125,10 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
     seen.sort_by(|a, b| a.0.cmp(&b.0));
     let mut expected = vec![
         ("i-0000000000000000b".to_string(), InterruptionKind::Rebalance),
-        ("i-0000000000000000c".to_string(), InterruptionKind::StateChange),
+        (
+            "i-0000000000000000c".to_string(),
+            InterruptionKind::InstanceStopping,
+        ),
         (
             "i-0000000000000000d".to_string(),
             InterruptionKind::ScheduledChange,

@@ -20,7 +20,7 @@
 //!   (the instance dies outside Karpenter).
 //! - Interruptions: [`SimCloudProvider::schedule_interruption`] delivers an [`InterruptionEvent`] at a virtual
 //!   time to every [`SimCloudProvider::interruptions`] receiver; a spot interruption also terminates the instance
-//!   [`SimCloudOptions::spot_interruption_notice`] (2 minutes) later, with a `StateChange` event.
+//!   [`SimCloudOptions::spot_interruption_notice`] (2 minutes) later, with an `InstanceTerminating` event.
 //! - Accounting: [`SimCloudProvider::instances`], [`SimCloudProvider::launch_log`],
 //!   [`SimCloudProvider::cost_so_far`] (price per hour times running time, over virtual time),
 //!   [`SimCloudProvider::cost_per_hour_now`].
@@ -362,7 +362,7 @@ impl SimCloudProvider {
 
     /// Delivers an interruption for `provider_id` at `at` (at once if `at` has passed). A spot interruption
     /// terminates the instance [`SimCloudOptions::spot_interruption_notice`] later and then sends a
-    /// `StateChange`. Needs a tokio runtime.
+    /// an `InstanceTerminating`. Needs a tokio runtime.
     pub fn schedule_interruption(&self, provider_id: &str, kind: InterruptionKind, at: Timestamp) {
         let delay = at.duration_since(self.now()).max(SignedDuration::ZERO);
         let delay = Duration::try_from(delay).unwrap_or_default();
@@ -382,7 +382,7 @@ impl SimCloudProvider {
             let Some(shared) = weak.upgrade() else { return };
             let cloud = SimCloudProvider { shared };
             if cloud.terminate_instance(&provider_id) {
-                cloud.send(&provider_id, InterruptionKind::StateChange);
+                cloud.send(&provider_id, InterruptionKind::InstanceTerminating);
             }
         });
         let mut state = self.shared.state();

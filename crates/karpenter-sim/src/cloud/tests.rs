@@ -283,7 +283,10 @@ async fn interruptions_arrive_at_their_virtual_time() -> TestResult {
     let gone = events.recv().await?;
     assert_eq!(
         (gone.kind, gone.at),
-        (InterruptionKind::StateChange, t0 + SignedDuration::from_mins(12))
+        (
+            InterruptionKind::InstanceTerminating,
+            t0 + SignedDuration::from_mins(12)
+        )
     );
     assert_eq!(gone.provider_id, pid);
     assert!(cloud.get(&pid).await.is_err());
