@@ -17,8 +17,10 @@
 //!   PodDisruptionBudget (maxUnavailable 10% or minAvailable 80%); the other `pods_per_node - 2` pods of a node
 //!   come round-robin from the Deployments of its type, Running, with the fields a real pod has (see
 //!   `disrupt_workloads::kubectl_pod`). A Deployment's pods all request the same CPU, sized so a node's pods
-//!   use its whole allocatable CPU: no node can be emptied or replaced by a cheaper one, so every disruption
-//!   pass evaluates every node and changes nothing (a steady cluster).
+//!   use its whole allocatable CPU: no node can be emptied or replaced by a cheaper one of its own, so a
+//!   disruption pass evaluates every node and usually changes nothing (a steady cluster). Multi-node
+//!   consolidation may still, depending on the order of candidates of equal cost, find a group whose pods fit
+//!   one larger node once their DaemonSet pods and reserved capacity are no longer counted per node.
 //!
 //! [`pending`]: NodePools and pods that kube-scheduler has marked `PodScheduled=False`, `Unschedulable`, for
 //! the provisioning latency rows.
