@@ -9,7 +9,7 @@
 //! object's name and its count are kept; a repeat within [`SERIES_WINDOW`] of the last one is a patch of that
 //! Event's `series` (count and last time), as the Kubernetes event libraries do, and a new Event otherwise.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::{
@@ -25,11 +25,11 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 /// How long an identical event is suppressed.
-pub const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
+pub const DEDUPE_WINDOW: SignedDuration = SignedDuration::from_secs(120);
 
 /// How long after its last occurrence an event is counted in its series rather than written anew (the
 /// Kubernetes event libraries' six minutes).
-pub const SERIES_WINDOW: Duration = Duration::from_secs(360);
+pub const SERIES_WINDOW: SignedDuration = SignedDuration::from_secs(360);
 
 /// The reporting controller named on every event.
 const REPORTER: &str = "karpenter";
@@ -49,10 +49,15 @@ struct Written {
 pub struct DedupedRecorder {
     client: Client,
     clock: Arc<dyn Clock>,
+    written: Mutex<WrittenEvents>,
+}
+
+/// The events written within the series window.
+struct WrittenEvents {
     /// (object uid or name, reason, message) to the Event written for it.
-    written: Mutex<HashMap<(String, String, String), Written>>,
+    by_key: HashMap<(String, String, String), Written>,
     /// The size at which expired entries are next dropped (doubling, so pruning costs O(1) per call overall).
-    prune_at: std::sync::atomic::AtomicUsize,
+    prune_at: usize,
 }
 
 /// How an event is to be written.
@@ -71,8 +76,10 @@ impl DedupedRecorder {
         Self {
             client,
             clock,
-            written: Mutex::new(HashMap::new()),
-            prune_at: std::sync::atomic::AtomicUsize::new(PRUNE_MIN),
+            written: Mutex::new(WrittenEvents {
+                by_key: HashMap::new(),
+                prune_at: PRUNE_MIN,
+            }),
         }
     }
 
@@ -95,13 +102,11 @@ impl DedupedRecorder {
             .or_else(|| regarding.name.clone())
             .unwrap_or_default();
         let key = (object, reason.to_string(), message.to_string());
-        let dedupe = SignedDuration::try_from(DEDUPE_WINDOW).unwrap_or(SignedDuration::MAX);
-        let series = SignedDuration::try_from(SERIES_WINDOW).unwrap_or(SignedDuration::MAX);
         let write = {
             let mut written = self.written.lock().await;
-            let write = match written.get(&key) {
-                Some(w) if now.duration_since(w.last) < dedupe => return false,
-                Some(w) if now.duration_since(w.last) < series => Write::Repeat {
+            let write = match written.by_key.get(&key) {
+                Some(w) if now.duration_since(w.last) < DEDUPE_WINDOW => return false,
+                Some(w) if now.duration_since(w.last) < SERIES_WINDOW => Write::Repeat {
                     namespace: w.namespace.clone(),
                     name: w.name.clone(),
                     count: w.count + 1,
@@ -109,12 +114,11 @@ impl DedupedRecorder {
                 _ => Write::New,
             };
             // Forget expired entries now and then, not on every call: a pass may report thousands of nodes.
-            if written.len() >= self.prune_at.load(std::sync::atomic::Ordering::Relaxed) {
-                written.retain(|_, w| now.duration_since(w.last) < series);
-                self.prune_at.store(
-                    (written.len() * 2).max(PRUNE_MIN),
-                    std::sync::atomic::Ordering::Relaxed,
-                );
+            if written.by_key.len() >= written.prune_at {
+                written
+                    .by_key
+                    .retain(|_, w| now.duration_since(w.last) < SERIES_WINDOW);
+                written.prune_at = (written.by_key.len() * 2).max(PRUNE_MIN);
             }
             write
         };
@@ -140,7 +144,7 @@ impl DedupedRecorder {
         };
         match outcome {
             Ok((namespace, name, count)) => {
-                self.written.lock().await.insert(
+                self.written.lock().await.by_key.insert(
                     key,
                     Written {
                         namespace,
@@ -221,6 +225,8 @@ fn new_event(type_: &str, regarding: &ObjectReference, reason: &str, message: &s
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use karpenter_sim::{ApiServer, VirtualClock};
     use kube::api::ListParams;
 
