@@ -75,6 +75,19 @@ macro_rules! unlabelled {
 }
 unlabelled!(Counter, prometheus_client::metrics::gauge::Gauge);
 
+impl Describe for crate::node_gauges::NodeResourceGauge {
+    fn kind() -> MetricType {
+        MetricType::Gauge
+    }
+
+    fn label_names() -> Vec<String> {
+        crate::node_gauges::NODE_LABEL_NAMES
+            .iter()
+            .map(|n| (*n).to_string())
+            .collect()
+    }
+}
+
 /// Registers metrics and remembers their descriptors.
 #[derive(Default)]
 pub(crate) struct Builder {

@@ -144,23 +144,6 @@ pub struct ResourceTypeLabels {
     pub resource_type: String,
 }
 
-/// Per-node gauges: the well-known labels upstream exports, the node's name and the resource.
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodeResourceLabels {
-    pub node_name: String,
-    pub nodepool: String,
-    pub zone: String,
-    pub instance_type: String,
-    pub capacity_type: String,
-    pub arch: String,
-    pub os: String,
-    /// `Ready`, `NotReady`, `Unknown`.
-    pub phase: String,
-    /// `true` when Karpenter manages the node.
-    pub managed: String,
-    pub resource_type: String,
-}
-
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaderLabels {
     pub name: String,

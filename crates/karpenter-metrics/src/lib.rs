@@ -8,10 +8,12 @@
 
 mod describe;
 mod labels;
+mod node_gauges;
 mod registry;
 
 pub use describe::Descriptor;
 pub use labels::*;
+pub use node_gauges::{NODE_LABEL_NAMES, NodeResourceGauge, NodeSeries};
 pub use registry::{Metrics, ReconcileTimer, metrics};
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.

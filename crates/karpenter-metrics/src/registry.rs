@@ -14,6 +14,7 @@ use prometheus_client::{
 use crate::{
     describe::{Builder, Descriptor},
     labels::*,
+    node_gauges::NodeResourceGauge,
 };
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -89,8 +90,8 @@ pub struct Metrics {
     pub cluster_state_synced: Gauge,
     pub nodepools_usage: Family<NodePoolResourceLabels, FloatGauge>,
     pub nodepools_limit: Family<NodePoolResourceLabels, FloatGauge>,
-    pub nodes_allocatable: Family<NodeResourceLabels, FloatGauge>,
-    pub nodes_total_pod_requests: Family<NodeResourceLabels, FloatGauge>,
+    pub nodes_allocatable: NodeResourceGauge,
+    pub nodes_total_pod_requests: NodeResourceGauge,
     pub cluster_utilization_percent: Family<ResourceTypeLabels, FloatGauge>,
     pub reconcile_total: Family<ReconcileLabels, Counter>,
     pub reconcile_errors: Family<ControllerLabels, Counter>,
@@ -154,8 +155,8 @@ impl Metrics {
             cluster_state_synced: Gauge::default(),
             nodepools_usage: Family::default(),
             nodepools_limit: Family::default(),
-            nodes_allocatable: Family::default(),
-            nodes_total_pod_requests: Family::default(),
+            nodes_allocatable: NodeResourceGauge::default(),
+            nodes_total_pod_requests: NodeResourceGauge::default(),
             cluster_utilization_percent: Family::default(),
             reconcile_total: Family::default(),
             reconcile_errors: Family::default(),

@@ -1,11 +1,14 @@
 //! Gauges that describe the cluster as the state cache sees it, recomputed just before each scrape: nodes and
 //! their allocatable and pod requests, NodePool usage and limits, cluster utilization, cache sync.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+};
 
 use k8s_openapi::api::core::v1::Node;
 use karpenter_core::resources::{ResourceId, ResourceTable, Resources, pod_requests};
-use karpenter_metrics::{NodePoolResourceLabels, NodeResourceLabels, ResourceTypeLabels, metrics};
+use karpenter_metrics::{NodePoolResourceLabels, NodeSeries, ResourceTypeLabels, metrics};
 use karpenter_state::ClusterState;
 use kube::ResourceExt;
 
@@ -27,6 +30,21 @@ fn phase(node: &Node) -> &'static str {
         Some("True") => "Ready",
         Some("False") => "NotReady",
         _ => "Unknown",
+    }
+}
+
+/// Label values many series repeat (a zone, an instance type, a resource name), held once per refresh.
+#[derive(Default)]
+struct SharedStrings(HashSet<Arc<str>>);
+
+impl SharedStrings {
+    fn get(&mut self, value: &str) -> Arc<str> {
+        if let Some(v) = self.0.get(value) {
+            return Arc::clone(v);
+        }
+        let v: Arc<str> = Arc::from(value);
+        self.0.insert(Arc::clone(&v));
+        v
     }
 }
 
@@ -61,14 +79,13 @@ pub fn refresh(state: &ClusterState) {
         }
     }
 
-    m.nodes_allocatable.clear();
-    m.nodes_total_pod_requests.clear();
+    let mut shared = SharedStrings::default();
+    let (mut allocatable_series, mut requests_series) = (Vec::new(), Vec::new());
     let mut pool_usage: BTreeMap<String, Resources> = BTreeMap::new();
     let (mut managed_allocatable, mut managed_requests) = (Resources::zero(), Resources::zero());
     for node in &nodes {
         let labels = node.labels();
-        let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
-        let nodepool = label("karpenter.sh/nodepool");
+        let nodepool = labels.get("karpenter.sh/nodepool").map_or("", String::as_str);
         let status = node.status.as_ref();
         let read =
             |list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
@@ -78,39 +95,56 @@ pub fn refresh(state: &ClusterState) {
             };
         let allocatable = read(status.and_then(|s| s.allocatable.as_ref()), &mut table);
         let capacity = read(status.and_then(|s| s.capacity.as_ref()), &mut table);
+        let name = node.name_any();
         let used = requests
-            .get(node.name_any().as_str())
+            .get(name.as_str())
             .cloned()
             .unwrap_or_else(Resources::zero);
         if !nodepool.is_empty() {
             pool_usage
-                .entry(nodepool.clone())
+                .entry(nodepool.to_string())
                 .or_insert_with(Resources::zero)
                 .add_assign(&capacity);
             managed_allocatable.add_assign(&allocatable);
             managed_requests.add_assign(&used);
         }
-        let series = |resource_type: String| NodeResourceLabels {
-            node_name: node.name_any(),
-            nodepool: nodepool.clone(),
-            zone: label("topology.kubernetes.io/zone"),
-            instance_type: label("node.kubernetes.io/instance-type"),
-            capacity_type: label("karpenter.sh/capacity-type"),
-            arch: label("kubernetes.io/arch"),
-            os: label("kubernetes.io/os"),
-            phase: phase(node).into(),
-            managed: (!nodepool.is_empty()).to_string(),
-            resource_type,
+        let mut label = |key: &str| shared.get(labels.get(key).map_or("", String::as_str));
+        let node_labels = [
+            Arc::<str>::from(name),
+            label("karpenter.sh/nodepool"),
+            label("topology.kubernetes.io/zone"),
+            label("node.kubernetes.io/instance-type"),
+            label("karpenter.sh/capacity-type"),
+            label("kubernetes.io/arch"),
+            label("kubernetes.io/os"),
+            shared.get(phase(node)),
+            shared.get(if nodepool.is_empty() { "false" } else { "true" }),
+        ];
+        let mut values = |resources: &Resources| -> Vec<(Arc<str>, f64)> {
+            resources
+                .iter()
+                .map(|(id, milli)| {
+                    let (name, value) = resource_value(&table, id, milli);
+                    (shared.get(&name), value)
+                })
+                .collect()
         };
-        for (id, milli) in allocatable.iter() {
-            let (name, value) = resource_value(&table, id, milli);
-            m.nodes_allocatable.get_or_create(&series(name)).set(value);
+        let (allocatable_values, used_values) = (values(&allocatable), values(&used));
+        if !allocatable_values.is_empty() {
+            allocatable_series.push(NodeSeries {
+                labels: node_labels.clone(),
+                values: allocatable_values,
+            });
         }
-        for (id, milli) in used.iter() {
-            let (name, value) = resource_value(&table, id, milli);
-            m.nodes_total_pod_requests.get_or_create(&series(name)).set(value);
+        if !used_values.is_empty() {
+            requests_series.push(NodeSeries {
+                labels: node_labels,
+                values: used_values,
+            });
         }
     }
+    m.nodes_allocatable.replace(allocatable_series);
+    m.nodes_total_pod_requests.replace(requests_series);
 
     m.nodepools_usage.clear();
     m.nodepools_limit.clear();
@@ -150,5 +184,102 @@ pub fn refresh(state: &ClusterState) {
                 resource_type: table.name(id).to_string(),
             })
             .set(percent);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use karpenter_sim::{ApiServer, VirtualClock};
+    use karpenter_state::Watched;
+    use kube::{
+        Api,
+        api::{DeleteParams, PostParams},
+    };
+    use serde_json::json;
+
+    use super::*;
+
+    type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+    async fn eventually(what: &str, mut check: impl FnMut() -> bool) -> Result<(), String> {
+        for _ in 0..500 {
+            if check() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err(format!("{what}: not within 5s"))
+    }
+
+    #[tokio::test]
+    async fn node_gauges_follow_the_cache_and_drop_deleted_nodes() -> TestResult {
+        let server = ApiServer::new(VirtualClock::starting_at(jiff::Timestamp::UNIX_EPOCH));
+        let client = server.client();
+        let nodes: Api<Node> = Api::all(client.clone());
+        for (name, pool) in [("managed-1", Some("default")), ("unmanaged-1", None)] {
+            let mut labels =
+                json!({"topology.kubernetes.io/zone": "us-east-1a", "kubernetes.io/arch": "amd64"});
+            if let Some(pool) = pool {
+                labels["karpenter.sh/nodepool"] = json!(pool);
+            }
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": labels},
+                "status": {"allocatable": {"cpu": "1930m", "memory": "7Gi", "pods": "29"},
+                    "capacity": {"cpu": "2", "memory": "8Gi", "pods": "29"},
+                    "conditions": [{"type": "Ready", "status": "True"}]},
+            }))?;
+            nodes.create(&PostParams::default(), &node).await?;
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"nodeName": "managed-1", "containers": [{"name": "app", "resources": {"requests": {"cpu": "500m"}}}]},
+            "status": {"phase": "Running"},
+        }))?;
+        Api::<Pod>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &pod)
+            .await?;
+
+        let state = ClusterState::new(Watched::default());
+        let watching = tokio::spawn({
+            let (state, client) = (state.clone(), client.clone());
+            async move { state.watch(client).await }
+        });
+        eventually("synced", || {
+            state.synced() && state.nodes.len() == 2 && state.pods.len() == 1
+        })
+        .await?;
+
+        refresh(&state);
+        let m = metrics();
+        assert_eq!(m.nodes_allocatable.get("managed-1", "cpu"), Some(1.93));
+        assert_eq!(m.nodes_allocatable.get("unmanaged-1", "pods"), Some(29.0));
+        assert_eq!(m.nodes_total_pod_requests.get("managed-1", "cpu"), Some(0.5));
+        assert_eq!(
+            m.nodes_total_pod_requests.get("unmanaged-1", "cpu"),
+            None,
+            "no pod, no series"
+        );
+        let text = m.encode();
+        assert!(
+            text.contains("karpenter_nodes_allocatable{node_name=\"managed-1\",nodepool=\"default\",zone=\"us-east-1a\",instance_type=\"\",capacity_type=\"\",arch=\"amd64\",os=\"\",phase=\"Ready\",managed=\"true\",resource_type=\"cpu\"} 1.93"),
+            "{text}"
+        );
+        assert!(text.contains("node_name=\"unmanaged-1\",nodepool=\"\""), "{text}");
+        assert!(text.contains("managed=\"false\""), "{text}");
+
+        nodes.delete("managed-1", &DeleteParams::default()).await?;
+        eventually("node gone from the cache", || state.nodes.len() == 1).await?;
+        refresh(&state);
+        assert_eq!(
+            m.nodes_allocatable.get("managed-1", "cpu"),
+            None,
+            "a deleted node's series go"
+        );
+        assert!(!m.encode().contains("node_name=\"managed-1\""));
+        watching.abort();
+        Ok(())
     }
 }
