@@ -32,6 +32,9 @@ pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// Labels every Node this provider creates (how `list` finds them).
 pub const KWOK_LABEL: &str = "karpenter.sh/kwok";
 
+/// Nodes per list request.
+const LIST_PAGE: u32 = 500;
+
 /// See the module documentation.
 pub struct KwokCloudProvider {
     offerings: SimCloudProvider,
@@ -190,17 +193,26 @@ impl CloudProvider for KwokCloudProvider {
     }
 
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
-        let nodes = self
-            .nodes
-            .list(&ListParams::default().labels(&format!("{KWOK_LABEL}=true")))
-            .await
-            .map_err(transient)?;
-        nodes
-            .items
-            .iter()
-            .filter(|n| n.metadata.deletion_timestamp.is_none())
-            .map(as_claim)
-            .collect()
+        // Page by page: a cluster of thousands of Nodes is otherwise one response body and every Node decoded at
+        // once, tens of MiB the controller's memory would peak on each garbage collection.
+        let mut params = ListParams::default()
+            .labels(&format!("{KWOK_LABEL}=true"))
+            .limit(LIST_PAGE);
+        let mut claims = Vec::new();
+        loop {
+            let page = self.nodes.list(&params).await.map_err(transient)?;
+            for node in page
+                .items
+                .iter()
+                .filter(|n| n.metadata.deletion_timestamp.is_none())
+            {
+                claims.push(as_claim(node)?);
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(claims),
+            }
+        }
     }
 
     async fn instance_types(
@@ -270,6 +282,37 @@ mod tests {
         kwok.delete(&launched).await?;
         assert!(kwok.get(&provider_id).await.is_err_and(|e| e.is_not_found()));
         assert!(kwok.delete(&launched).await.is_err_and(|e| e.is_not_found()));
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn list_reads_every_page_of_nodes() -> TestResult {
+        let catalog = CatalogFile::from_json_str(include_str!("../tests/fixtures/catalog.json"))?;
+        let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
+        let server = ApiServer::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
+        let nodes: Api<Node> = Api::all(server.client());
+        let count = 2 * LIST_PAGE as usize + 1;
+        for i in 0..count {
+            let node: Node = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("i-{i:05}"),
+                    "labels": {KWOK_LABEL: "true", "karpenter.sh/nodeclaim": format!("claim-{i:05}")}},
+                "spec": {"providerID": format!("kwok://us-east-1a/i-{i:05}")},
+            }))?;
+            nodes.create(&PostParams::default(), &node).await?;
+        }
+        // A Node without the label is not an instance of this cloud.
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": "other"}}))?,
+            )
+            .await?;
+        let kwok = KwokCloudProvider::new(server.client(), catalog, clock);
+        let listed = kwok.list().await?;
+        assert_eq!(listed.len(), count, "every page is read");
+        let names: std::collections::BTreeSet<String> = listed.iter().map(|c| c.name_any()).collect();
+        assert_eq!(names.len(), count, "no Node is listed twice");
+        assert!(names.contains("claim-01000"));
         Ok(())
     }
 }
