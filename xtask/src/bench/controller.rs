@@ -30,6 +30,7 @@ use std::{
     collections::BTreeMap,
     fs,
     net::{Ipv4Addr, SocketAddr, TcpListener},
+    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command},
     sync::Arc,
@@ -51,7 +52,7 @@ use karpenter_provisioner::{
 use karpenter_sim::{ApiServer, KwokCloudProvider};
 use karpenter_state::{ClusterState, Watched};
 use nix::{
-    sys::signal::{Signal, kill},
+    sys::signal::{Signal, killpg},
     unistd::Pid,
 };
 use serde_json::{Value, json};
@@ -276,10 +277,11 @@ impl Controller {
         self.child.id()
     }
 
-    /// SIGINT (the binary stops its controllers and exits), SIGKILL after [`STOP_TIMEOUT`].
+    /// SIGINT (the binary stops its controllers and exits), SIGKILL after [`STOP_TIMEOUT`]. Both go to the
+    /// child's process group, so a profiling wrapper's controller gets them too.
     fn stop(mut self) -> Result<()> {
         let pid = i32::try_from(self.child.id()).context("pid")?;
-        let _ = kill(Pid::from_raw(pid), Signal::SIGINT);
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGINT);
         let deadline = Instant::now() + STOP_TIMEOUT;
         while Instant::now() < deadline {
             if self.child.try_wait()?.is_some() {
@@ -295,7 +297,14 @@ impl Controller {
 impl Drop for Controller {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
+            match i32::try_from(self.child.id()) {
+                Ok(pid) => {
+                    let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+                Err(_) => {
+                    let _ = self.child.kill();
+                }
+            }
         }
         let _ = self.child.wait();
     }
@@ -435,6 +444,8 @@ fn spawn_controller(karpenter: &Path, kubeconfig: &Path, metrics: u16, probes: u
         .args(["--health-probe-port", &probes.to_string()])
         .stdout(log.try_clone()?)
         .stderr(log)
+        // Its own process group: stopping it stops a wrapper's child too (see `Controller::stop`).
+        .process_group(0)
         .spawn()
         .with_context(|| format!("cannot run {}", karpenter.display()))?;
     Ok(Controller { child })
