@@ -49,8 +49,8 @@ async fn registered_claim(
     let node = Api::<Node>::all(client.clone())
         .create(&PostParams::default(), &node)
         .await?;
-    state.node_claims.apply(name.to_string(), claim.clone());
-    state.nodes.apply(node.name_any(), node.clone());
+    state.node_claims.apply(claim.clone());
+    state.nodes.apply(node.clone());
     Ok((claim, node))
 }
 
@@ -166,7 +166,7 @@ async fn a_spot_interruption_raises_spot_interrupted_and_a_deleting_claim_still_
     assert!(deleting.metadata.deletion_timestamp.is_some());
     let mut cached = deleting;
     cached.status = claim.status.clone();
-    state.node_claims.apply("spot-a".into(), cached);
+    state.node_claims.apply(cached);
     let second = controller
         .handle(&message(
             "i-spot-a",

@@ -24,7 +24,7 @@ use karpenter_core::snapshot::{CompactPod, PodSharing, Snapshot};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::{ProjectedStore, reflect};
+use crate::{Keyed, ProjectedStore, reflect};
 
 /// Which optional kinds to watch (their CRDs may not be installed, or their feature gate is off).
 #[derive(Debug, Clone, Copy, Default)]
@@ -120,7 +120,7 @@ type Watch = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// Watches every object of kind `K` in the cluster into `store`, without managedFields.
 fn watch_all<K>(client: &Client, store: &ProjectedStore<K>, kind: &'static str) -> Watch
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Keyed + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     Box::pin(reflect(
         Api::<K>::all(client.clone()),
@@ -201,7 +201,7 @@ impl ClusterState {
     /// The cluster as it is now, for one decision. Pods, Nodes and NodeClaims are shared with the cache (pointer
     /// copies); the other kinds, far fewer, are cloned.
     pub fn snapshot(&self) -> Snapshot {
-        fn owned<T: Clone>(store: &ProjectedStore<T>) -> Vec<T> {
+        fn owned<T: Clone + Keyed>(store: &ProjectedStore<T>) -> Vec<T> {
             store.all().iter().map(|o| T::clone(o)).collect()
         }
         Snapshot {

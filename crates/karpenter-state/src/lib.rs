@@ -15,10 +15,11 @@
 mod cluster_state;
 mod error;
 pub mod events;
+mod keyed;
 mod projected_store;
 mod reflect;
 
 pub use cluster_state::{ClusterState, Watched};
 pub use error::StateError;
-pub use projected_store::{ObjectKey, ProjectedStore};
+pub use projected_store::{Keyed, ObjectKey, ProjectedStore};
 pub use reflect::reflect;

@@ -9,7 +9,7 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::{ObjectKey, ProjectedStore, StateError};
+use crate::{Keyed, ObjectKey, ProjectedStore, StateError};
 
 /// `namespace/name`, or `name` for a cluster-scoped object.
 pub(crate) fn key_of<K: Resource>(obj: &K) -> ObjectKey {
@@ -26,14 +26,15 @@ pub async fn reflect<K, P>(api: Api<K>, store: ProjectedStore<P>, kind: &'static
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     K::DynamicType: Default,
+    P: Keyed,
 {
     let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Init) => store.relist_start(),
-            Ok(watcher::Event::InitApply(obj)) => store.relist_item(key_of(&obj), project(obj)),
+            Ok(watcher::Event::InitApply(obj)) => store.relist_item(project(obj)),
             Ok(watcher::Event::InitDone) => store.relist_done(),
-            Ok(watcher::Event::Apply(obj)) => store.apply(key_of(&obj), project(obj)),
+            Ok(watcher::Event::Apply(obj)) => store.apply(project(obj)),
             Ok(watcher::Event::Delete(obj)) => store.delete(&key_of(&obj)),
             Err(source) => {
                 let error = StateError::Watch { kind, source };
