@@ -98,6 +98,15 @@ pub(crate) struct Builder {
 impl Builder {
     /// Registers `metric` as `name` (a counter's name without `_total`: the encoder adds it).
     pub(crate) fn add<M: Describe>(&mut self, name: &'static str, help: &'static str, metric: &M) {
+        self.describe::<M>(name, help);
+        // The registry ends every help text with a period itself.
+        self.registry
+            .register(name, help.strip_suffix('.').unwrap_or(help), metric.clone());
+    }
+
+    /// Lists `name` among the exported metrics without registering it: for a metric the `/metrics` handler
+    /// writes itself (the per-node gauges, streamed).
+    pub(crate) fn describe<M: Describe>(&mut self, name: &'static str, help: &'static str) {
         let kind = M::kind();
         let exported = if matches!(kind, MetricType::Counter) {
             format!("{name}_total")
@@ -115,6 +124,5 @@ impl Builder {
             help,
             labels: M::label_names(),
         });
-        self.registry.register(name, help, metric.clone());
     }
 }

@@ -9,7 +9,7 @@ use std::{
 };
 
 use prometheus_client::{
-    encoding::text::encode,
+    encoding::text::encode_registry,
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
@@ -22,6 +22,16 @@ use crate::{
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Name and help of the per-node gauges, which [`Metrics::encode_chunks`] writes itself.
+const NODES_ALLOCATABLE: (&str, &str) = (
+    "karpenter_nodes_allocatable",
+    "Node allocatable, by node and resource type.",
+);
+const NODES_TOTAL_POD_REQUESTS: (&str, &str) = (
+    "karpenter_nodes_total_pod_requests",
+    "Sum of the requests of the pods bound to a node, by node and resource type.",
+);
 
 /// Controller-runtime style duration buckets, 5 ms to 10 minutes.
 const DURATION_BUCKETS: [f64; 20] = [
@@ -54,7 +64,7 @@ fn batch_size_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     descriptors: Vec<Descriptor>,
-    /// The length of the last [`Metrics::encode`] output.
+    /// The length of the registry's part of the last scrape (see [`Metrics::encode_chunks`]).
     last_encoded_len: AtomicUsize,
     pub build_info: Family<BuildInfoLabels, Gauge>,
     pub nodeclaims_created: Family<NodeClaimCreatedLabels, Counter>,
@@ -335,16 +345,9 @@ impl Metrics {
             "The nodepool's limits, by nodepool and resource type.",
             &m.nodepools_limit,
         );
-        b.add(
-            "karpenter_nodes_allocatable",
-            "Node allocatable, by node and resource type.",
-            &m.nodes_allocatable,
-        );
-        b.add(
-            "karpenter_nodes_total_pod_requests",
-            "Sum of the requests of the pods bound to a node, by node and resource type.",
-            &m.nodes_total_pod_requests,
-        );
+        // Written by `encode_chunks` itself, streamed, not through the registry.
+        b.describe::<NodeResourceGauge>(NODES_ALLOCATABLE.0, NODES_ALLOCATABLE.1);
+        b.describe::<NodeResourceGauge>(NODES_TOTAL_POD_REQUESTS.0, NODES_TOTAL_POD_REQUESTS.1);
         b.add("karpenter_cluster_utilization_percent", "Requests of bound pods as a percentage of the allocatable of Karpenter's nodes, by resource type.", &m.cluster_utilization_percent);
         b.add(
             "controller_runtime_reconcile",
@@ -380,14 +383,29 @@ impl Metrics {
 
     /// The OpenMetrics text of every metric ([`crate::CONTENT_TYPE`]).
     pub fn encode(&self) -> String {
-        // Sized from the last scrape, plus room to grow: at 5,000 nodes the text is over 10 MB, and growing a
-        // String by doubling would hold the old and the new buffer at once and keep up to twice what it needs.
+        self.encode_chunks().collect()
+    }
+
+    /// The same text as [`Metrics::encode`], in pieces a response can stream: the registry's metrics, then the
+    /// per-node gauges a few hundred nodes at a time (at 5,000 nodes they are most of a 10 MB exposition), then
+    /// `# EOF`. The gauges are written from the tables as they were when this was called.
+    pub fn encode_chunks(&self) -> impl Iterator<Item = String> + Send + '_ {
+        // Sized from the last scrape, plus room to grow, rather than grown by doubling.
         let expected = self.last_encoded_len.load(Ordering::Relaxed);
-        let mut out = String::with_capacity(expected + expected / 8);
+        let mut head = String::with_capacity(expected + expected / 8);
         // Writing into a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
-        self.last_encoded_len.store(out.len(), Ordering::Relaxed);
-        out
+        let _ = encode_registry(&mut head, &self.registry);
+        self.last_encoded_len.store(head.len(), Ordering::Relaxed);
+        let allocatable = self
+            .nodes_allocatable
+            .text(NODES_ALLOCATABLE.0, NODES_ALLOCATABLE.1);
+        let requests = self
+            .nodes_total_pod_requests
+            .text(NODES_TOTAL_POD_REQUESTS.0, NODES_TOTAL_POD_REQUESTS.1);
+        std::iter::once(head)
+            .chain(allocatable)
+            .chain(requests)
+            .chain(std::iter::once("# EOF\n".to_string()))
     }
 
     /// Starts timing one reconciliation of `controller`; the guard records its count and duration when dropped,

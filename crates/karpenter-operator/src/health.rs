@@ -4,7 +4,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use axum::{Router, extract::State, http::StatusCode, http::header, routing::get};
+use axum::{Router, body::Body, extract::State, http::StatusCode, http::header, routing::get};
 use karpenter_state::ClusterState;
 use tokio::net::TcpListener;
 
@@ -32,9 +32,14 @@ pub fn metrics_router(state: Option<ClusterState>) -> Router {
                 if let Some(state) = &state {
                     state_metrics::refresh(state);
                 }
+                // Streamed: at 5,000 nodes the per-node gauges are about 10 MB of text, written a chunk at a
+                // time as the client reads rather than into one buffer first.
+                let chunks = karpenter_metrics::metrics()
+                    .encode_chunks()
+                    .map(Ok::<_, std::convert::Infallible>);
                 (
                     [(header::CONTENT_TYPE, karpenter_metrics::CONTENT_TYPE)],
-                    karpenter_metrics::metrics().encode(),
+                    Body::from_stream(futures::stream::iter(chunks)),
                 )
             }),
         )

@@ -46,11 +46,25 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((code, body))
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let chunked = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
+    Some((code, if chunked { dechunk(body)? } else { body.to_string() }))
+}
+
+/// The body of a `Transfer-Encoding: chunked` response (a streamed one, as /metrics is).
+fn dechunk(mut body: &str) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(rest.get(..size)?);
+        body = rest.get(size..)?.strip_prefix("\r\n")?;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,12 +174,19 @@ async fn the_controller_leads_serves_probes_and_metrics_and_launches_for_pending
         "karpenter_cluster_state_synced 1",
         r#"karpenter_cloudprovider_duration_seconds_count{controller="nodeclaim.lifecycle",method="Create",provider="kwok"}"#,
         r#"controller_runtime_reconcile_total{controller="provisioner",result="success"}"#,
+        // The per-node gauges, streamed after the registry's metrics.
+        "# TYPE karpenter_nodes_allocatable gauge",
+        r#"karpenter_nodes_allocatable{node_name=""#,
     ] {
         assert!(
             metrics.contains(expected),
             "{expected} missing from /metrics:\n{metrics}"
         );
     }
+    assert!(
+        metrics.ends_with("# EOF\n"),
+        "the exposition is complete:\n{metrics}"
+    );
     let _ = std::fs::remove_file(&kubeconfig);
     http.shutdown().await;
 }
