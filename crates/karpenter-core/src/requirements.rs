@@ -39,11 +39,18 @@ pub struct Requirement {
     /// `true`: the allowed values are everything except `values` (and within the bounds).
     complement: bool,
     values: SymbolSet,
-    /// Inclusive lower bound on integer values.
-    gte: Option<i64>,
-    /// Inclusive upper bound on integer values.
-    lte: Option<i64>,
+    /// Inclusive lower and upper bounds on integer values (`Gt`, `Lt`, `Gte`, `Lte`), boxed because few
+    /// requirements have any: a node's forty-odd labels each become a requirement, so every byte here counts
+    /// thousands of times over in a large cluster (this keeps a requirement at 48 bytes rather than 72).
+    bounds: Option<Box<Bounds>>,
     min_values: Option<u32>,
+}
+
+/// See [`Requirement::lower_bound`] and [`Requirement::upper_bound`]; at least one is set.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Bounds {
+    gte: Option<i64>,
+    lte: Option<i64>,
 }
 
 impl Requirement {
@@ -118,8 +125,7 @@ impl Requirement {
             key,
             complement,
             values,
-            gte,
-            lte,
+            bounds: boxed_bounds(gte, lte),
             min_values: None,
         }
     }
@@ -144,12 +150,12 @@ impl Requirement {
 
     /// Inclusive lower bound on integer values, if any.
     pub fn lower_bound(&self) -> Option<i64> {
-        self.gte
+        self.bounds.as_ref().and_then(|b| b.gte)
     }
 
     /// Inclusive upper bound on integer values, if any.
     pub fn upper_bound(&self) -> Option<i64> {
-        self.lte
+        self.bounds.as_ref().and_then(|b| b.lte)
     }
 
     /// The set operator this requirement amounts to, as upstream reports it: bounds count as `Exists`
@@ -182,7 +188,8 @@ impl Requirement {
     /// Whether `value` is allowed.
     #[inline]
     pub fn has(&self, value: Symbol) -> bool {
-        self.values.contains(value) != self.complement && within(value, self.gte, self.lte)
+        self.values.contains(value) != self.complement
+            && within(value, self.lower_bound(), self.upper_bound())
     }
 
     /// Whether a value given as a string is allowed, without interning it.
@@ -192,10 +199,11 @@ impl Requirement {
             // A string never interned is in no listed set, so only a complement can allow it.
             None => {
                 self.complement
-                    && ((self.gte.is_none() && self.lte.is_none())
+                    && ((self.lower_bound().is_none() && self.upper_bound().is_none())
                         || interner::canonical_small_int(value).is_some_and(|n| {
                             let n = i64::from(n);
-                            self.gte.is_none_or(|g| n >= g) && self.lte.is_none_or(|l| n <= l)
+                            self.lower_bound().is_none_or(|g| n >= g)
+                                && self.upper_bound().is_none_or(|l| n <= l)
                         }))
             }
         }
@@ -213,8 +221,8 @@ impl Requirement {
     pub fn intersection(&self, other: &Self) -> Self {
         debug_assert_eq!(self.key, other.key, "intersecting requirements on different keys");
         let complement = self.complement && other.complement;
-        let gte = max_opt(self.gte, other.gte);
-        let lte = min_opt(self.lte, other.lte);
+        let gte = max_opt(self.lower_bound(), other.lower_bound());
+        let lte = min_opt(self.upper_bound(), other.upper_bound());
         let min_values = max_opt(self.min_values, other.min_values);
         if let (Some(g), Some(l)) = (gte, lte)
             && g > l
@@ -237,16 +245,15 @@ impl Requirement {
             key: self.key,
             complement,
             values,
-            gte,
-            lte,
+            bounds: boxed_bounds(gte, lte),
             min_values,
         }
     }
 
     /// Whether some value is allowed by both, without building the intersection.
     pub fn has_intersection(&self, other: &Self) -> bool {
-        let gte = max_opt(self.gte, other.gte);
-        let lte = min_opt(self.lte, other.lte);
+        let gte = max_opt(self.lower_bound(), other.lower_bound());
+        let lte = min_opt(self.upper_bound(), other.upper_bound());
         if let (Some(g), Some(l)) = (gte, lte)
             && g > l
         {
@@ -279,8 +286,8 @@ impl Requirement {
         if !self.complement {
             return self.values.as_slice().first().copied();
         }
-        let low = self.gte.unwrap_or(0).max(0);
-        let high = self.lte.unwrap_or(i64::MAX).min(i64::from(i32::MAX));
+        let low = self.lower_bound().unwrap_or(0).max(0);
+        let high = self.upper_bound().unwrap_or(i64::MAX).min(i64::from(i32::MAX));
         // At most |excluded| candidates can be rejected, so this loop is short.
         let mut n = low;
         while n <= high {
@@ -304,6 +311,11 @@ impl Requirement {
 
 /// Whether `value` satisfies the inclusive integer bounds; a value that is not an integer never does.
 #[inline]
+/// Bounds as a requirement keeps them: none at all in the common case.
+fn boxed_bounds(gte: Option<i64>, lte: Option<i64>) -> Option<Box<Bounds>> {
+    (gte.is_some() || lte.is_some()).then(|| Box::new(Bounds { gte, lte }))
+}
+
 fn within(value: Symbol, gte: Option<i64>, lte: Option<i64>) -> bool {
     if gte.is_none() && lte.is_none() {
         return true;

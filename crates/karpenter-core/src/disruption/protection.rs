@@ -20,7 +20,7 @@ pub enum DoNotDisrupt {
     /// A duration: protected until this moment (pod start + duration).
     Until(Timestamp),
     /// A value that is neither: ignored, as upstream does (and reported).
-    Invalid(String),
+    Invalid(Box<str>),
 }
 
 impl DoNotDisrupt {
@@ -39,7 +39,7 @@ impl DoNotDisrupt {
                 }
                 // A pod that has not started yet is protected for the whole duration from now on.
                 (Ok(d), None) if d > Duration::ZERO => Self::Always,
-                _ => Self::Invalid(v.to_string()),
+                _ => Self::Invalid(v.into()),
             },
         }
     }

@@ -461,3 +461,13 @@ proptest! {
         prop_assert_eq!(Requirements::from_specs(&specs, &mut i).unwrap(), a);
     }
 }
+
+#[test]
+fn a_requirement_stays_small() {
+    // Every label of every node becomes one: 5,000 nodes of forty labels hold 200,000 of them per snapshot.
+    assert!(
+        std::mem::size_of::<Requirement>() <= 48,
+        "Requirement grew to {} bytes",
+        std::mem::size_of::<Requirement>()
+    );
+}

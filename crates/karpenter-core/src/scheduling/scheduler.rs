@@ -63,8 +63,9 @@ pub struct BoundPod {
     pub label_set: u32,
     /// Index into `SchedulingInput::existing`.
     pub node: usize,
-    /// Its required anti-affinity terms, which repel matching pending pods.
-    pub anti_affinity: Vec<AffinityTerm>,
+    /// Its required anti-affinity terms, which repel matching pending pods (a boxed slice: one bound pod in
+    /// thousands has any, and this struct is repeated for every pod of the cluster).
+    pub anti_affinity: Box<[AffinityTerm]>,
 }
 
 impl BoundPod {

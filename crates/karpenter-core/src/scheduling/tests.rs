@@ -644,7 +644,7 @@ fn running_pods_anti_affinity_keeps_matching_pods_away() {
         labels: Labels::default(),
         label_set: BoundPod::UNSHARED,
         node: 0,
-        anti_affinity: vec![anti],
+        anti_affinity: vec![anti].into(),
     });
     let r = fx.run(&input);
     assert!(
@@ -1142,7 +1142,7 @@ fn node_taints_policy_honor_ignores_pods_on_nodes_the_pod_does_not_tolerate() {
                 labels: web.clone(),
                 label_set: BoundPod::UNSHARED,
                 node: 0,
-                anti_affinity: Vec::new(),
+                anti_affinity: Box::default(),
             });
         }
         let r = fx.run(&input);

@@ -215,7 +215,7 @@ impl<'s> NodeSet<'s> {
             labels,
             label_set,
             node,
-            anti_affinity,
+            anti_affinity: anti_affinity.into(),
         })
     }
 
