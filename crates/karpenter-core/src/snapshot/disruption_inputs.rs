@@ -217,7 +217,9 @@ pub fn build_disruption_inputs(
         .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
         .collect();
     let reserved_value = base.interner.intern(labels::CAPACITY_TYPE_RESERVED);
-    let mut catalog_types: Option<Vec<Arc<InstanceType>>> = None;
+    // Drift reads the instance type a NodeClaim names, available or not: each one named is converted once,
+    // rather than the whole catalog (hundreds of types) on every pass.
+    let mut catalog_types: HashMap<String, Option<Arc<InstanceType>>> = HashMap::new();
     let mut claims: Vec<Option<ClaimInfo>> = vec![None; view.nodes.len()];
     for (i, n) in view.nodes.iter().enumerate() {
         let (Some(claim_name), Some(pool_name)) = (&n.node_claim, &n.node_pool) else {
@@ -292,9 +294,14 @@ pub fn build_disruption_inputs(
         });
 
         // Drift reads every instance type the provider offers, available or not.
-        let types = catalog_types
-            .get_or_insert_with(|| convert_catalog(catalog, &mut base.interner, &mut base.table));
-        let drift = drift_reason(claim, pool, types, &mut base.interner, provider, now);
+        let named = get(claim_labels, labels::INSTANCE_TYPE_LABEL).map(|name| {
+            catalog_types
+                .entry(name.to_string())
+                .or_insert_with(|| convert_catalog_type(catalog, name, &mut base.interner, &mut base.table))
+                .clone()
+        });
+        let types = named.flatten();
+        let drift = drift_reason(claim, pool, types.as_slice(), &mut base.interner, provider, now);
 
         let created = claim
             .metadata
@@ -386,17 +393,20 @@ fn restore(cx: Context, interner: &mut LabelInterner, table: &mut ResourceTable)
     *table = cx.table;
 }
 
-fn convert_catalog(
+/// The catalog's instance type `name`, converted; `None` when the catalog has no such type (or it does not
+/// convert), which drift reports as InstanceTypeNotFound.
+fn convert_catalog_type(
     catalog: &CatalogFile,
+    name: &str,
     interner: &mut LabelInterner,
     table: &mut ResourceTable,
-) -> Vec<Arc<InstanceType>> {
+) -> Option<Arc<InstanceType>> {
     catalog
         .instance_types
         .iter()
-        .filter_map(|it| instance_type::from_catalog(it, interner, table).ok())
+        .filter(|it| it.name == name)
+        .find_map(|it| instance_type::from_catalog(it, interner, table).ok())
         .map(Arc::new)
-        .collect()
 }
 
 #[cfg(test)]
