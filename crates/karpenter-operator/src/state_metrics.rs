@@ -204,14 +204,17 @@ mod tests {
 
     type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
-    async fn eventually(what: &str, mut check: impl FnMut() -> bool) -> Result<(), String> {
-        for _ in 0..500 {
-            if check() {
-                return Ok(());
+    /// Waits (5 s at most) until the cache shows `nodes` Nodes and `pods` pods.
+    async fn cache_holds(state: &ClusterState, nodes: usize, pods: usize) -> TestResult {
+        let holds = || state.synced() && state.nodes.len() == nodes && state.pods.len() == pods;
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !holds() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        Err(format!("{what}: not within 5s"))
+        })
+        .await
+        .map_err(|_| format!("the cache never held {nodes} nodes and {pods} pods"))?;
+        Ok(())
     }
 
     #[tokio::test]
@@ -247,10 +250,7 @@ mod tests {
             let (state, client) = (state.clone(), client.clone());
             async move { state.watch(client).await }
         });
-        eventually("synced", || {
-            state.synced() && state.nodes.len() == 2 && state.pods.len() == 1
-        })
-        .await?;
+        cache_holds(&state, 2, 1).await?;
 
         refresh(&state);
         let m = metrics();
@@ -271,7 +271,7 @@ mod tests {
         assert!(text.contains("managed=\"false\""), "{text}");
 
         nodes.delete("managed-1", &DeleteParams::default()).await?;
-        eventually("node gone from the cache", || state.nodes.len() == 1).await?;
+        cache_holds(&state, 1, 1).await?;
         refresh(&state);
         assert_eq!(
             m.nodes_allocatable.get("managed-1", "cpu"),
