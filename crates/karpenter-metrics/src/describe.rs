@@ -24,8 +24,8 @@ pub struct Descriptor {
     pub labels: Vec<String>,
 }
 
-/// A metric the builder can register: its type and label names are known without a sample.
-pub trait Describe: Metric + Clone {
+/// A metric the builder can describe: its type and label names are known without a sample.
+pub trait Describe {
     fn kind() -> MetricType;
     fn label_names() -> Vec<String>;
 }
@@ -97,7 +97,12 @@ pub(crate) struct Builder {
 
 impl Builder {
     /// Registers `metric` as `name` (a counter's name without `_total`: the encoder adds it).
-    pub(crate) fn add<M: Describe>(&mut self, name: &'static str, help: &'static str, metric: &M) {
+    pub(crate) fn add<M: Describe + Metric + Clone>(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        metric: &M,
+    ) {
         self.describe::<M>(name, help);
         // The registry ends every help text with a period itself.
         self.registry

@@ -16,11 +16,6 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use prometheus_client::{
-    encoding::{EncodeMetric, MetricEncoder},
-    metrics::{MetricType, TypedMetric},
-};
-
 /// The label names, in the order they are exported (`resource_type` last).
 pub const NODE_LABEL_NAMES: [&str; 10] = [
     "node_name",
@@ -43,10 +38,11 @@ pub struct NodeSeries {
     pub values: Vec<(Arc<str>, f64)>,
 }
 
-/// A gauge with one series per node and resource type; see the module documentation.
-#[derive(Debug, Clone, Default)]
+/// A gauge with one series per node and resource type; see the module documentation. It is not in the
+/// registry: [`crate::Metrics::encode_chunks`] writes it through [`NodeResourceGauge::text`].
+#[derive(Debug, Default)]
 pub struct NodeResourceGauge {
-    nodes: Arc<RwLock<Arc<Vec<NodeSeries>>>>,
+    nodes: RwLock<Arc<Vec<NodeSeries>>>,
 }
 
 impl NodeResourceGauge {
@@ -147,38 +143,15 @@ impl Iterator for GaugeText {
     }
 }
 
-impl TypedMetric for NodeResourceGauge {
-    const TYPE: MetricType = MetricType::Gauge;
-}
-
-impl EncodeMetric for NodeResourceGauge {
-    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let nodes = self.snapshot();
-        for node in nodes.iter() {
-            for (resource_type, value) in &node.values {
-                let mut labels: [(&str, &str); 10] = [("", ""); 10];
-                for (i, slot) in labels.iter_mut().enumerate() {
-                    let value = node.labels.get(i).map_or(&**resource_type, |v| &**v);
-                    *slot = (NODE_LABEL_NAMES[i], value);
-                }
-                encoder.encode_family(&labels)?.encode_gauge(value)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn metric_type(&self) -> MetricType {
-        Self::TYPE
-    }
-
-    fn is_empty(&self) -> bool {
-        self.snapshot().is_empty()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use prometheus_client::{encoding::text::encode, registry::Registry};
+    use std::sync::atomic::AtomicU64;
+
+    use prometheus_client::{
+        encoding::text::encode,
+        metrics::{family::Family, gauge::Gauge},
+        registry::Registry,
+    };
 
     use super::*;
 
@@ -200,9 +173,30 @@ mod tests {
         }
     }
 
+    /// What a scrape writes for `gauge`.
     fn text(gauge: &NodeResourceGauge) -> String {
+        gauge.text("karpenter_nodes_allocatable", "help.").collect()
+    }
+
+    /// The same series as prometheus-client's own encoder writes them, from a `Family` holding every label
+    /// as an owned pair: the reference the streamed text must match.
+    fn registry_text(gauge: &NodeResourceGauge) -> String {
+        let family: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>> = Family::default();
+        for node in gauge.snapshot().iter() {
+            for (resource_type, value) in &node.values {
+                let labels = NODE_LABEL_NAMES
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| {
+                        let value = node.labels.get(i).map_or(&**resource_type, |v| &**v);
+                        ((*name).to_string(), value.to_string())
+                    })
+                    .collect();
+                family.get_or_create(&labels).set(*value);
+            }
+        }
         let mut registry = Registry::default();
-        registry.register("karpenter_nodes_allocatable", "help", gauge.clone());
+        registry.register("karpenter_nodes_allocatable", "help", family);
         let mut out = String::new();
         encode(&mut out, &registry).unwrap();
         out
@@ -275,8 +269,13 @@ mod tests {
                 .map(str::to_string)
                 .collect()
         };
-        let registry = text(&gauge);
-        assert_eq!(series_lines(&streamed), series_lines(&registry));
+        // A Family writes its series in hash order: the same lines, sorted, is the comparison.
+        let sorted = |mut lines: Vec<String>| {
+            lines.sort_unstable();
+            lines
+        };
+        let registry = registry_text(&gauge);
+        assert_eq!(sorted(series_lines(&streamed)), sorted(series_lines(&registry)));
         assert!(
             streamed.contains(r#"zone="quote\" back\\slash new\nline""#),
             "{streamed}"
