@@ -47,7 +47,9 @@ use karpenter_api::nodeclaim::{NodeClaim, NodeClaimStatus};
 use karpenter_api::nodepool::NodePool;
 use karpenter_api::quantity::format_milli;
 use karpenter_core::catalog::{CatalogInstanceType, Quantities, RequirementOperator};
-use karpenter_core::cloudprovider::{CloudProvider, CloudProviderError, NodeClassKind, RepairPolicy};
+use karpenter_core::cloudprovider::{
+    CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RepairPolicy,
+};
 use karpenter_core::disruption::drift::DriftProvider;
 
 use crate::capacity::capacity_settings;
@@ -66,7 +68,7 @@ use crate::instance_types::InstanceTypeProvider;
 use crate::launch::{LaunchOverride, LaunchRequest};
 use crate::launch_plan::{LaunchPlan, plan_launch};
 use crate::launch_template::{LaunchTemplateCache, LaunchTemplateSpec, LaunchTemplates, TemplatePlacement};
-use crate::node_claim::instance_to_node_claim;
+use crate::node_claim::{instance_summary, instance_to_node_claim};
 use crate::node_classes::{NodeClassCache, NodeClassSource};
 use crate::nodeclaim_tagging::InstanceTagLedger;
 use crate::nodeclass::dry_run::DryRunCache;
@@ -940,6 +942,16 @@ impl AwsCloudProvider {
             .unwrap_or_default()
     }
 
+    /// Every instance of this cluster, refreshing the instance cache drift reads.
+    async fn cluster_instances(&self) -> Result<Vec<Ec2Instance>, CloudProviderError> {
+        let mut instances = list_instances(&self.clients.ec2, &self.settings.cluster_name).await?;
+        // An instance still waiting for its NodeClaim tag is its claim's all the same: garbage collection
+        // must see it named.
+        self.fleet.tag_ledger().overlay(&mut instances);
+        self.instances.replace_all(&instances);
+        Ok(instances)
+    }
+
     /// Instances as NodeClaims; each class's catalog is computed once, not once per instance.
     fn to_node_claims(&self, instances: &[Ec2Instance]) -> Vec<NodeClaim> {
         let mut catalogs: HashMap<Option<&String>, Vec<CatalogInstanceType>> = HashMap::new();
@@ -1030,12 +1042,13 @@ impl CloudProvider for AwsCloudProvider {
     }
 
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
-        let mut instances = list_instances(&self.clients.ec2, &self.settings.cluster_name).await?;
-        // An instance still waiting for its NodeClaim tag is its claim's all the same: garbage collection
-        // must see it named.
-        self.fleet.tag_ledger().overlay(&mut instances);
-        self.instances.replace_all(&instances);
+        let instances = self.cluster_instances().await?;
         Ok(self.to_node_claims(&instances))
+    }
+
+    async fn list_instances(&self) -> Result<Vec<InstanceSummary>, CloudProviderError> {
+        let instances = self.cluster_instances().await?;
+        Ok(instances.iter().map(instance_summary).collect())
     }
 
     async fn instance_types(

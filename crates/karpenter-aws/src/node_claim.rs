@@ -4,7 +4,8 @@
 //! reservation's id label), the placement group's id and partition labels when EC2 reports them, and the
 //! NodePool from the instance's tag; capacity and
 //! allocatable from the instance type (zero amounts left out); the launch time as creation time; a deletion
-//! timestamp when the instance is shutting down; provider ID and image.
+//! timestamp when the instance is shutting down; provider ID and image. Garbage collection reads only an
+//! instance's summary ([`instance_summary`]): provider ID, NodeClaim tag, launch time.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +20,7 @@ use karpenter_api::labels::{
 use karpenter_api::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 use karpenter_api::quantity::format_milli;
 use karpenter_core::catalog::{CatalogInstanceType, Quantities, RequirementOperator};
+use karpenter_core::cloudprovider::InstanceSummary;
 
 use crate::instance::Ec2Instance;
 use crate::placement_groups::{PLACEMENT_GROUP_ID_LABEL, PLACEMENT_GROUP_PARTITION_LABEL};
@@ -104,6 +106,19 @@ pub fn instance_to_node_claim(
     claim
 }
 
+/// What garbage collection reads of an instance, without a NodeClaim's labels and resources.
+pub fn instance_summary(instance: &Ec2Instance) -> InstanceSummary {
+    InstanceSummary {
+        provider_id: instance.provider_id(),
+        node_claim: instance
+            .tags
+            .get(AWS_TAG_NODECLAIM)
+            .filter(|n| !n.is_empty())
+            .cloned(),
+        launched_at: instance.launch_time,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use karpenter_core::catalog::{AwsCapacitySettings, aws_catalog};
@@ -185,5 +200,23 @@ mod tests {
         let labels = claim.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[PLACEMENT_GROUP_ID_LABEL], "pg-0abc");
         assert_eq!(labels[PLACEMENT_GROUP_PARTITION_LABEL], "3");
+    }
+
+    #[test]
+    fn an_instance_summary_agrees_with_its_node_claim() {
+        let now: Timestamp = "2026-12-02T13:00:00Z".parse().unwrap();
+        let running = instance("running");
+        let claim = instance_to_node_claim(&running, None, now);
+        assert_eq!(
+            Some(instance_summary(&running)),
+            InstanceSummary::of_claim(&claim)
+        );
+        let mut untagged = running;
+        untagged.tags.remove(AWS_TAG_NODECLAIM);
+        assert_eq!(instance_summary(&untagged).node_claim, None);
+        assert_eq!(
+            instance_summary(&untagged).provider_id,
+            "aws:///us-east-1a/i-0123456789abcdef0"
+        );
     }
 }

@@ -8,8 +8,10 @@
 //!   `status.imageID`, and labels resolved from the chosen offering: instance type, zone, capacity type);
 //! - [`CloudProvider::delete`] terminates by provider ID and answers [`CloudProviderError::NodeClaimNotFound`]
 //!   once the instance is gone (the termination controller retries until then);
-//! - [`CloudProvider::get`] and [`CloudProvider::list`] find the provider's instances of this cluster (garbage
-//!   collection compares them with the NodeClaims);
+//! - [`CloudProvider::get`] and [`CloudProvider::list`] find the provider's instances of this cluster as
+//!   NodeClaims; [`CloudProvider::list_instances`] lists only who each instance is and when it was launched,
+//!   which is all garbage collection compares with the NodeClaims (thousands of full NodeClaims at once would
+//!   be tens of MiB every two minutes);
 //! - [`CloudProvider::instance_types`] lists every instance type a NodePool could launch, available or not, in
 //!   the provider-neutral catalog form that decisions intern;
 //! - drift beyond the NodePool's (AMI, subnets, security groups, ...) comes through [`DriftProvider`], answered
@@ -30,6 +32,27 @@ pub struct RepairPolicy {
     /// "False", "True" or "Unknown".
     pub condition_status: String,
     pub toleration: Duration,
+}
+
+/// An instance as garbage collection sees it: its provider ID, the NodeClaim its tag names, when it was
+/// launched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceSummary {
+    pub provider_id: String,
+    /// The NodeClaim the instance was launched for (`None` when its tag is missing).
+    pub node_claim: Option<String>,
+    pub launched_at: Option<jiff::Timestamp>,
+}
+
+impl InstanceSummary {
+    /// The summary of an instance the provider reports as a NodeClaim; `None` without a provider ID.
+    pub fn of_claim(claim: &NodeClaim) -> Option<Self> {
+        Some(Self {
+            provider_id: claim.status.as_ref()?.provider_id.clone()?,
+            node_claim: claim.metadata.name.clone().filter(|n| !n.is_empty()),
+            launched_at: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        })
+    }
 }
 
 /// A NodeClass kind a provider serves (`karpenter.k8s.aws/EC2NodeClass`); NodePools and NodeClaims naming
@@ -143,6 +166,18 @@ pub trait CloudProvider: DriftProvider + Send + Sync {
     /// Every instance of this cluster the provider knows, as NodeClaims.
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError>;
 
+    /// Every instance of this cluster the provider knows, as summaries: the same instances as
+    /// [`CloudProvider::list`] without building a NodeClaim for each. Providers that hold many instances
+    /// answer it directly; the default summarises `list`.
+    async fn list_instances(&self) -> Result<Vec<InstanceSummary>, CloudProviderError> {
+        Ok(self
+            .list()
+            .await?
+            .iter()
+            .filter_map(InstanceSummary::of_claim)
+            .collect())
+    }
+
     /// Every instance type `node_pool` could launch, available or not, with offerings and prices.
     async fn instance_types(
         &self,
@@ -159,6 +194,32 @@ pub trait CloudProvider: DriftProvider + Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_summary_keeps_what_identifies_the_instance() {
+        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "default-abcde", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"node.kubernetes.io/instance-type": "m5.large"}},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+            "status": {"providerID": "aws:///us-east-1a/i-0abc"},
+        }))
+        .unwrap();
+        assert_eq!(
+            InstanceSummary::of_claim(&claim),
+            Some(InstanceSummary {
+                provider_id: "aws:///us-east-1a/i-0abc".into(),
+                node_claim: Some("default-abcde".into()),
+                launched_at: Some("2026-01-01T00:00:00Z".parse().unwrap()),
+            })
+        );
+        // An instance without its NodeClaim tag is reported with an empty name: no claim.
+        claim.metadata.name = Some(String::new());
+        assert_eq!(InstanceSummary::of_claim(&claim).unwrap().node_claim, None);
+        // Without a provider ID there is nothing to collect.
+        claim.status = None;
+        assert_eq!(InstanceSummary::of_claim(&claim), None);
+    }
 
     #[test]
     fn error_categories_are_stable_names() {

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_core::{
     catalog::CatalogInstanceType,
-    cloudprovider::{CloudProvider, CloudProviderError, NodeClassKind, RepairPolicy},
+    cloudprovider::{CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RepairPolicy},
     disruption::drift::DriftProvider,
 };
 use karpenter_metrics::{CloudProviderErrorLabels, CloudProviderLabels, metrics};
@@ -88,6 +88,11 @@ impl CloudProvider for MeteredCloudProvider {
 
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
         self.timed("List", self.inner.list()).await
+    }
+
+    async fn list_instances(&self) -> Result<Vec<InstanceSummary>, CloudProviderError> {
+        // The same List call to the cloud, without a NodeClaim per instance.
+        self.timed("List", self.inner.list_instances()).await
     }
 
     async fn instance_types(

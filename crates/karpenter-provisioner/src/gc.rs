@@ -15,8 +15,11 @@ use std::{
 };
 
 use jiff::Timestamp;
-use karpenter_api::nodeclaim::NodeClaim;
-use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
+use karpenter_api::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+use karpenter_core::{
+    clock::Clock,
+    cloudprovider::{CloudProvider, InstanceSummary},
+};
 use karpenter_state::ClusterState;
 use kube::{Api, Client, ResourceExt, api::DeleteParams};
 
@@ -69,23 +72,45 @@ impl Owners {
     }
 
     /// Whether `instance` (as the provider lists it) is to be terminated at `now`.
-    fn is_orphan(&self, instance: &NodeClaim, now: Timestamp) -> bool {
-        let id = instance.status.as_ref().and_then(|s| s.provider_id.as_deref());
-        if id.is_some_and(|id| self.provider_ids.contains(id)) {
+    fn is_orphan(&self, instance: &InstanceSummary, now: Timestamp) -> bool {
+        if self.provider_ids.contains(&instance.provider_id) {
             return false;
         }
-        let launched = instance.metadata.creation_timestamp.as_ref().map(|t| t.0);
         let grace = jiff::SignedDuration::try_from(INSTANCE_GRACE).unwrap_or_default();
-        if launched.is_some_and(|at| now.duration_since(at) < grace) {
+        if instance
+            .launched_at
+            .is_some_and(|at| now.duration_since(at) < grace)
+        {
             return false;
         }
-        match self.by_name.get(&instance.name_any()) {
+        match instance.node_claim.as_ref().and_then(|n| self.by_name.get(n)) {
             None => true,
             // The claim's launch is in flight: this is its instance.
             Some(None) => false,
-            Some(Some(recorded)) => Some(recorded.as_str()) != id,
+            Some(Some(recorded)) => *recorded != instance.provider_id,
         }
     }
+}
+
+/// The NodeClaim `CloudProvider::delete` terminates an orphan instance through: its name and provider ID.
+fn claim_of_orphan(instance: &InstanceSummary) -> NodeClaim {
+    let mut claim = NodeClaim::new(
+        instance.node_claim.as_deref().unwrap_or_default(),
+        NodeClaimSpec {
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            requirements: Vec::new(),
+            resources: Default::default(),
+            node_class_ref: Default::default(),
+            termination_grace_period: None,
+            expire_after: None,
+        },
+    );
+    claim.status = Some(NodeClaimStatus {
+        provider_id: Some(instance.provider_id.clone()),
+        ..NodeClaimStatus::default()
+    });
+    claim
 }
 
 impl GarbageCollector {
@@ -132,24 +157,19 @@ impl GarbageCollector {
         let mut collected = Collected::default();
         let claims = self.state.node_claims.all();
         let owners = Owners::of(&claims);
-        let instances = self.cloud.list().await?;
-        let running: HashSet<String> = instances
-            .iter()
-            .filter_map(|i| i.status.as_ref()?.provider_id.clone())
-            .collect();
+        let instances = self.cloud.list_instances().await?;
+        let running: HashSet<&str> = instances.iter().map(|i| i.provider_id.as_str()).collect();
         let now = self.clock.now();
         for instance in &instances {
             if !owners.is_orphan(instance, now) {
                 continue;
             }
-            match self.cloud.delete(instance).await {
+            match self.cloud.delete(&claim_of_orphan(instance)).await {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
-            if let Some(id) = instance.status.as_ref().and_then(|s| s.provider_id.clone()) {
-                collected.instances.push(id);
-            }
+            collected.instances.push(instance.provider_id.clone());
         }
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         for claim in &claims {
@@ -171,9 +191,6 @@ impl GarbageCollector {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use karpenter_api::nodeclaim::NodeClaimStatus;
-
     use super::*;
 
     const NOW: &str = "2026-01-01T00:10:00Z";
@@ -192,10 +209,12 @@ mod tests {
     }
 
     /// An instance as the provider lists it: named after the NodeClaim its tag names, launched at `launched`.
-    fn instance(name: &str, provider_id: &str, launched: &str) -> NodeClaim {
-        let mut instance = NodeClaim::clone(&claim(name, Some(provider_id)));
-        instance.metadata.creation_timestamp = Some(Time(launched.parse().unwrap()));
-        instance
+    fn instance(name: &str, provider_id: &str, launched: &str) -> InstanceSummary {
+        InstanceSummary {
+            provider_id: provider_id.into(),
+            node_claim: Some(name.into()),
+            launched_at: Some(launched.parse().unwrap()),
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use karpenter_api::{
 use karpenter_core::{
     catalog::{CatalogFile, CatalogInstanceType},
     clock::Clock,
-    cloudprovider::{CloudProvider, CloudProviderError, NodeClassKind, RepairPolicy},
+    cloudprovider::{CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RepairPolicy},
     disruption::drift::DriftProvider,
 };
 use kube::{
@@ -77,7 +77,46 @@ fn as_claim(node: &Node) -> Result<NodeClaim, CloudProviderError> {
     Ok(claim)
 }
 
+/// A Node as the instance summary garbage collection reads; `None` without a provider ID.
+fn summary_of(node: &Node) -> Option<InstanceSummary> {
+    Some(InstanceSummary {
+        provider_id: node.spec.as_ref()?.provider_id.clone()?,
+        node_claim: node
+            .labels()
+            .get("karpenter.sh/nodeclaim")
+            .filter(|n| !n.is_empty())
+            .cloned(),
+        launched_at: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    })
+}
+
 impl KwokCloudProvider {
+    /// Calls `f` with every Node of this cloud that is not being deleted, page by page: a cluster of thousands
+    /// of Nodes is otherwise one response body and every Node decoded at once, tens of MiB the controller's
+    /// memory would peak on at each garbage collection.
+    async fn for_each_node(
+        &self,
+        mut f: impl FnMut(&Node) -> Result<(), CloudProviderError>,
+    ) -> Result<(), CloudProviderError> {
+        let mut params = ListParams::default()
+            .labels(&format!("{KWOK_LABEL}=true"))
+            .limit(LIST_PAGE);
+        loop {
+            let page = self.nodes.list(&params).await.map_err(transient)?;
+            for node in page
+                .items
+                .iter()
+                .filter(|n| n.metadata.deletion_timestamp.is_none())
+            {
+                f(node)?;
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(()),
+            }
+        }
+    }
+
     pub fn new(client: Client, catalog: CatalogFile, clock: Arc<dyn Clock>) -> Self {
         let options = SimCloudOptions {
             launch_latency: Duration::ZERO,
@@ -193,26 +232,23 @@ impl CloudProvider for KwokCloudProvider {
     }
 
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
-        // Page by page: a cluster of thousands of Nodes is otherwise one response body and every Node decoded at
-        // once, tens of MiB the controller's memory would peak on each garbage collection.
-        let mut params = ListParams::default()
-            .labels(&format!("{KWOK_LABEL}=true"))
-            .limit(LIST_PAGE);
         let mut claims = Vec::new();
-        loop {
-            let page = self.nodes.list(&params).await.map_err(transient)?;
-            for node in page
-                .items
-                .iter()
-                .filter(|n| n.metadata.deletion_timestamp.is_none())
-            {
-                claims.push(as_claim(node)?);
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(claims),
-            }
-        }
+        self.for_each_node(|node| {
+            claims.push(as_claim(node)?);
+            Ok(())
+        })
+        .await?;
+        Ok(claims)
+    }
+
+    async fn list_instances(&self) -> Result<Vec<InstanceSummary>, CloudProviderError> {
+        let mut instances = Vec::new();
+        self.for_each_node(|node| {
+            instances.extend(summary_of(node));
+            Ok(())
+        })
+        .await?;
+        Ok(instances)
     }
 
     async fn instance_types(
@@ -313,6 +349,14 @@ mod tests {
         let names: std::collections::BTreeSet<String> = listed.iter().map(|c| c.name_any()).collect();
         assert_eq!(names.len(), count, "no Node is listed twice");
         assert!(names.contains("claim-01000"));
+        // Garbage collection's summaries: the same instances, each with its claim and provider ID.
+        let summaries = kwok.list_instances().await?;
+        assert_eq!(summaries.len(), count);
+        let summary = summaries
+            .iter()
+            .find(|s| s.provider_id == "kwok://us-east-1a/i-01000")
+            .expect("the last page's Node is summarised");
+        assert_eq!(summary.node_claim.as_deref(), Some("claim-01000"));
         Ok(())
     }
 }

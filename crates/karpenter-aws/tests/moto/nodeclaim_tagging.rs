@@ -56,6 +56,11 @@ async fn an_instance_waiting_for_its_node_claim_tag_is_listed_as_its_claims_and_
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].name_any(), "default-x7k2p");
     let provider_id = listed[0].status.as_ref().unwrap().provider_id.clone().unwrap();
+    // Garbage collection's summaries name it too.
+    let summaries = provider.list_instances().await.unwrap();
+    assert_eq!(summaries.len(), 1);
+    assert_eq!(summaries[0].node_claim.as_deref(), Some("default-x7k2p"));
+    assert_eq!(summaries[0].provider_id, provider_id);
     assert_eq!(
         provider.get(&provider_id).await.unwrap().name_any(),
         "default-x7k2p"
