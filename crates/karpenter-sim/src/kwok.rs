@@ -33,7 +33,7 @@ pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
 pub const KWOK_LABEL: &str = "karpenter.sh/kwok";
 
 /// Nodes per list request.
-const LIST_PAGE: u32 = 500;
+const LIST_PAGE: u32 = 100;
 
 /// See the module documentation.
 pub struct KwokCloudProvider {
@@ -348,15 +348,16 @@ mod tests {
         assert_eq!(listed.len(), count, "every page is read");
         let names: std::collections::BTreeSet<String> = listed.iter().map(|c| c.name_any()).collect();
         assert_eq!(names.len(), count, "no Node is listed twice");
-        assert!(names.contains("claim-01000"));
+        let last = count - 1;
+        assert!(names.contains(&format!("claim-{last:05}")));
         // Garbage collection's summaries: the same instances, each with its claim and provider ID.
         let summaries = kwok.list_instances().await?;
         assert_eq!(summaries.len(), count);
         let summary = summaries
             .iter()
-            .find(|s| s.provider_id == "kwok://us-east-1a/i-01000")
+            .find(|s| s.provider_id == format!("kwok://us-east-1a/i-{last:05}"))
             .expect("the last page's Node is summarised");
-        assert_eq!(summary.node_claim.as_deref(), Some("claim-01000"));
+        assert_eq!(summary.node_claim, Some(format!("claim-{last:05}")));
         Ok(())
     }
 }
