@@ -416,7 +416,7 @@ impl AwsCloudProvider {
         if let Some(group) = self.class_placement_group(node_class) {
             let requirements = group.requirements();
             for entry in &mut catalog {
-                entry.requirements.extend(requirements.iter().cloned());
+                Arc::make_mut(&mut entry.requirements).extend(requirements.iter().cloned());
             }
             // A cluster group stays in the zone of its first instance.
             if let Some(zone) = cluster_zone_of(&self.instances, &group) {
@@ -1142,7 +1142,7 @@ mod tests {
                 reservation_id: None,
                 reservation_capacity: None,
             }],
-            requirements: Vec::new(),
+            requirements: Default::default(),
             overhead: karpenter_core::catalog::CatalogOverhead::default(),
         };
         record_catalog_metrics(&[entry]);

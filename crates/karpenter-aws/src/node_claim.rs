@@ -45,7 +45,7 @@ pub fn instance_to_node_claim(
 ) -> NodeClaim {
     let mut labels = BTreeMap::new();
     if let Some(t) = instance_type {
-        for requirement in &t.requirements {
+        for requirement in t.requirements.iter() {
             if requirement.operator == RequirementOperator::In
                 && let [value] = requirement.values.as_slice()
             {

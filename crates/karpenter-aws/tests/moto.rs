@@ -107,7 +107,7 @@ fn compare_with_documentation(
         }
         // Labels computed from DescribeInstanceTypes equal the documented ones.
         let documented = data.instance_type(&t.name).unwrap();
-        for requirement in &t.requirements {
+        for requirement in t.requirements.iter() {
             let Some(value) = documented.label(&requirement.key) else {
                 continue;
             };

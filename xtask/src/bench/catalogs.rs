@@ -91,7 +91,7 @@ pub fn fake_catalog(total: u32) -> CatalogFile {
             }
             CatalogInstanceType {
                 name,
-                requirements,
+                requirements: requirements.into(),
                 capacity: [
                     ("cpu".to_string(), k * 1000),
                     ("memory".to_string(), memory_bytes * 1000),
@@ -142,7 +142,8 @@ pub fn kwok_catalog() -> CatalogFile {
                             CatalogRequirement::is_in(KWOK_FAMILY_LABEL, [family]),
                             CatalogRequirement::is_in(KWOK_CPU_LABEL, [cpu.to_string()]),
                             CatalogRequirement::is_in(KWOK_MEMORY_LABEL, [(memory_gib * 1024).to_string()]),
-                        ],
+                        ]
+                        .into(),
                         name,
                         capacity: [
                             ("cpu".to_string(), cpu * 1000),

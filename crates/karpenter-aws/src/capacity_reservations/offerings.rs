@@ -12,6 +12,7 @@
 //! offering carries which labels is decided per offering at launch ([`crate::launch_plan`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use karpenter_api::ec2nodeclass::{CapacityReservation, CapacityReservationState};
@@ -94,12 +95,13 @@ pub fn withdraw_reservation(catalog: &mut [CatalogInstanceType], id: &str) {
 /// Lets `entry`'s requirements accept its reserved offerings: capacity type `reserved`, and any reservation
 /// labels.
 fn admit_reserved_capacity(entry: &mut CatalogInstanceType) {
-    entry.requirements.retain(|r| {
+    // This entry's own copy: the requirements are shared with the catalog it came from.
+    let requirements = Arc::make_mut(&mut entry.requirements);
+    requirements.retain(|r| {
         !(r.operator == RequirementOperator::DoesNotExist
             && (r.key == AWS_CAPACITY_RESERVATION_ID_LABEL || r.key == AWS_CAPACITY_RESERVATION_TYPE_LABEL))
     });
-    if let Some(capacity_types) = entry
-        .requirements
+    if let Some(capacity_types) = requirements
         .iter_mut()
         .find(|r| r.key == CAPACITY_TYPE_LABEL && r.operator == RequirementOperator::In)
         && !capacity_types.values.iter().any(|v| v == CAPACITY_TYPE_RESERVED)

@@ -8,6 +8,8 @@
 //! Spot prices are not in the data at all and are synthetic everywhere; see [`synthetic_spot_price`]. Types
 //! without a us-east-1 price get no offerings: they still match requirements but can never be launched.
 
+use std::sync::Arc;
+
 use super::CatalogError;
 use super::aws_capacity::{AmiFamily, AwsCapacitySettings, ResolvedCapacitySettings, capacity_and_overhead};
 use super::aws_data::{AwsInstanceTypeData, AwsRegionData, aws_catalog_data};
@@ -199,7 +201,7 @@ pub fn aws_instance_type(
     let computed = capacity_and_overhead(&t.facts(), settings);
     CatalogInstanceType {
         name: t.name.clone(),
-        requirements,
+        requirements: Arc::new(requirements),
         capacity: computed.capacity,
         overhead: computed.overhead,
         offerings,
@@ -260,7 +262,7 @@ mod tests {
             let computed = capacity_and_overhead(&t.facts(), &settings);
             let allocatable = CatalogInstanceType {
                 name: name.clone(),
-                requirements: Vec::new(),
+                requirements: Default::default(),
                 capacity: computed.capacity,
                 overhead: computed.overhead,
                 offerings: Vec::new(),

@@ -8,6 +8,7 @@
 //! requirements stay plain (key, operator, values) data for the requirements algebra to compile.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use karpenter_api::quantity::{format_milli, parse_milli};
 use serde::ser::SerializeMap;
@@ -34,8 +35,10 @@ pub struct CatalogFile {
 #[serde(rename_all = "camelCase")]
 pub struct CatalogInstanceType {
     pub name: String,
-    /// What a node of this type satisfies; may be multi-valued and use any operator.
-    pub requirements: Vec<CatalogRequirement>,
+    /// What a node of this type satisfies; may be multi-valued and use any operator. Shared: copies of a
+    /// catalog (a provider's answer per NodePool, with its own offerings' availability) differ in offerings
+    /// only, and the requirements are most of a type's memory (about 8 MiB of the 800-odd AWS types).
+    pub requirements: Arc<Vec<CatalogRequirement>>,
     #[serde(serialize_with = "serialize_quantities")]
     pub capacity: Quantities,
     pub overhead: CatalogOverhead,
@@ -332,7 +335,7 @@ fn parse_instance_type(index: usize, value: Value) -> Result<CatalogInstanceType
     };
     Ok(CatalogInstanceType {
         name: name.clone(),
-        requirements,
+        requirements: Arc::new(requirements),
         capacity,
         overhead,
         offerings,
@@ -759,7 +762,7 @@ mod tests {
                     |(name, requirements, capacity, (kube, system, eviction), offerings)| {
                         CatalogInstanceType {
                             name,
-                            requirements,
+                            requirements: Arc::new(requirements),
                             capacity,
                             overhead: CatalogOverhead {
                                 kube_reserved: kube,
