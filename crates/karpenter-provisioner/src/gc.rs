@@ -243,5 +243,13 @@ mod tests {
             "launched 15 s ago: its claim may not be written yet"
         );
         assert!(owners.is_orphan(&instance("gone", "aws:///a/i-6", "2026-01-01T00:09:29Z"), now));
+        let untagged = InstanceSummary {
+            node_claim: None,
+            ..instance("", "aws:///a/i-7", old)
+        };
+        assert!(
+            owners.is_orphan(&untagged, now),
+            "no NodeClaim tag and no claim records it"
+        );
     }
 }
