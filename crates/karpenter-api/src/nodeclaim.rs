@@ -37,7 +37,7 @@ pub mod conditions {
 /// NodeClaim is the Schema for the NodeClaims API.
 // The kube derive's repeated `printcolumn(type_ = ..)` entries trip clippy's duplicated-attributes lint.
 #[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "karpenter.sh",
     version = "v1",

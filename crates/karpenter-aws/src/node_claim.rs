@@ -74,10 +74,6 @@ pub fn instance_to_node_claim(
     let mut claim = NodeClaim::new(
         &name,
         NodeClaimSpec {
-            taints: Vec::new(),
-            startup_taints: Vec::new(),
-            requirements: Vec::new(),
-            resources: Default::default(),
             node_class_ref: NodeClassReference {
                 group: "karpenter.k8s.aws".into(),
                 kind: "EC2NodeClass".into(),
@@ -87,8 +83,7 @@ pub fn instance_to_node_claim(
                     .cloned()
                     .unwrap_or_default(),
             },
-            termination_grace_period: None,
-            expire_after: None,
+            ..NodeClaimSpec::default()
         },
     );
     claim.metadata.labels = Some(labels);

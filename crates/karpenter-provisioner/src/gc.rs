@@ -96,15 +96,7 @@ impl Owners {
 fn claim_of_orphan(instance: &InstanceSummary) -> NodeClaim {
     let mut claim = NodeClaim::new(
         instance.node_claim.as_deref().unwrap_or_default(),
-        NodeClaimSpec {
-            taints: Vec::new(),
-            startup_taints: Vec::new(),
-            requirements: Vec::new(),
-            resources: Default::default(),
-            node_class_ref: Default::default(),
-            termination_grace_period: None,
-            expire_after: None,
-        },
+        NodeClaimSpec::default(),
     );
     claim.status = Some(NodeClaimStatus {
         provider_id: Some(instance.provider_id.clone()),

@@ -31,6 +31,8 @@ use crate::cloud::{SimCloudOptions, SimCloudProvider};
 pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// Labels every Node this provider creates (how `list` finds them).
 pub const KWOK_LABEL: &str = "karpenter.sh/kwok";
+/// Names, on each Node this provider creates, the NodeClaim it was launched for.
+const NODECLAIM_LABEL: &str = "karpenter.sh/nodeclaim";
 
 /// Nodes per list request.
 const LIST_PAGE: u32 = 100;
@@ -52,11 +54,7 @@ fn node_name(provider_id: &str) -> &str {
 
 /// A Node as the NodeClaim the cloud reports for it.
 fn as_claim(node: &Node) -> Result<NodeClaim, CloudProviderError> {
-    let name = node
-        .labels()
-        .get("karpenter.sh/nodeclaim")
-        .cloned()
-        .unwrap_or_default();
+    let name = node.labels().get(NODECLAIM_LABEL).cloned().unwrap_or_default();
     let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
@@ -83,7 +81,7 @@ fn summary_of(node: &Node) -> Option<InstanceSummary> {
         provider_id: node.spec.as_ref()?.provider_id.clone()?,
         node_claim: node
             .labels()
-            .get("karpenter.sh/nodeclaim")
+            .get(NODECLAIM_LABEL)
             .filter(|n| !n.is_empty())
             .cloned(),
         launched_at: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -153,7 +151,7 @@ impl CloudProvider for KwokCloudProvider {
         let mut node_labels = hydrated.labels().clone();
         node_labels.insert(labels::HOSTNAME_LABEL.into(), name.clone());
         node_labels.insert(KWOK_LABEL.into(), "true".into());
-        node_labels.insert("karpenter.sh/nodeclaim".into(), hydrated.name_any());
+        node_labels.insert(NODECLAIM_LABEL.into(), hydrated.name_any());
         let mut taints = vec![Taint {
             key: "karpenter.sh/unregistered".into(),
             effect: "NoExecute".into(),
@@ -331,7 +329,7 @@ mod tests {
         for i in 0..count {
             let node: Node = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": format!("i-{i:05}"),
-                    "labels": {KWOK_LABEL: "true", "karpenter.sh/nodeclaim": format!("claim-{i:05}")}},
+                    "labels": {KWOK_LABEL: "true", NODECLAIM_LABEL: format!("claim-{i:05}")}},
                 "spec": {"providerID": format!("kwok://us-east-1a/i-{i:05}")},
             }))?;
             nodes.create(&PostParams::default(), &node).await?;
