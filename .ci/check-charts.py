@@ -16,7 +16,9 @@ from .ci/run after installing .ci/requirements.txt.
   bad value, and a render without settings.clusterName must fail with a clear message;
 - the dashboard's queries use only metric and label names of upstream Karpenter's metrics;
 - deploy/cloudformation.yaml linted by cfn-lint, twice: as written, and with the IAM policy documents that are
-  JSON strings under !Sub (their condition keys name the cluster) parsed, so cfn-lint checks their actions too.
+  JSON strings under !Sub (their condition keys name the cluster) parsed, so cfn-lint checks their actions too;
+  its resources carry upstream v1.14's logical IDs, types and physical names, its five EventBridge rules feed the
+  queue, and every action its controller policies grant is called by crates/karpenter-aws or kept for a reason.
 
 Exit status 1 with every failure listed when anything is wrong.
 """
@@ -741,22 +743,123 @@ def check_cloudformation() -> None:
         inline_matches = lint_file(path)
     for m in inline_matches:
         fail(f"cfn-lint (with the !Sub policy documents parsed): {m.rule.id} {m.message}")
-    expected = {"KarpenterControllerNodeLifecyclePolicy", "KarpenterControllerIAMIntegrationPolicy",
-                "KarpenterControllerEKSIntegrationPolicy", "KarpenterControllerInterruptionPolicy",
-                "KarpenterControllerResourceDiscoveryPolicy", "KarpenterNodeRole", "KarpenterInterruptionQueue",
-                "KarpenterInterruptionQueuePolicy"}
-    missing = expected - set(resources)
-    if missing:
-        fail(f"{CFN.name}: resources missing: {sorted(missing)}")
-    patterns = sorted(tuple(r["Properties"]["EventPattern"]["detail-type"]) for r in resources.values()
-                      if r.get("Type") == "AWS::Events::Rule")
-    want = sorted([("AWS Health Event",), ("EC2 Spot Instance Interruption Warning",),
-                   ("EC2 Instance Rebalance Recommendation",), ("EC2 Instance State-change Notification",)])
-    if patterns != want:
-        fail(f"{CFN.name}: EventBridge rules {patterns}, want {want}")
-    if not matches and not inline_matches and not missing and patterns == want:
+    problems = check_upstream_resources(resources)
+    problems += check_granted_actions(derived["Resources"])
+    for p in problems:
+        fail(f"{CFN.name}: {p}")
+    if not matches and not inline_matches and not problems:
         ok(f"{CFN.relative_to(ROOT)}: cfn-lint clean ({len(resources)} resources; again with {inlined} !Sub policy "
-           "documents parsed); 5 controller policies, node role, queue, 4 EventBridge rules")
+           "documents parsed)")
+        ok(f"{CFN.relative_to(ROOT)}: upstream v1.14's logical IDs, types and physical names "
+           f"({len(UPSTREAM_CFN_RESOURCES)} resources), {len(UPSTREAM_CFN_RULES)} EventBridge rules to the queue; "
+           "every granted action called by crates/karpenter-aws or kept for a stated reason")
+
+
+# The resources of upstream Karpenter v1.14's getting-started template
+# (website/content/en/v1.14/getting-started/getting-started-with-karpenter/cloudformation.yaml): logical ID -> (type,
+# physical name). The same IDs and names let the template be deployed over a stack created from upstream's: under
+# another logical ID a policy or role of the same name would be created before the old one is deleted
+# (EntityAlreadyExists).
+UPSTREAM_CFN_RESOURCES = {
+    "KarpenterNodeRole": ("AWS::IAM::Role", "KarpenterNodeRole-${ClusterName}"),
+    **{f"{p}Policy": ("AWS::IAM::ManagedPolicy", f"KarpenterController{p}Policy-${{ClusterName}}")
+       for p in ("NodeLifecycle", "IAMIntegration", "EKSIntegration", "Interruption", "ZonalShift",
+                 "ResourceDiscovery")},
+    "KarpenterInterruptionQueue": ("AWS::SQS::Queue", "${ClusterName}"),
+    "KarpenterInterruptionQueuePolicy": ("AWS::SQS::QueuePolicy", None),
+    "ScheduledChangeRule": ("AWS::Events::Rule", None),
+    "SpotInterruptionRule": ("AWS::Events::Rule", None),
+    "RebalanceRule": ("AWS::Events::Rule", None),
+    "InstanceStateChangeRule": ("AWS::Events::Rule", None),
+    "CapacityReservationInterruptionRule": ("AWS::Events::Rule", None),
+}
+# Rule -> (source, detail-type) of its event pattern, as upstream's (the interruption controller parses all five).
+UPSTREAM_CFN_RULES = {
+    "ScheduledChangeRule": ("aws.health", "AWS Health Event"),
+    "SpotInterruptionRule": ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    "RebalanceRule": ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
+    "InstanceStateChangeRule": ("aws.ec2", "EC2 Instance State-change Notification"),
+    "CapacityReservationInterruptionRule": ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+}
+_PHYSICAL_NAME = {"AWS::IAM::Role": "RoleName", "AWS::IAM::ManagedPolicy": "ManagedPolicyName",
+                  "AWS::SQS::Queue": "QueueName"}
+
+
+def _name_text(value) -> str | None:
+    """A physical name as a ${}-template string: !Sub "x" -> x, !Ref P -> ${P}."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
+        return value["Fn::Sub"]
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        return f"${{{value['Ref']}}}"
+    return None
+
+
+def check_upstream_resources(resources: dict) -> list[str]:
+    problems = []
+    for name in sorted(set(UPSTREAM_CFN_RESOURCES) - set(resources)):
+        problems.append(f"upstream's resource {name} ({UPSTREAM_CFN_RESOURCES[name][0]}) is missing")
+    for name in sorted(set(resources) - set(UPSTREAM_CFN_RESOURCES)):
+        problems.append(f"resource {name} has no logical ID of upstream's template (a migrated stack would replace "
+                        "rather than update the resource it corresponds to)")
+    for name, (kind, physical) in UPSTREAM_CFN_RESOURCES.items():
+        resource = resources.get(name)
+        if resource is None:
+            continue
+        if resource.get("Type") != kind:
+            problems.append(f"{name} is a {resource.get('Type')}, upstream's a {kind}")
+        if physical is not None:
+            got = _name_text(resource.get("Properties", {}).get(_PHYSICAL_NAME[kind]))
+            if got != physical:
+                problems.append(f"{name}: {_PHYSICAL_NAME[kind]} {got!r}, upstream's {physical!r}")
+    for name, (source, detail_type) in UPSTREAM_CFN_RULES.items():
+        rule = resources.get(name, {}).get("Properties", {})
+        pattern = rule.get("EventPattern", {})
+        if pattern.get("source") != [source] or pattern.get("detail-type") != [detail_type]:
+            problems.append(f"{name}: event pattern {pattern.get('source')} {pattern.get('detail-type')}, want "
+                            f"[{source!r}] [{detail_type!r}]")
+        targets = rule.get("Targets", [])
+        if [t.get("Arn") for t in targets] != [{"Fn::GetAtt": ["KarpenterInterruptionQueue", "Arn"]}]:
+            problems.append(f"{name}: does not target the interruption queue alone")
+    return problems
+
+
+# Actions the controller policies grant that crates/karpenter-aws does not call by the SDK method of the same name,
+# with the reason each is granted.
+KEPT_ACTIONS = {
+    "iam:PassRole": "EC2 authorizes it when a launch names the node role's instance profile",
+    "eks:DescribeCluster": "discovers the API server endpoint when settings.clusterEndpoint is empty",
+    "arc-zonal-shift:GetManagedResource": "upstream compatibility (ZonalShiftPolicy); karpenter-rs does not call it",
+}
+
+
+def _sdk_method(action: str) -> str:
+    """ec2:DescribeInstanceTypeOfferings -> describe_instance_type_offerings (the Rust SDK's method name)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", action.split(":", 1)[1]).lower()
+
+
+def check_granted_actions(resources: dict) -> list[str]:
+    """Every action of the controller's managed policies is called by crates/karpenter-aws (`.method(` of the
+    action's SDK method) or listed in KEPT_ACTIONS with why it is granted."""
+    source = "\n".join(p.read_text() for p in sorted((ROOT / "crates" / "karpenter-aws" / "src").rglob("*.rs")))
+    problems = []
+    for name, resource in sorted(resources.items()):
+        if resource.get("Type") != "AWS::IAM::ManagedPolicy":
+            continue
+        document = resource["Properties"]["PolicyDocument"]
+        if not isinstance(document, dict) or "Statement" not in document:
+            problems.append(f"{name}: the policy document could not be read")
+            continue
+        for statement in document["Statement"]:
+            actions = statement.get("Action", [])
+            for action in [actions] if isinstance(actions, str) else actions:
+                if action in KEPT_ACTIONS:
+                    continue
+                if "*" in action or not re.search(rf"\.{_sdk_method(action)}\(", source):
+                    problems.append(f"{name} grants {action}, which crates/karpenter-aws does not call and "
+                                    "KEPT_ACTIONS does not explain")
+    return problems
 
 
 # ---------------------------------------------------------------------------------------------------------------
