@@ -3,8 +3,10 @@
 from .ci/run after installing .ci/requirements.txt.
 
 - charts/karpenter and charts/karpenter-crd: `helm lint` (Helm 4, embedded by helm-python-sdk: no helm binary),
-  rendered with the minimal values (only settings.clusterName, which is required) and with
-  charts/karpenter/ci/all-options-values.yaml (every value set);
+  rendered with the minimal values (only the required settings.clusterName and controller.image.repository), with
+  charts/karpenter/ci/all-options-values.yaml (every value set) and with
+  charts/karpenter/ci/upstream-v1.14.1-values.yaml (every key of upstream's chart values set; the file is checked
+  to hold them all);
 - every rendered object validated with kubernetes-validate, strict, against Kubernetes 1.33.0. The Prometheus
   Operator kinds (ServiceMonitor, PodMonitor) are not in kubernetes-validate's schemas; they are validated against
   the small schema below, written from the monitoring.coreos.com/v1 API: the fields this chart may render, with
@@ -13,7 +15,10 @@ from .ci/run after installing .ci/requirements.txt.
   sets one the controller reads per docs/reference/settings.md, ports, probes, one role per RBAC template file,
   the roles' rules exactly those of charts/karpenter/rbac/) asserted on the rendered objects;
 - values.schema.json enforced: each file in .ci/chart-values-invalid/ must be rejected, with the message naming the
-  bad value, and a render without settings.clusterName must fail with a clear message;
+  bad value, and a render without settings.clusterName or without controller.image.repository must fail with a
+  message naming it;
+- the ServiceMonitor and PodMonitor are rendered only where the cluster serves monitoring.coreos.com/v1 (rendered
+  both with and without that API version);
 - the dashboard's queries use only metric and label names of upstream Karpenter's metrics;
 - deploy/cloudformation.yaml linted by cfn-lint, twice: as written, and with the IAM policy documents that are
   JSON strings under !Sub (their condition keys name the cluster) parsed, so cfn-lint checks their actions too;
@@ -47,7 +52,13 @@ INVALID_VALUES = ROOT / ".ci" / "chart-values-invalid"
 CFN = ROOT / "deploy" / "cloudformation.yaml"
 K8S_VERSION = "1.33.0"
 RELEASE, NAMESPACE = "karpenter", "kube-system"
-MINIMAL_VALUES = {"settings": {"clusterName": "ci-cluster"}}
+MINIMAL_VALUES = {"settings": {"clusterName": "ci-cluster"},
+                  "controller": {"image": {"repository": "111122223333.dkr.ecr.us-east-1.amazonaws.com/karpenter-rs"}}}
+MINIMAL_LABEL = "required values only"
+ALL_OPTIONS_LABEL = "ci/all-options-values.yaml"
+UPSTREAM_LABEL = "ci/upstream-v1.14.1-values.yaml"
+# The API group/version of the Prometheus Operator's ServiceMonitor and PodMonitor.
+MONITORING_API = "monitoring.coreos.com/v1"
 
 failures: list[str] = []
 
@@ -80,10 +91,21 @@ def lint(chart: Path, values: dict | None, label: str) -> None:
         ok(f"helm lint {chart.name} ({label}): no warnings or errors" + (f" (info: {notes})" if notes else ""))
 
 
-def render(chart: Path, values: dict | None) -> list[tuple[str, dict]]:
-    """Renders the chart; returns (template, object) for every object, NOTES.txt left out."""
+def render_manifests(chart: Path, values: dict | None, api_versions: list[str] | None = None) -> dict[str, str]:
+    """{template: text}. api_versions are the API versions the simulated cluster serves beyond the built-in ones
+    (.Capabilities.APIVersions); helm-python-sdk 0.2.2's Chart.render does not expose the option, but the render
+    call of its libhelm_c (pinned in .ci/requirements.txt) takes it, as `helm template --api-versions` does."""
     with helm.Chart.load(str(chart)) as loaded:
-        manifests = loaded.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        if not api_versions:
+            return loaded.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        from helm_python import _native
+        opts = {"name": RELEASE, "namespace": NAMESPACE, "is_install": True, "api_versions": api_versions}
+        return json.loads(_native.call_string("helm_render", loaded._raw(), json.dumps(values), json.dumps(opts)))
+
+
+def render(chart: Path, values: dict | None, api_versions: list[str] | None = None) -> list[tuple[str, dict]]:
+    """Renders the chart; returns (template, object) for every object, NOTES.txt left out."""
+    manifests = render_manifests(chart, values, api_versions)
     objects = []
     for template, text in sorted(manifests.items()):
         if template.endswith("NOTES.txt"):
@@ -289,6 +311,8 @@ UNREAD_SETTING_ENV = {
     "enableProfiling": "ENABLE_PROFILING",
     "logOutputPaths": "LOG_OUTPUT_PATHS",
     "logErrorOutputPaths": "LOG_ERROR_OUTPUT_PATHS",
+    "securityGroupRefreshInterval": "SECURITY_GROUP_REFRESH_INTERVAL",
+    "awsFeatureGates": "AWS_FEATURE_GATES",
 }
 FEATURE_GATES = {
     "reservedCapacity": "ReservedCapacity",
@@ -345,20 +369,37 @@ def check_karpenter(objects: list[tuple[str, dict]], values: dict, label: str) -
         expect(psc.get("runAsNonRoot") is True and psc.get("runAsUser") == 65532 and psc.get("runAsGroup") == 65532
                and psc.get("seccompProfile", {}).get("type") == "RuntimeDefault",
                "pod securityContext is not hardened (non-root 65532, seccomp RuntimeDefault)", problems)
-        controller = next((c for c in pod["containers"] if c["name"] == "controller"), None)
-        expect(controller is not None, "no container named controller", problems)
+        expect(pod.get("schedulerName") == (v.get("schedulerName") or None),
+               f"schedulerName {pod.get('schedulerName')!r}, want {v.get('schedulerName')!r}", problems)
+        init = v.get("initContainers")
+        expect(pod.get("initContainers") == (init if isinstance(init, list) and init else None),
+               f"initContainers {pod.get('initContainers')!r}, want {init!r}", problems)
+        name = v["controller"].get("containerName") or "controller"
+        controller = next((c for c in pod["containers"] if c["name"] == name), None)
+        expect(controller is not None, f"no container named {name} (controller.containerName)", problems)
+        expect(pod["containers"][0]["name"] == name, "the controller is not the first container", problems)
         if controller:
             sc = controller.get("securityContext", {})
+            profiles = v["controller"].get("securityContext") or {}
             expect(sc.get("runAsNonRoot") is True and sc.get("runAsUser") == 65532 and sc.get("runAsGroup") == 65532
                    and sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False
-                   and sc.get("capabilities", {}).get("drop") == ["ALL"]
-                   and sc.get("seccompProfile", {}).get("type") == "RuntimeDefault",
+                   and sc.get("capabilities", {}).get("drop") == ["ALL"],
                    "container securityContext is not hardened", problems)
+            expect(sc.get("seccompProfile") == (profiles.get("seccompProfile") or {"type": "RuntimeDefault"}),
+                   f"container seccompProfile {sc.get('seccompProfile')}, want controller.securityContext's or "
+                   "RuntimeDefault", problems)
+            for key in ("appArmorProfile", "seLinuxOptions"):
+                expect(sc.get(key) == (profiles.get(key) or None),
+                       f"container {key} {sc.get(key)}, want controller.securityContext.{key}", problems)
             expect(controller.get("args") == ["controller", "--cloud-provider", v["cloudProvider"]],
                    f"args {controller.get('args')}", problems)
             env = {e["name"]: e for e in controller.get("env", [])}
             missing = ALWAYS_SET_ENV - env.keys()
             expect(not missing, f"env vars missing: {sorted(missing)}", problems)
+            for var in ("MEMORY_LIMIT", "CPU_REQUESTS"):
+                ref = env.get(var, {}).get("valueFrom", {}).get("resourceFieldRef", {})
+                expect(ref.get("containerName") == name, f"{var} reads the resources of container "
+                       f"{ref.get('containerName')!r}, not the controller's {name!r}", problems)
             known = known_settings()
             expect(len(known) > 20, f"{SETTINGS_REFERENCE.relative_to(ROOT)} lists only {len(known)} variables",
                    problems)
@@ -403,6 +444,13 @@ def check_karpenter(objects: list[tuple[str, dict]], values: dict, label: str) -
     pdbs = by_kind.get("PodDisruptionBudget", [])
     expect(len(pdbs) == 1 and pdbs[0]["spec"].get("maxUnavailable") == v["podDisruptionBudget"]["maxUnavailable"],
            "PodDisruptionBudget maxUnavailable", problems)
+    services = by_kind.get("Service", [])
+    expect(len(services) == 1, "one Service", problems)
+    if services:
+        annotations = services[0]["metadata"].get("annotations") or {}
+        want = {**(v.get("additionalAnnotations") or {}), **((v.get("service") or {}).get("annotations") or {})}
+        expect(annotations == want, f"Service annotations {annotations}, want additionalAnnotations with "
+               f"service.annotations over them: {want}", problems)
     sas = by_kind.get("ServiceAccount", [])
     expect(len(sas) == 1, "one ServiceAccount", problems)
     if sas:
@@ -528,14 +576,93 @@ def check_invalid_values() -> None:
                     ok(f"{path.name} rejected: {' '.join(str(e).split())[-110:]}")
                 else:
                     fail(f"{path.name}: rejected, but the message does not mention {m.group(1)!r}: {e}")
+
+
+# Every key of upstream Karpenter v1.14.1's chart values (aws/karpenter-provider-aws charts/karpenter/values.yaml,
+# as its helm-docs README of chart version 1.14.1 lists them): charts/karpenter/ci/upstream-v1.14.1-values.yaml
+# must set each, so that rendering it proves the schema accepts and the templates take all of upstream's keys.
+UPSTREAM_VALUE_KEYS = [
+    "additionalAnnotations", "additionalClusterRoleRules", "additionalLabels", "affinity",
+    "controller.containerName", "controller.env", "controller.envFrom", "controller.extraVolumeMounts",
+    "controller.healthProbe.port", "controller.image.digest", "controller.image.repository",
+    "controller.image.tag", "controller.metrics.port", "controller.resources",
+    "controller.securityContext.appArmorProfile", "controller.securityContext.seLinuxOptions",
+    "controller.securityContext.seccompProfile", "controller.sidecarContainer", "controller.sidecarVolumeMounts",
+    "dnsConfig", "dnsPolicy", "extraVolumes", "fullnameOverride", "hostNetwork", "imagePullPolicy",
+    "imagePullSecrets", "initContainers", "logErrorOutputPaths", "logLevel", "logOutputPaths", "nameOverride",
+    "nodeSelector", "podAnnotations", "podDisruptionBudget.maxUnavailable", "podDisruptionBudget.name",
+    "podLabels", "podSecurityContext", "priorityClassName", "replicas", "revisionHistoryLimit", "schedulerName",
+    "service.annotations", "serviceAccount.annotations", "serviceAccount.create", "serviceAccount.name",
+    "serviceMonitor.additionalLabels", "serviceMonitor.enabled", "serviceMonitor.endpointConfig",
+    "serviceMonitor.metricRelabelings", "serviceMonitor.relabelings", "serviceMonitor.sampleLimit",
+    "settings.amiRefreshInterval", "settings.awsFeatureGates.nodeClassCEL", "settings.batchIdleDuration",
+    "settings.batchMaxDuration", "settings.clusterCABundle", "settings.clusterEndpoint", "settings.clusterName",
+    "settings.disableClusterStateObservability", "settings.disableDryRun", "settings.eksControlPlane",
+    "settings.enableZonalShift", "settings.featureGates.capacityBuffer", "settings.featureGates.nodeOverlay",
+    "settings.featureGates.nodeRepair", "settings.featureGates.podDeletionCostManagement",
+    "settings.featureGates.reservedCapacity", "settings.featureGates.spotToSpotConsolidation",
+    "settings.featureGates.staticCapacity", "settings.ignoreDRARequests", "settings.interruptionQueue",
+    "settings.isolatedVPC", "settings.minValuesPolicy", "settings.preferencePolicy", "settings.reservedENIs",
+    "settings.securityGroupRefreshInterval", "settings.subnetRefreshInterval", "settings.vmMemoryOverheadPercent",
+    "strategy", "terminationGracePeriodSeconds", "tolerations", "topologySpreadConstraints",
+]
+
+
+def check_upstream_keys(values: dict) -> None:
+    missing = []
+    for key in UPSTREAM_VALUE_KEYS:
+        node = values
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                missing.append(key)
+                break
+            node = node[part]
+    if missing:
+        fail(f"{UPSTREAM_LABEL} does not set upstream's keys {missing}")
+    else:
+        ok(f"{UPSTREAM_LABEL} sets all {len(UPSTREAM_VALUE_KEYS)} keys of upstream v1.14.1's chart values")
+
+
+# Values a render cannot do without: (values with the key removed, the text the failure must contain).
+REQUIRED_VALUES = {
+    "settings.clusterName": "settings.clusterName is required",
+    "controller.image.repository": "controller.image.repository is required",
+}
+
+
+def check_required_values() -> None:
+    for key, message in REQUIRED_VALUES.items():
+        values = copy.deepcopy(MINIMAL_VALUES)
+        *parents, leaf = key.split(".")
+        node = values
+        for part in parents:
+            node = node[part]
+        del node[leaf]
         try:
-            chart.render(None, name=RELEASE, namespace=NAMESPACE)
-            fail("a render without settings.clusterName succeeded")
+            render(CHART, values)
+            fail(f"a render without {key} succeeded")
         except helm.HelmError as e:
-            if "settings.clusterName is required" in str(e):
-                ok("a render without settings.clusterName fails: settings.clusterName is required")
+            if message in str(e):
+                ok(f"a render without {key} fails: {message}")
             else:
-                fail(f"a render without settings.clusterName failed without naming it: {e}")
+                fail(f"a render without {key} failed without naming it: {e}")
+
+
+def check_monitor_gating(values: dict, label: str) -> None:
+    """With serviceMonitor and podMonitor enabled, the monitors are rendered only where the cluster serves
+    monitoring.coreos.com/v1: an install into a cluster without the Prometheus Operator's CRDs must not fail."""
+    kinds = {"ServiceMonitor", "PodMonitor"}
+    without = sorted(obj["kind"] for _, obj in render(CHART, copy.deepcopy(values)) if obj["kind"] in kinds)
+    served = sorted(obj["kind"] for _, obj in render(CHART, copy.deepcopy(values), [MONITORING_API])
+                    if obj["kind"] in kinds)
+    if without:
+        fail(f"karpenter ({label}): {without} rendered although the cluster does not serve {MONITORING_API}")
+    if served != sorted(kinds):
+        fail(f"karpenter ({label}): {served} rendered where the cluster serves {MONITORING_API}, want "
+             f"{sorted(kinds)}")
+    if not without and served == sorted(kinds):
+        ok(f"karpenter ({label}): ServiceMonitor and PodMonitor rendered where {MONITORING_API} is served, "
+           "left out where it is not")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -869,20 +996,23 @@ def main() -> int:
     print(f"helm-python-sdk {helm.__version__ if hasattr(helm, '__version__') else ''} (Helm {helm.helm_sdk_version()}), "
           f"kubernetes-validate {kubernetes_validate.__version__}")
     all_options = yaml.safe_load((CHART / "ci" / "all-options-values.yaml").read_text())
+    upstream = yaml.safe_load((CHART / "ci" / "upstream-v1.14.1-values.yaml").read_text())
+    karpenter_runs = [(MINIMAL_LABEL, MINIMAL_VALUES), (ALL_OPTIONS_LABEL, all_options), (UPSTREAM_LABEL, upstream)]
 
     section("helm lint")
-    lint(CHART, MINIMAL_VALUES, "settings.clusterName only")
-    lint(CHART, all_options, "ci/all-options-values.yaml")
+    for label, values in karpenter_runs:
+        lint(CHART, values, label)
     lint(CRD_CHART, None, "defaults")
 
     section("render and validate")
-    runs = [(CHART, MINIMAL_VALUES, "karpenter, settings.clusterName only"),
-            (CHART, all_options, "karpenter, ci/all-options-values.yaml"),
-            (CRD_CHART, None, "karpenter-crd, defaults")]
+    # The karpenter chart is rendered for a cluster that serves the Prometheus Operator's API, so the monitors the
+    # values enable are rendered and validated; check_monitor_gating renders without it.
+    runs = [(CHART, values, f"karpenter, {label}", [MONITORING_API]) for label, values in karpenter_runs]
+    runs.append((CRD_CHART, None, "karpenter-crd, defaults", None))
     rendered = {}
-    for chart, values, label in runs:
+    for chart, values, label, api_versions in runs:
         try:
-            objects = render(chart, copy.deepcopy(values))
+            objects = render(chart, copy.deepcopy(values), api_versions)
         except helm.HelmError as e:
             fail(f"render {label}: {e}")
             continue
@@ -891,16 +1021,21 @@ def main() -> int:
         validate_objects(objects, label)
 
     section("what the karpenter chart promises")
-    for label, values in (("settings.clusterName only", MINIMAL_VALUES), ("ci/all-options-values.yaml", all_options)):
+    check_upstream_keys(upstream)
+    for label, values in karpenter_runs:
         objects = rendered.get(f"karpenter, {label}")
         if objects is not None:
             check_karpenter(objects, copy.deepcopy(values), label)
-    if "karpenter, ci/all-options-values.yaml" in rendered:
-        check_rbac_files(rendered["karpenter, ci/all-options-values.yaml"])
-    for label, values in (("settings.clusterName only", MINIMAL_VALUES), ("ci/all-options-values.yaml", all_options)):
+    if f"karpenter, {ALL_OPTIONS_LABEL}" in rendered:
+        check_rbac_files(rendered[f"karpenter, {ALL_OPTIONS_LABEL}"])
+    for label, values in karpenter_runs:
         objects = rendered.get(f"karpenter, {label}")
         if objects is not None:
             check_rbac_sources(objects, copy.deepcopy(values), label)
+    check_required_values()
+    check_monitor_gating(all_options, ALL_OPTIONS_LABEL)
+
+    section("what the karpenter-crd chart promises")
     crds = rendered.get("karpenter-crd, defaults", [])
     if crds and {o["kind"] for _, o in crds} != {"CustomResourceDefinition"}:
         fail("karpenter-crd renders something other than CustomResourceDefinitions")

@@ -48,14 +48,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
-{{/* The controller image reference: repository:tag, or repository@digest when a digest is set. */}}
+{{/* The controller image reference: repository:tag, or repository@digest when a digest is set. The repository
+has no default: the image is built from the repository's Dockerfile and pushed to the user's own registry. */}}
 {{- define "karpenter.controller.image" -}}
+{{- $repository := required "controller.image.repository is required: build the image with the repository's Dockerfile, push it to your ECR repository and set it (--set controller.image.repository=<account>.dkr.ecr.<region>.amazonaws.com/karpenter-rs); see docs/getting-started.md" .Values.controller.image.repository }}
 {{- $tag := default .Chart.AppVersion .Values.controller.image.tag }}
 {{- if .Values.controller.image.digest }}
-{{- printf "%s@%s" .Values.controller.image.repository .Values.controller.image.digest }}
+{{- printf "%s@%s" $repository .Values.controller.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.controller.image.repository $tag }}
+{{- printf "%s:%s" $repository $tag }}
 {{- end }}
+{{- end }}
+
+{{/* The controller container's name. */}}
+{{- define "karpenter.controller.containerName" -}}
+{{- default "controller" .Values.controller.containerName }}
+{{- end }}
+
+{{/* Whether the cluster serves the Prometheus Operator's API (ServiceMonitor, PodMonitor). */}}
+{{- define "karpenter.hasPrometheusOperator" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
 {{- end }}
 
 {{/* FEATURE_GATES in Kubernetes' map syntax, gate names as the controller spells them. */}}
