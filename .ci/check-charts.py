@@ -19,6 +19,7 @@ from .ci/run after installing .ci/requirements.txt.
   message naming it;
 - the ServiceMonitor and PodMonitor are rendered only where the cluster serves monitoring.coreos.com/v1 (rendered
   both with and without that API version);
+- the karpenter-crd chart puts additionalAnnotations on every CRD;
 - the dashboard's queries use only metric and label names of upstream Karpenter's metrics;
 - deploy/cloudformation.yaml linted by cfn-lint, twice: as written, and with the IAM policy documents that are
   JSON strings under !Sub (their condition keys name the cluster) parsed, so cfn-lint checks their actions too;
@@ -665,6 +666,31 @@ def check_monitor_gating(values: dict, label: str) -> None:
            "left out where it is not")
 
 
+# The karpenter-crd chart rendered with annotations: every CRD must carry them (upstream's karpenter-crd chart has the
+# same value), and a render with the defaults must carry none.
+CRD_ANNOTATIONS_VALUES = {"additionalAnnotations": {"argocd.argoproj.io/sync-options": "ServerSideApply=true",
+                                                    "example.com/owner": "platform"}}
+
+
+def check_crd_annotations(defaults: list[tuple[str, dict]], annotated: list[tuple[str, dict]]) -> None:
+    problems = []
+    want = CRD_ANNOTATIONS_VALUES["additionalAnnotations"]
+    if not defaults or len(defaults) != len(annotated):
+        problems.append(f"{len(defaults)} CRDs with the defaults, {len(annotated)} with additionalAnnotations")
+    for _, crd in defaults:
+        if crd["metadata"].get("annotations"):
+            problems.append(f"{crd['metadata']['name']}: annotations {crd['metadata']['annotations']} with the "
+                            "defaults")
+    for _, crd in annotated:
+        got = crd["metadata"].get("annotations")
+        if got != want:
+            problems.append(f"{crd['metadata']['name']}: annotations {got}, want additionalAnnotations {want}")
+    for p in problems:
+        fail(f"karpenter-crd: {p}")
+    if not problems:
+        ok(f"karpenter-crd: additionalAnnotations on all {len(annotated)} CRDs, none by default")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The Grafana dashboard: metric and label names from upstream Karpenter v1.14.1
 # (shared/reference/upstream-features.md section 4).
@@ -1009,6 +1035,7 @@ def main() -> int:
     # values enable are rendered and validated; check_monitor_gating renders without it.
     runs = [(CHART, values, f"karpenter, {label}", [MONITORING_API]) for label, values in karpenter_runs]
     runs.append((CRD_CHART, None, "karpenter-crd, defaults", None))
+    runs.append((CRD_CHART, CRD_ANNOTATIONS_VALUES, "karpenter-crd, additionalAnnotations", None))
     rendered = {}
     for chart, values, label, api_versions in runs:
         try:
@@ -1039,6 +1066,7 @@ def main() -> int:
     crds = rendered.get("karpenter-crd, defaults", [])
     if crds and {o["kind"] for _, o in crds} != {"CustomResourceDefinition"}:
         fail("karpenter-crd renders something other than CustomResourceDefinitions")
+    check_crd_annotations(crds, rendered.get("karpenter-crd, additionalAnnotations", []))
 
     section("values.schema.json rejects bad values")
     check_invalid_values()
