@@ -7,6 +7,8 @@
 //! the state cache watching (on every replica, so a standby is ready to take over), the Lease acquired, the
 //! cache synced, then the controllers. Losing the Lease, or any controller loop ending, ends [`Operator::run`]
 //! with an error and the binary exits non-zero: a restarted process starts clean rather than half-led.
+//! Asked to stop (the binary: SIGTERM or SIGINT), it stops the controllers, releases the Lease and returns
+//! `Ok` within [`SHUTDOWN_DEADLINE`], and the binary exits 0.
 
 pub mod aws_settings;
 pub mod controllers;
@@ -28,6 +30,17 @@ pub use controllers::{ControllerParts, ControllerTask, Observer, controller_task
 pub use error::OperatorError;
 pub use leader::{LeaderElection, LeaseTimings};
 pub use settings::Settings;
+
+/// On shutdown, how long the controllers have to stop (a disruption pass or a scheduling simulation is not
+/// interrupted mid-computation; it stops at its next await) before the Lease is released regardless.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(10);
+/// On shutdown, how long releasing the Lease may take (an API server that does not answer must not hold the
+/// process past the pod's termination grace period).
+pub const RELEASE_DEADLINE: Duration = Duration::from_secs(5);
+/// The longest a clean shutdown takes once asked: within the kubelet's default 30-second termination grace
+/// period, so the process exits by itself rather than being killed with the Lease still held.
+pub const SHUTDOWN_DEADLINE: Duration =
+    Duration::from_secs(STOP_DEADLINE.as_secs() + RELEASE_DEADLINE.as_secs());
 
 /// One controller process.
 pub struct Operator {
@@ -65,8 +78,9 @@ impl Operator {
         }
     }
 
-    /// Runs until `shutdown` completes (then `Ok`, the Lease released) or something makes this replica unfit
-    /// to lead (then the error). Dropping the future stops everything at once, as a crash would.
+    /// Runs until `shutdown` completes (then the controllers are stopped, the Lease released so a standby takes
+    /// over at once, and `Ok`, all within [`SHUTDOWN_DEADLINE`]) or something makes this replica unfit to lead
+    /// (then the error). Dropping the future stops everything at once, as a crash would.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), OperatorError> {
         let Self {
             parts,
@@ -166,13 +180,37 @@ impl Operator {
                 stopped.unwrap_or("a controller that panicked"),
             )),
         };
-        controllers.abort_all();
         leader_gauge.set(0);
+        if outcome.is_ok() {
+            tracing::info!(%identity, "shutting down: stopping the controllers");
+        }
+        // No new work: every controller is cancelled where it waits. A command half carried out is left as a
+        // crash would leave it, which the next leader recovers from (the disruption controller removes the
+        // `karpenter.sh/disrupted` taints of candidates not yet deleted; a drain or a launch is picked up from
+        // the NodeClaim's finalizer and status). Waiting for the tasks to be gone, not just told to go, keeps
+        // any request of ours from landing after the Lease is released and the next leader has begun.
+        controllers.abort_all();
+        if tokio::time::timeout(STOP_DEADLINE, async {
+            while controllers.join_next().await.is_some() {}
+        })
+        .await
+        .is_err()
+        {
+            tracing::warn!(
+                deadline = ?STOP_DEADLINE,
+                "a controller did not stop before the deadline; releasing the lease anyway"
+            );
+        }
         if outcome.is_ok()
             && let Some(election) = election.as_mut()
-            && let Err(error) = election.release().await
         {
-            tracing::warn!(%error, "releasing the leader lease");
+            match tokio::time::timeout(RELEASE_DEADLINE, election.release()).await {
+                Ok(Ok(())) => tracing::info!(lease = %lease_name, %identity, "released the leader lease"),
+                Ok(Err(error)) => tracing::warn!(%error, "releasing the leader lease"),
+                Err(_) => {
+                    tracing::warn!(deadline = ?RELEASE_DEADLINE, "releasing the leader lease timed out")
+                }
+            }
         }
         outcome
     }

@@ -113,11 +113,18 @@ pub fn run(args: &ControllerArgs) -> Result<String> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(args))?;
+    let served = runtime.block_on(serve(args));
+    // Tasks still running (watches, servers) are dropped; a blocking call that never returns does not keep a
+    // stopping process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served?;
     Ok(String::new())
 }
 
 async fn serve(args: &ControllerArgs) -> Result<()> {
+    // Installed first, so a signal that arrives during start-up is not lost: it stops the process cleanly
+    // as soon as the operator runs.
+    let signals = Signals::install()?;
     let (client, lease_client) = clients(args.kubeconfig.as_ref(), &args.settings).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let settings = args.settings.clone();
@@ -184,11 +191,59 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
     let mut operator = Operator::new(parts);
     operator.provider_tasks = provider_tasks;
     operator.lease_client = Some(lease_client);
-    operator
-        .run(async {
-            let _ = tokio::signal::ctrl_c().await;
-            tracing::info!("interrupted: stopping");
-        })
-        .await?;
+    operator.run(signals.first()).await?;
     Ok(())
+}
+
+/// SIGTERM (what the kubelet sends to stop the pod: a rollout, an eviction, a scale-down) and SIGINT (Ctrl-C).
+/// As PID 1 in the image the process has no default handler for either: without these it would sit out the
+/// termination grace period and be killed holding the Lease.
+struct Signals {
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                terminate: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+                interrupt: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// The name of the next signal.
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.terminate.recv() => "SIGTERM",
+                _ = self.interrupt.recv() => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
+    }
+
+    /// Completes on the first signal, which starts a clean shutdown (bounded by the operator's
+    /// `SHUTDOWN_DEADLINE`); a second signal exits at once, as a crash would (the Lease is not released).
+    async fn first(mut self) {
+        let signal = self.next().await;
+        tracing::info!(signal, deadline = ?karpenter_operator::SHUTDOWN_DEADLINE, "signal received: shutting down");
+        tokio::spawn(async move {
+            let signal = self.next().await;
+            tracing::warn!(signal, "second signal: exiting without a clean shutdown");
+            std::process::exit(1);
+        });
+    }
 }
