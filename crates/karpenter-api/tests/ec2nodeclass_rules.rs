@@ -271,11 +271,9 @@ fn table() -> Vec<Row> {
             Cel(m::SUBNET_TERM_EMPTY),
         ),
         row(
-            "subnet id exclusive",
-            spec(
-                json!({"subnetSelectorTerms": [{"tags": {"a": "b"}}, {"id": "subnet-1", "tags": {"a": "b"}}]}),
-            ),
-            "spec.subnetSelectorTerms[1]",
+            "subnet id exclusive (every term)",
+            spec(json!({"subnetSelectorTerms": [{"id": "subnet-1", "tags": {"a": "b"}}]})),
+            "spec.subnetSelectorTerms",
             m::SUBNET_ID_EXCLUSIVE,
             Cel(m::SUBNET_ID_EXCLUSIVE),
         ),
@@ -325,14 +323,14 @@ fn table() -> Vec<Row> {
         row(
             "security group id exclusive",
             spec(json!({"securityGroupSelectorTerms": [{"id": "sg-1", "tags": {"a": "b"}}]})),
-            "spec.securityGroupSelectorTerms[0]",
+            "spec.securityGroupSelectorTerms",
             m::SECURITY_GROUP_ID_EXCLUSIVE,
             Cel(m::SECURITY_GROUP_ID_EXCLUSIVE),
         ),
         row(
             "security group name exclusive",
             spec(json!({"securityGroupSelectorTerms": [{"name": "nodes", "tags": {"a": "b"}}]})),
-            "spec.securityGroupSelectorTerms[0]",
+            "spec.securityGroupSelectorTerms",
             m::SECURITY_GROUP_NAME_EXCLUSIVE,
             Cel(m::SECURITY_GROUP_NAME_EXCLUSIVE),
         ),
@@ -368,7 +366,7 @@ fn table() -> Vec<Row> {
         row(
             "capacity reservation id exclusive",
             spec(json!({"capacityReservationSelectorTerms": [{"id": "cr-1", "ownerID": "123456789012"}]})),
-            "spec.capacityReservationSelectorTerms[0]",
+            "spec.capacityReservationSelectorTerms",
             m::CAPACITY_RESERVATION_ID_EXCLUSIVE,
             Cel(m::CAPACITY_RESERVATION_ID_EXCLUSIVE),
         ),
@@ -460,10 +458,8 @@ fn table() -> Vec<Row> {
             Cel(m::AMI_ID_EXCLUSIVE),
         ),
         row(
-            "ami id exclusive (ssmParameter)",
-            no_alias(
-                json!({"amiSelectorTerms": [{"tags": {"a": "b"}}, {"id": "ami-1", "ssmParameter": "/p"}]}),
-            ),
+            "ami id exclusive (tags, in one term of several)",
+            no_alias(json!({"amiSelectorTerms": [{"name": "x"}, {"id": "ami-1", "tags": {"a": "b"}}]})),
             "spec.amiSelectorTerms[1]",
             m::AMI_ID_EXCLUSIVE,
             Cel(m::AMI_ID_EXCLUSIVE),
@@ -1044,7 +1040,6 @@ fn valid_variants_pass_validate_and_the_crd() {
         spec(
             json!({"amiSelectorTerms": [{"id": "ami-1"}, {"name": "x", "owner": "amazon"}], "amiFamily": "Windows2025"}),
         ),
-        spec(json!({"capacityReservationSelectorTerms": []})),
         spec(json!({"placementGroupSelector": {"id": "pg-0123456789abcdef0"}})),
         spec(
             json!({"blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "64T"}}, {"ebs": {"volumeSize": "59000Gi"}}]}),
@@ -1301,4 +1296,130 @@ fn ready_dependents_follow_placement_group_and_gate() {
     );
     assert!(with_pg.is_ready());
     assert_eq!(with_pg.zones(), vec!["us-west-2a".to_string()]);
+}
+
+/// Selector-term exclusivity as upstream v1.14.1's EC2NodeClass CRD has it (aws/karpenter-provider-aws
+/// `pkg/apis/v1/ec2nodeclass.go` markers, `pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml`): the subnet,
+/// security-group and capacity-reservation rules are `!self.all(...)`, so a list is rejected only when *every*
+/// term mixes the fields (an explicit empty capacity-reservation list too); the AMI rules are `!self.exists(...)`
+/// and do not name `ssmParameter`. Each object must get the same verdict from `validate()` and from the CRD.
+#[test]
+fn selector_term_exclusivity_matches_upstream() {
+    let crd = ec2nodeclass::crd();
+    let no_alias = |mut terms: Value| {
+        merge(&mut terms, &json!({"amiFamily": "AL2023"}));
+        spec(terms)
+    };
+    // (object, None = accepted, Some(message) = rejected with that message)
+    let cases: Vec<(Value, Option<&str>)> = vec![
+        // subnets
+        (
+            spec(
+                json!({"subnetSelectorTerms": [{"id": "subnet-1", "tags": {"a": "b"}}, {"tags": {"c": "d"}}]}),
+            ),
+            None,
+        ),
+        (
+            spec(
+                json!({"subnetSelectorTerms": [{"tags": {"c": "d"}}, {"id": "subnet-1", "tags": {"a": "b"}}]}),
+            ),
+            None,
+        ),
+        (
+            spec(json!({"subnetSelectorTerms": [{"id": "subnet-1", "tags": {"a": "b"}}]})),
+            Some(m::SUBNET_ID_EXCLUSIVE),
+        ),
+        (
+            spec(
+                json!({"subnetSelectorTerms": [{"id": "subnet-1", "tags": {"a": "b"}}, {"id": "subnet-2", "tags": {"c": "d"}}]}),
+            ),
+            Some(m::SUBNET_ID_EXCLUSIVE),
+        ),
+        // security groups
+        (
+            spec(
+                json!({"securityGroupSelectorTerms": [{"id": "sg-1", "tags": {"a": "b"}}, {"name": "nodes"}]}),
+            ),
+            None,
+        ),
+        (
+            spec(json!({"securityGroupSelectorTerms": [{"id": "sg-1", "name": "x"}, {"tags": {"a": "b"}}]})),
+            None,
+        ),
+        (
+            spec(json!({"securityGroupSelectorTerms": [{"id": "sg-1", "name": "x"}]})),
+            Some(m::SECURITY_GROUP_ID_EXCLUSIVE),
+        ),
+        (
+            spec(json!({"securityGroupSelectorTerms": [{"name": "x", "tags": {"a": "b"}}]})),
+            Some(m::SECURITY_GROUP_NAME_EXCLUSIVE),
+        ),
+        // capacity reservations
+        (
+            spec(
+                json!({"capacityReservationSelectorTerms": [{"id": "cr-1", "tags": {"a": "b"}}, {"instanceMatchCriteria": "open"}]}),
+            ),
+            None,
+        ),
+        (
+            spec(
+                json!({"capacityReservationSelectorTerms": [{"id": "cr-1", "instanceMatchCriteria": "targeted"}]}),
+            ),
+            Some(m::CAPACITY_RESERVATION_ID_EXCLUSIVE),
+        ),
+        (
+            spec(json!({"capacityReservationSelectorTerms": []})),
+            Some(m::CAPACITY_RESERVATION_ID_EXCLUSIVE),
+        ),
+        // AMIs: ssmParameter may accompany id or alias; other fields may not, in any term.
+        (
+            no_alias(json!({"amiSelectorTerms": [{"id": "ami-1", "ssmParameter": "/p"}]})),
+            None,
+        ),
+        (
+            spec(json!({"amiSelectorTerms": [{"alias": "al2023@latest", "ssmParameter": "/p"}]})),
+            None,
+        ),
+        (
+            no_alias(json!({"amiSelectorTerms": [{"id": "ami-1", "owner": "self"}, {"name": "x"}]})),
+            Some(m::AMI_ID_EXCLUSIVE),
+        ),
+        (
+            spec(json!({"amiSelectorTerms": [{"alias": "al2023@latest", "name": "x"}]})),
+            Some(m::AMI_ALIAS_EXCLUSIVE),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (patch, expected) in cases {
+        let obj = patched(&patch);
+        let nc: EC2NodeClass = serde_json::from_value(obj.clone()).unwrap();
+        let rust = nc.validate().err().map(|e| e.to_string());
+        let cel = support::cel_errors(&crd, &obj, None);
+        let schema = support::schema_errors(&crd, &obj);
+        match expected {
+            None => {
+                if rust.is_some() || !cel.is_empty() || !schema.is_empty() {
+                    failures.push(format!(
+                        "{patch}: expected accepted; validate: {rust:?}, CEL: {cel:?}, schema: {schema:?}"
+                    ));
+                }
+            }
+            Some(message) => {
+                if !rust.as_deref().is_some_and(|e| e.contains(message)) {
+                    failures.push(format!(
+                        "{patch}: validate() did not report {message:?}: {rust:?}"
+                    ));
+                }
+                if !cel.iter().any(|e| e.contains(message)) {
+                    failures.push(format!("{patch}: CEL did not report {message:?}: {cel:?}"));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

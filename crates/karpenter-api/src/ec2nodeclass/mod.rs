@@ -93,22 +93,20 @@ pub mod messages {
     pub const SELECTOR_TAGS_EMPTY: &str = "selector tag keys and values must not be empty";
     pub const SUBNET_TERM_EMPTY: &str = "each subnetSelectorTerm must set 'tags' or 'id'";
     pub const SUBNET_ID_EXCLUSIVE: &str =
-        "'id' is mutually exclusive with other fields of a subnetSelectorTerm";
+        "'id' is mutually exclusive with 'tags' in a subnetSelectorTerm (rejected when every term sets both)";
     pub const SECURITY_GROUP_TERM_EMPTY: &str =
         "each securityGroupSelectorTerm must set 'tags', 'id' or 'name'";
-    pub const SECURITY_GROUP_ID_EXCLUSIVE: &str =
-        "'id' is mutually exclusive with other fields of a securityGroupSelectorTerm";
-    pub const SECURITY_GROUP_NAME_EXCLUSIVE: &str =
-        "'name' is mutually exclusive with other fields of a securityGroupSelectorTerm";
+    pub const SECURITY_GROUP_ID_EXCLUSIVE: &str = "'id' is mutually exclusive with other fields of a securityGroupSelectorTerm (rejected when every term combines them)";
+    pub const SECURITY_GROUP_NAME_EXCLUSIVE: &str = "'name' is mutually exclusive with other fields of a securityGroupSelectorTerm (rejected when every term combines them)";
     pub const CAPACITY_RESERVATION_TERM_EMPTY: &str =
         "each capacityReservationSelectorTerm must set 'tags', 'id' or 'instanceMatchCriteria'";
-    pub const CAPACITY_RESERVATION_ID_EXCLUSIVE: &str =
-        "'id' is mutually exclusive with other fields of a capacityReservationSelectorTerm";
+    pub const CAPACITY_RESERVATION_ID_EXCLUSIVE: &str = "'id' is mutually exclusive with other fields of a capacityReservationSelectorTerm (rejected when every term combines them, or the list is empty)";
     pub const AMI_TERM_EMPTY: &str =
         "each amiSelectorTerm must set 'tags', 'id', 'name', 'alias' or 'ssmParameter'";
-    pub const AMI_ID_EXCLUSIVE: &str = "'id' is mutually exclusive with other fields of an amiSelectorTerm";
+    pub const AMI_ID_EXCLUSIVE: &str =
+        "'id' cannot be combined with 'alias', 'tags', 'name' or 'owner' in an amiSelectorTerm";
     pub const AMI_ALIAS_EXCLUSIVE: &str =
-        "'alias' is mutually exclusive with other fields of an amiSelectorTerm";
+        "'alias' cannot be combined with 'id', 'tags', 'name' or 'owner' in an amiSelectorTerm";
     pub const AMI_ALIAS_ONLY_TERM: &str =
         "an amiSelectorTerm with an 'alias' must be the only amiSelectorTerm";
     pub const ALIAS_FORMAT: &str = "'alias' must have the form 'family@version'";
@@ -272,7 +270,8 @@ pub struct EC2NodeClassSpec {
         length(min = 1, max = 30),
         extend("x-kubernetes-validations" = [
             {"rule": "self.all(t, has(t.tags) || has(t.id))", "message": messages::SUBNET_TERM_EMPTY},
-            {"rule": "!self.exists(t, has(t.id) && has(t.tags))", "message": messages::SUBNET_ID_EXCLUSIVE}
+            // `all`, not `exists`, as upstream: rejected only when every term combines them.
+            {"rule": "!self.all(t, has(t.id) && has(t.tags))", "message": messages::SUBNET_ID_EXCLUSIVE}
         ])
     )]
     pub subnet_selector_terms: Vec<SubnetSelectorTerm>,
@@ -282,9 +281,9 @@ pub struct EC2NodeClassSpec {
         extend("x-kubernetes-validations" = [
             {"rule": "self.all(t, has(t.tags) || has(t.id) || has(t.name))",
              "message": messages::SECURITY_GROUP_TERM_EMPTY},
-            {"rule": "!self.exists(t, has(t.id) && (has(t.tags) || has(t.name)))",
+            {"rule": "!self.all(t, has(t.id) && (has(t.tags) || has(t.name)))",
              "message": messages::SECURITY_GROUP_ID_EXCLUSIVE},
-            {"rule": "!self.exists(t, has(t.name) && (has(t.tags) || has(t.id)))",
+            {"rule": "!self.all(t, has(t.name) && (has(t.tags) || has(t.id)))",
              "message": messages::SECURITY_GROUP_NAME_EXCLUSIVE}
         ])
     )]
@@ -296,7 +295,7 @@ pub struct EC2NodeClassSpec {
         extend("x-kubernetes-validations" = [
             {"rule": "self.all(t, has(t.tags) || has(t.id) || has(t.instanceMatchCriteria))",
              "message": messages::CAPACITY_RESERVATION_TERM_EMPTY},
-            {"rule": "!self.exists(t, has(t.id) && (has(t.tags) || has(t.ownerID) || has(t.instanceMatchCriteria)))",
+            {"rule": "!self.all(t, has(t.id) && (has(t.tags) || has(t.ownerID) || has(t.instanceMatchCriteria)))",
              "message": messages::CAPACITY_RESERVATION_ID_EXCLUSIVE}
         ])
     )]
@@ -321,9 +320,10 @@ pub struct EC2NodeClassSpec {
         extend("x-kubernetes-validations" = [
             {"rule": "self.all(t, has(t.tags) || has(t.id) || has(t.name) || has(t.alias) || has(t.ssmParameter))",
              "message": messages::AMI_TERM_EMPTY},
-            {"rule": "!self.exists(t, has(t.id) && (has(t.alias) || has(t.tags) || has(t.name) || has(t.owner) || has(t.ssmParameter)))",
+            // `ssmParameter` may accompany `id` or `alias`, as upstream allows.
+            {"rule": "!self.exists(t, has(t.id) && (has(t.alias) || has(t.tags) || has(t.name) || has(t.owner)))",
              "message": messages::AMI_ID_EXCLUSIVE},
-            {"rule": "!self.exists(t, has(t.alias) && (has(t.id) || has(t.tags) || has(t.name) || has(t.owner) || has(t.ssmParameter)))",
+            {"rule": "!self.exists(t, has(t.alias) && (has(t.id) || has(t.tags) || has(t.name) || has(t.owner)))",
              "message": messages::AMI_ALIAS_EXCLUSIVE},
             {"rule": "!self.exists(t, has(t.alias)) || self.size() == 1", "message": messages::AMI_ALIAS_ONLY_TERM}
         ])

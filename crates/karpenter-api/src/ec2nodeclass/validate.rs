@@ -15,8 +15,8 @@ use crate::validation::{ValidationErrors, Validator};
 
 impl EC2NodeClass {
     /// Applies every rule of the CRD schema and its CEL rules, naming the EC2NodeClass and the field of each
-    /// problem, for example `EC2NodeClass default: spec.amiSelectorTerms[0]: 'alias' is mutually exclusive with
-    /// other fields of an amiSelectorTerm`.
+    /// problem, for example `EC2NodeClass default: spec.amiSelectorTerms[0]: 'alias' cannot be combined with 'id',
+    /// 'tags', 'name' or 'owner' in an amiSelectorTerm`.
     pub fn validate(&self) -> Result<(), ValidationErrors> {
         let mut v = Validator::new("EC2NodeClass", self.metadata.name.as_deref());
         v.field("spec", |v| self.spec.validate(v));
@@ -34,11 +34,29 @@ impl EC2NodeClassSpec {
             for (i, t) in self.subnet_selector_terms.iter().enumerate() {
                 v.index(i, |v| validate_subnet_term(v, t));
             }
+            // Upstream's rule asks whether *every* term mixes them (`!self.all(...)`), so one mixed term among
+            // others is accepted; the list is never empty here (checked above).
+            let terms = &self.subnet_selector_terms;
+            if !terms.is_empty() && terms.iter().all(|t| t.id.is_some() && t.tags.is_some()) {
+                v.error(messages::SUBNET_ID_EXCLUSIVE);
+            }
         });
         v.field("securityGroupSelectorTerms", |v| {
             list_len(v, self.security_group_selector_terms.len(), 1, 30);
             for (i, t) in self.security_group_selector_terms.iter().enumerate() {
                 v.index(i, |v| validate_security_group_term(v, t));
+            }
+            let terms = &self.security_group_selector_terms;
+            if !terms.is_empty() {
+                let all = |f: fn(&SecurityGroupSelectorTerm) -> bool| terms.iter().all(f);
+                v.check(
+                    !all(|t| t.id.is_some() && (t.tags.is_some() || t.name.is_some())),
+                    messages::SECURITY_GROUP_ID_EXCLUSIVE,
+                );
+                v.check(
+                    !all(|t| t.name.is_some() && (t.tags.is_some() || t.id.is_some())),
+                    messages::SECURITY_GROUP_NAME_EXCLUSIVE,
+                );
             }
         });
         if let Some(terms) = &self.capacity_reservation_selector_terms {
@@ -47,6 +65,13 @@ impl EC2NodeClassSpec {
                 for (i, t) in terms.iter().enumerate() {
                     v.index(i, |v| validate_capacity_reservation_term(v, t));
                 }
+                // `!self.all(...)`, as upstream: true of an empty list too, so an explicit `[]` is rejected
+                // (an absent field is not checked).
+                let mixed = terms.iter().all(|t| {
+                    t.id.is_some()
+                        && (t.tags.is_some() || t.owner_id.is_some() || t.instance_match_criteria.is_some())
+                });
+                v.check(!mixed, messages::CAPACITY_RESERVATION_ID_EXCLUSIVE);
             });
         }
         if let Some(pg) = &self.placement_group_selector {
@@ -164,10 +189,6 @@ fn validate_subnet_term(v: &mut Validator, t: &SubnetSelectorTerm) {
         v.field("id", |v| check_id(v, id, "subnet-", patterns::SUBNET_ID));
     }
     v.check(t.tags.is_some() || t.id.is_some(), messages::SUBNET_TERM_EMPTY);
-    v.check(
-        !(t.id.is_some() && t.tags.is_some()),
-        messages::SUBNET_ID_EXCLUSIVE,
-    );
 }
 
 fn validate_security_group_term(v: &mut Validator, t: &SecurityGroupSelectorTerm) {
@@ -177,8 +198,6 @@ fn validate_security_group_term(v: &mut Validator, t: &SecurityGroupSelectorTerm
     }
     let (tags, id, name) = (t.tags.is_some(), t.id.is_some(), t.name.is_some());
     v.check(tags || id || name, messages::SECURITY_GROUP_TERM_EMPTY);
-    v.check(!(id && (tags || name)), messages::SECURITY_GROUP_ID_EXCLUSIVE);
-    v.check(!(name && (tags || id)), messages::SECURITY_GROUP_NAME_EXCLUSIVE);
 }
 
 fn validate_capacity_reservation_term(v: &mut Validator, t: &CapacityReservationSelectorTerm) {
@@ -206,17 +225,12 @@ fn validate_capacity_reservation_term(v: &mut Validator, t: &CapacityReservation
         t.instance_match_criteria.as_deref(),
         &INSTANCE_MATCH_CRITERIA,
     );
-    let (tags, id, owner, criteria) = (
+    let (tags, id, criteria) = (
         t.tags.is_some(),
         t.id.is_some(),
-        t.owner_id.is_some(),
         t.instance_match_criteria.is_some(),
     );
     v.check(tags || id || criteria, messages::CAPACITY_RESERVATION_TERM_EMPTY);
-    v.check(
-        !(id && (tags || owner || criteria)),
-        messages::CAPACITY_RESERVATION_ID_EXCLUSIVE,
-    );
 }
 
 fn validate_ami_term(v: &mut Validator, t: &AmiSelectorTerm, term_count: usize) {
@@ -236,12 +250,13 @@ fn validate_ami_term(v: &mut Validator, t: &AmiSelectorTerm, term_count: usize) 
         t.ssm_parameter.is_some(),
     );
     v.check(tags || id || name || alias || ssm, messages::AMI_TERM_EMPTY);
+    // `ssmParameter` may accompany `id` or `alias`: upstream's exclusivity rules do not name it.
     v.check(
-        !(id && (alias || tags || name || owner || ssm)),
+        !(id && (alias || tags || name || owner)),
         messages::AMI_ID_EXCLUSIVE,
     );
     v.check(
-        !(alias && (id || tags || name || owner || ssm)),
+        !(alias && (id || tags || name || owner)),
         messages::AMI_ALIAS_EXCLUSIVE,
     );
     v.check(!(alias && term_count != 1), messages::AMI_ALIAS_ONLY_TERM);
@@ -765,7 +780,12 @@ mod tests {
     fn alias_is_exclusive_and_the_only_term() {
         assert_one(
             json!({"amiSelectorTerms": [{"alias": "al2023@latest", "owner": "self"}]}),
-            "EC2NodeClass default: spec.amiSelectorTerms[0]: 'alias' is mutually exclusive with other fields of an amiSelectorTerm",
+            "EC2NodeClass default: spec.amiSelectorTerms[0]: 'alias' cannot be combined with 'id', 'tags', 'name' or 'owner' in an amiSelectorTerm",
+        );
+        // Upstream's rule does not name ssmParameter.
+        assert!(
+            errors(json!({"amiSelectorTerms": [{"alias": "al2023@latest", "ssmParameter": "/p"}]}))
+                .is_empty()
         );
         assert_one(
             json!({"amiSelectorTerms": [{"alias": "al2023@latest"}, {"id": "ami-1"}]}),
@@ -800,7 +820,13 @@ mod tests {
     fn ami_id_exclusive_and_term_not_empty() {
         assert_one(
             json!({"amiFamily": "AL2023", "amiSelectorTerms": [{"id": "ami-1", "name": "x"}]}),
-            "EC2NodeClass default: spec.amiSelectorTerms[0]: 'id' is mutually exclusive with other fields of an amiSelectorTerm",
+            "EC2NodeClass default: spec.amiSelectorTerms[0]: 'id' cannot be combined with 'alias', 'tags', 'name' or 'owner' in an amiSelectorTerm",
+        );
+        assert!(
+            errors(
+                json!({"amiFamily": "AL2023", "amiSelectorTerms": [{"id": "ami-1", "ssmParameter": "/p"}]})
+            )
+            .is_empty()
         );
         assert_one(
             json!({"amiFamily": "AL2023", "amiSelectorTerms": [{"owner": "self"}]}),
@@ -825,7 +851,17 @@ mod tests {
     fn subnet_id_exclusive_and_pattern() {
         assert_one(
             json!({"subnetSelectorTerms": [{"id": "subnet-1", "tags": {"a": "b"}}]}),
-            "EC2NodeClass default: spec.subnetSelectorTerms[0]: 'id' is mutually exclusive with other fields of a subnetSelectorTerm",
+            &format!(
+                "EC2NodeClass default: spec.subnetSelectorTerms: {}",
+                messages::SUBNET_ID_EXCLUSIVE
+            ),
+        );
+        // Only when every term mixes them, as upstream's `!self.all(...)`.
+        assert!(
+            errors(
+                json!({"subnetSelectorTerms": [{"id": "subnet-1", "tags": {"a": "b"}}, {"tags": {"c": "d"}}]})
+            )
+            .is_empty()
         );
         assert_one(
             json!({"subnetSelectorTerms": [{"id": "sg-1"}]}),
@@ -845,7 +881,16 @@ mod tests {
     fn security_group_name_exclusive() {
         assert_one(
             json!({"securityGroupSelectorTerms": [{"name": "n", "tags": {"a": "b"}}]}),
-            "EC2NodeClass default: spec.securityGroupSelectorTerms[0]: 'name' is mutually exclusive with other fields of a securityGroupSelectorTerm",
+            &format!(
+                "EC2NodeClass default: spec.securityGroupSelectorTerms: {}",
+                messages::SECURITY_GROUP_NAME_EXCLUSIVE
+            ),
+        );
+        assert!(
+            errors(
+                json!({"securityGroupSelectorTerms": [{"name": "n", "tags": {"a": "b"}}, {"id": "sg-1"}]})
+            )
+            .is_empty()
         );
     }
 
@@ -861,7 +906,14 @@ mod tests {
         assert_one(
             json!({"capacityReservationSelectorTerms": [{"id": "cr-1", "instanceMatchCriteria": "open"}]}),
             &format!(
-                "EC2NodeClass default: spec.capacityReservationSelectorTerms[0]: {}",
+                "EC2NodeClass default: spec.capacityReservationSelectorTerms: {}",
+                messages::CAPACITY_RESERVATION_ID_EXCLUSIVE
+            ),
+        );
+        assert_one(
+            json!({"capacityReservationSelectorTerms": []}),
+            &format!(
+                "EC2NodeClass default: spec.capacityReservationSelectorTerms: {}",
                 messages::CAPACITY_RESERVATION_ID_EXCLUSIVE
             ),
         );
