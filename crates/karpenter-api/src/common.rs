@@ -225,10 +225,19 @@ pub fn validate_taints(v: &mut Validator, taints: &[Taint], startup_taints: &[Ta
                     } else if let Some(p) = qualified_name_problem(&t.key) {
                         v.error_at("key", format!("invalid taint key {p}"));
                     }
-                    if let Some(value) = &t.value
-                        && let Some(p) = label_value_problem(value)
-                    {
-                        v.error_at("value", format!("invalid taint value {p}"));
+                    // A taint value is a qualified name (`example.com/gpu` is valid), as upstream's schema and
+                    // runtime checks have it; the schema's pattern also rejects an explicit empty string.
+                    match t.value.as_deref() {
+                        Some("") => v.error_at(
+                            "value",
+                            "invalid taint value \"\": must be omitted rather than empty",
+                        ),
+                        Some(value) => {
+                            if let Some(p) = qualified_name_problem(value) {
+                                v.error_at("value", format!("invalid taint value {p}"));
+                            }
+                        }
+                        None => {}
                     }
                     if seen.contains(&(t.key.as_str(), t.effect)) {
                         v.error(format!(

@@ -205,8 +205,10 @@ fn inject_requirements(list: &mut Value, policy: LabelPolicy, use_: KeyUse) {
         key,
         key_rules(policy, use_).into_iter().map(|r| (r.cel, r.message)),
     );
-    items["properties"]["values"]["items"] =
-        json!({"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN});
+    // Upstream's CRDs put the label-value maxLength and pattern on the `values` array itself, where the API server
+    // ignores them (they apply to strings only), so the CRD accepts any value string, `/` included; the controller
+    // rejects a value that is not a label value at runtime (`validate()` does too). We leave the no-op keywords out.
+    items["properties"]["values"]["items"] = json!({"type": "string"});
     let mut rules = vec![
         (
             "self.all(x, x.operator == 'In' ? (has(x.values) && x.values.size() != 0) : true)".to_string(),
@@ -232,6 +234,7 @@ fn inject_taints(spec: &mut Value, crd: &str) -> Result<(), CrdError> {
     for field in ["taints", "startupTaints"] {
         let taint = &mut path(spec, crd, &[field])?["items"]["properties"];
         taint["key"]["pattern"] = json!(KEY_PATTERN);
+        // A taint value is a qualified name, as upstream's taint rules have it: `example.com/gpu` is accepted.
         taint["value"]["pattern"] = json!(TAINT_VALUE_PATTERN);
     }
     Ok(())

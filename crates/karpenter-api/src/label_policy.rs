@@ -1,5 +1,8 @@
-//! Which label keys NodePools, NodeClaims and NodeOverlays may use, in the two flavours upstream ships: the core
-//! rules, and the AWS provider's copy that also restricts the `karpenter.k8s.aws` domain to an allow-list.
+//! Which label keys NodePools, NodeClaims and NodeOverlays may use, in the two flavours upstream v1.14 ships: the
+//! core rules (the `karpenter.sh` domain except `karpenter.sh/capacity-type` and, where allowed,
+//! `karpenter.sh/nodepool`; and `kubernetes.io/hostname`), and the AWS provider's copy that also restricts the
+//! `karpenter.k8s.aws` domain to an allow-list. Nothing else is restricted: keys in the `kubernetes.io` and
+//! `k8s.io` domains, such as `node-role.kubernetes.io/worker`, are accepted, as upstream accepts them.
 //!
 //! The Rust checks and the CEL rules injected into the CRDs are both generated from the lists below, so the two
 //! cannot drift apart.
@@ -27,21 +30,6 @@ pub enum KeyUse {
     /// `NodeOverlay.spec.requirements[].key`.
     NodeOverlayRequirement,
 }
-
-/// Keys in the kubernetes.io domain a user may still set or select.
-pub const ALLOWED_KUBERNETES_IO_KEYS: [&str; 11] = [
-    "beta.kubernetes.io/instance-type",
-    "failure-domain.beta.kubernetes.io/region",
-    "beta.kubernetes.io/os",
-    "beta.kubernetes.io/arch",
-    "failure-domain.beta.kubernetes.io/zone",
-    "topology.kubernetes.io/zone",
-    "topology.kubernetes.io/region",
-    "node.kubernetes.io/instance-type",
-    "kubernetes.io/arch",
-    "kubernetes.io/os",
-    "node.kubernetes.io/windows-build",
-];
 
 /// Keys in the karpenter.sh domain a user may set or select.
 pub const ALLOWED_KARPENTER_SH_KEYS: [&str; 2] = [labels::CAPACITY_TYPE_LABEL, NODEPOOL_LABEL];
@@ -74,29 +62,9 @@ const CEL_DOMAIN: &str = "self.find(\"^([^/]+)\")";
 
 /// The rules for a key used in `use_` under `policy`, in the order upstream reports them.
 pub fn key_rules(policy: LabelPolicy, use_: KeyUse) -> Vec<KeyRule> {
+    // Upstream v1.14 restricts only Karpenter's own domain and two keys; keys in the kubernetes.io and k8s.io
+    // domains (`node-role.kubernetes.io/worker`, `node.k8s.io/x`) are the user's to set and select.
     let mut rules = Vec::new();
-    rules.push(KeyRule {
-        message: "label domain \"kubernetes.io\" is restricted".into(),
-        allowed: Box::new(|k| {
-            let d = domain(k);
-            ALLOWED_KUBERNETES_IO_KEYS.contains(&k)
-                || d.ends_with("node.kubernetes.io")
-                || d.ends_with("node-restriction.kubernetes.io")
-                || !d.ends_with("kubernetes.io")
-        }),
-        cel: format!(
-            "self in {} || {CEL_DOMAIN}.endsWith(\"node.kubernetes.io\") || {CEL_DOMAIN}.endsWith(\"node-restriction.kubernetes.io\") || !{CEL_DOMAIN}.endsWith(\"kubernetes.io\")",
-            cel_list(&ALLOWED_KUBERNETES_IO_KEYS)
-        ),
-    });
-    rules.push(KeyRule {
-        message: "label domain \"k8s.io\" is restricted".into(),
-        allowed: Box::new(|k| {
-            let d = domain(k);
-            d.ends_with("kops.k8s.io") || !d.ends_with("k8s.io")
-        }),
-        cel: format!("{CEL_DOMAIN}.endsWith(\"kops.k8s.io\") || !{CEL_DOMAIN}.endsWith(\"k8s.io\")"),
-    });
     rules.push(KeyRule {
         message: "label domain \"karpenter.sh\" is restricted".into(),
         allowed: Box::new(|k| ALLOWED_KARPENTER_SH_KEYS.contains(&k) || !domain(k).ends_with("karpenter.sh")),
@@ -157,16 +125,23 @@ mod tests {
     #[test]
     fn restricted_domains() {
         let p = |k| key_problems(LabelPolicy::Core, KeyUse::NodePoolLabel, k);
-        assert!(p("team").is_empty());
-        assert!(p("example.com/team").is_empty());
-        assert!(p("topology.kubernetes.io/zone").is_empty());
-        assert!(p("karpenter.sh/capacity-type").is_empty());
-        assert!(p("node.kubernetes.io/custom").is_empty());
-        assert!(p("kops.k8s.io/instancegroup").is_empty());
+        // Accepted, as upstream v1.14 accepts them: only Karpenter's domain and two keys are restricted.
+        for key in [
+            "team",
+            "example.com/team",
+            "topology.kubernetes.io/zone",
+            "karpenter.sh/capacity-type",
+            "node.kubernetes.io/custom",
+            "kops.k8s.io/instancegroup",
+            "node-role.kubernetes.io/worker",
+            "kubernetes.io/custom",
+            "something.k8s.io/x",
+        ] {
+            assert!(p(key).is_empty(), "{key}: {:?}", p(key));
+        }
         assert_eq!(
-            p("kubernetes.io/hostname").len(),
-            2,
-            "hostname is in the kubernetes.io domain and named"
+            p("kubernetes.io/hostname"),
+            vec!["label \"kubernetes.io/hostname\" is restricted"]
         );
         assert_eq!(
             p("karpenter.sh/nodepool"),
@@ -177,12 +152,8 @@ mod tests {
             vec!["label domain \"karpenter.sh\" is restricted"]
         );
         assert_eq!(
-            p("something.k8s.io/x"),
-            vec!["label domain \"k8s.io\" is restricted"]
-        );
-        assert_eq!(
-            p("kubernetes.io/foo"),
-            vec!["label domain \"kubernetes.io\" is restricted"]
+            p("sub.karpenter.sh/foo"),
+            vec!["label domain \"karpenter.sh\" is restricted"]
         );
     }
 
@@ -211,6 +182,7 @@ mod tests {
             )
             .is_empty()
         );
+        assert!(aws(KeyUse::NodeOverlayRequirement, "karpenter.k8s.aws/ec2nodeclass").is_empty());
         assert!(
             key_problems(
                 LabelPolicy::Core,

@@ -170,7 +170,8 @@ pub fn aws_allowed_nodepool_keys() -> impl Iterator<Item = &'static str> {
     .chain(AWS_INSTANCE_LABELS)
 }
 
-/// The karpenter.k8s.aws keys NodeOverlay requirements may use: the instance-shape labels only.
+/// The karpenter.k8s.aws keys NodeOverlay requirements may use: the node class and the instance-shape labels (no
+/// tenancy, capacity-reservation or placement-group keys).
 pub fn aws_allowed_overlay_keys() -> impl Iterator<Item = &'static str> {
-    AWS_INSTANCE_LABELS.into_iter()
+    std::iter::once(AWS_EC2NODECLASS_LABEL).chain(AWS_INSTANCE_LABELS)
 }

@@ -158,8 +158,9 @@ impl Validator {
 pub const QUALIFIED_NAME_PATTERN: &str = r"^(([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9_.]*[a-zA-Z0-9])?\/)?([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9_.]*[a-zA-Z0-9])$";
 /// The pattern of a label value (empty, or at most 63 alphanumerics with `-_.` inside).
 pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
-/// The pattern of a taint value.
-pub const TAINT_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+/// The pattern of a taint value: a qualified name (an optional DNS-subdomain prefix and `/`, then a name), as
+/// upstream's CRDs have it, so `example.com/gpu` is a valid value. It needs at least one character.
+pub const TAINT_VALUE_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
 /// Go durations of hours, minutes and seconds, as NodePool durations allow.
 pub const DURATION_PATTERN: &str = r"^([0-9]+(s|m|h))+$";
 /// A duration or the word `Never`.
