@@ -8,6 +8,8 @@
 //!   Ready and its startup taints are gone), recording upstream's conditions on the NodeClaim;
 //! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for;
 //! - [`pending`]: which pods the provisioner acts on;
+//! - [`nodepool_status`] and [`nodepool_hash`]: each NodePool's status, and its hash annotations with the
+//!   re-hashing of NodeClaims stamped by another hash version;
 //! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted.
 
 pub mod batcher;
@@ -16,6 +18,7 @@ mod error;
 pub mod gc;
 pub mod lifecycle;
 pub mod nodepool_conditions;
+pub mod nodepool_hash;
 pub mod nodepool_resources;
 pub mod nodepool_status;
 pub mod nominations;

@@ -3,6 +3,9 @@
 //! ValidationSucceeded, NodeClassReady and Ready conditions ([`crate::nodepool_conditions`]), through the
 //! status subresource with a merge patch, and only when something changed.
 //!
+//! The same pass keeps the NodePool's hash annotations and re-hashes NodeClaims stamped by another hash
+//! version ([`crate::nodepool_hash`]).
+//!
 //! The NodeClass is read by its reference: a kind the provider does not serve is Unknown; otherwise the API
 //! server's discovery resolves the kind (cached, so a pass costs one GET per NodePool) and the object's Ready
 //! condition decides.
@@ -28,6 +31,7 @@ use tokio::sync::Mutex;
 use crate::{
     ProvisionerError,
     nodepool_conditions::{NodeClassReadiness, nodepool_conditions},
+    nodepool_hash::sync_hashes,
     nodepool_resources::pool_resources,
 };
 
@@ -36,6 +40,8 @@ use crate::{
 pub struct NodePoolStatusPass {
     /// NodePools whose status was written.
     pub patched: Vec<String>,
+    /// NodeClaims whose hash annotations were rewritten for the current hash version.
+    pub rehashed: Vec<String>,
 }
 
 /// The NodePool status controller's context.
@@ -98,6 +104,8 @@ impl NodePoolStatusController {
                 continue;
             }
             let name = pool.name_any();
+            let hashes = sync_hashes(&self.client, &pool, &claims).await?;
+            pass.rehashed.extend(hashes.rehashed);
             let counted = pool_resources(&name, nodes.iter().map(|n| &**n), claims.iter().map(|c| &**c));
             let readiness = self
                 .node_class_readiness(&pool.spec.template.spec.node_class_ref)
