@@ -80,6 +80,8 @@ pub struct AwsClients {
     pub iam: aws_sdk_iam::Client,
     /// The Pricing API lives in a few regions only; see [`pricing_api_region`].
     pub pricing: aws_sdk_pricing::Client,
+    /// The cluster's endpoint and CA bundle when `CLUSTER_ENDPOINT` is not set (DescribeCluster).
+    pub eks: aws_sdk_eks::Client,
 }
 
 /// Loads the shared SDK configuration.
@@ -162,6 +164,11 @@ impl AwsClients {
                     .build(),
             ),
             pricing: aws_sdk_pricing::Client::from_conf(pricing_config),
+            eks: aws_sdk_eks::Client::from_conf(
+                aws_sdk_eks::config::Builder::from(config)
+                    .interceptor(SdkMetricsInterceptor)
+                    .build(),
+            ),
             region,
         })
     }

@@ -89,20 +89,19 @@ impl AwsProvider {
     /// Starts the provider with clients from the default credential chain (region and endpoint from
     /// `settings`).
     ///
-    /// The cluster endpoint and CA bundle nodes join with come from `CLUSTER_ENDPOINT` and `CLUSTER_CA_BUNDLE`;
-    /// each one unset is taken from the Kubernetes configuration the client was most likely built from
-    /// (`kube::Config::infer`: the kubeconfig, else the in-cluster service account). In-cluster the endpoint is
-    /// the `kubernetes` Service, which a joining node cannot use, so set `CLUSTER_ENDPOINT` there (upstream asks
-    /// EKS's DescribeCluster instead).
+    /// The cluster endpoint nodes join comes from `CLUSTER_ENDPOINT`, else from EKS's DescribeCluster (see
+    /// [`resolve_cluster_endpoint`]). The CA bundle comes from `CLUSTER_CA_BUNDLE`; else, with the endpoint
+    /// given, from the Kubernetes configuration the client was most likely built from (`kube::Config::infer`:
+    /// the kubeconfig, else the in-cluster service account, whose CA is the cluster's), as upstream takes it;
+    /// else from DescribeCluster with the endpoint.
     pub async fn start(mut settings: AwsSettings, kube_client: kube::Client) -> Result<AwsRuntime, AwsError> {
         settings.validate()?;
-        if settings.cluster_endpoint.is_none() || settings.cluster_ca_bundle.is_none() {
+        if settings.cluster_endpoint.is_some() && settings.cluster_ca_bundle.is_none() {
             match kube::Config::infer().await {
-                Ok(config) => fill_cluster_from_config(&mut settings, &config),
+                Ok(config) => fill_ca_bundle_from_config(&mut settings, &config),
                 Err(err) => tracing::warn!(
                     error = %err,
-                    "no Kubernetes configuration to take the cluster endpoint and CA bundle from; set \
-                     CLUSTER_ENDPOINT and CLUSTER_CA_BUNDLE"
+                    "no Kubernetes configuration to take the cluster CA bundle from; set CLUSTER_CA_BUNDLE"
                 ),
             }
         }
@@ -123,6 +122,7 @@ impl AwsProvider {
     ) -> Result<AwsRuntime, AwsError> {
         settings.validate()?;
         let mut settings = settings;
+        resolve_cluster_endpoint(&mut settings, &clients.eks).await?;
         if settings.cluster_dns_ip.is_none() {
             settings.cluster_dns_ip = cluster_dns_ip(&kube_client).await;
         }
@@ -218,17 +218,64 @@ impl AwsProvider {
     }
 }
 
-/// The endpoint and CA bundle of `config` where `settings` has none.
-pub fn fill_cluster_from_config(settings: &mut AwsSettings, config: &kube::Config) {
-    if settings.cluster_endpoint.is_none() {
-        let url = config.cluster_url.to_string();
-        settings.cluster_endpoint = Some(url.trim_end_matches('/').to_string());
-    }
+/// The CA bundle of `config` where `settings` has none.
+pub fn fill_ca_bundle_from_config(settings: &mut AwsSettings, config: &kube::Config) {
     if settings.cluster_ca_bundle.is_none()
         && let Some(certificates) = config.root_cert.as_ref().filter(|c| !c.is_empty())
     {
         settings.cluster_ca_bundle = Some(crate::userdata::ca_bundle_from_der(certificates));
     }
+}
+
+/// Fills `settings.cluster_endpoint` (and `cluster_ca_bundle` when that is unset too) from EKS's
+/// DescribeCluster of `settings.cluster_name` when `CLUSTER_ENDPOINT` is not set, as upstream does. Called once,
+/// at start-up: the provider keeps the answer in its settings. The address the controller itself reaches the
+/// API server at is no substitute: in a cluster it is the `kubernetes` Service, which a booting node cannot
+/// reach. Fails, naming the setting, when the endpoint can be neither discovered nor given.
+pub async fn resolve_cluster_endpoint(
+    settings: &mut AwsSettings,
+    eks: &aws_sdk_eks::Client,
+) -> Result<(), AwsError> {
+    if settings.cluster_endpoint.is_some() {
+        return Ok(());
+    }
+    let unresolved = |reason: String| {
+        AwsError::Config(format!(
+            "settings.clusterEndpoint (CLUSTER_ENDPOINT) is not set and the endpoint of cluster {:?} could not be \
+             discovered with eks:DescribeCluster: {reason}; set settings.clusterEndpoint (CLUSTER_ENDPOINT) to the \
+             API server URL nodes join, or let the controller call eks:DescribeCluster on the cluster",
+            settings.cluster_name
+        ))
+    };
+    let output = eks
+        .describe_cluster()
+        .name(&settings.cluster_name)
+        .send()
+        .await
+        .map_err(|e| unresolved(AwsError::from_sdk("DescribeCluster", e).to_string()))?;
+    let cluster = output
+        .cluster()
+        .ok_or_else(|| unresolved("the answer has no cluster".into()))?;
+    let endpoint = cluster
+        .endpoint()
+        .filter(|e| !e.is_empty())
+        .ok_or_else(|| unresolved("the cluster has no endpoint yet (is it still being created?)".into()))?;
+    settings.cluster_endpoint = Some(endpoint.trim_end_matches('/').to_string());
+    if settings.cluster_ca_bundle.is_none() {
+        settings.cluster_ca_bundle = cluster
+            .certificate_authority()
+            .and_then(|ca| ca.data())
+            .filter(|data| !data.is_empty())
+            .map(str::to_string);
+    }
+    // The discovered endpoint is checked as a configured one would be.
+    settings.validate()?;
+    tracing::info!(
+        cluster = %settings.cluster_name,
+        endpoint = settings.cluster_endpoint.as_deref().unwrap_or_default(),
+        "discovered the cluster endpoint with eks:DescribeCluster"
+    );
+    Ok(())
 }
 
 /// The ClusterIP of the `kube-system/kube-dns` Service, if there is one.

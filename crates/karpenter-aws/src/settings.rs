@@ -16,10 +16,13 @@ pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 pub struct AwsSettings {
     /// `CLUSTER_NAME`: required; tags every instance and scopes listing and garbage collection.
     pub cluster_name: String,
-    /// `CLUSTER_ENDPOINT`: the API server URL nodes join; must be absolute when set.
+    /// `CLUSTER_ENDPOINT`: the API server URL nodes join; must be absolute when set. When unset,
+    /// [`crate::AwsProvider::start`] asks EKS (DescribeCluster of `cluster_name`) once, and fails naming the
+    /// setting when EKS cannot answer.
     pub cluster_endpoint: Option<String>,
     /// `CLUSTER_CA_BUNDLE`: the cluster CA (base64 of the PEM) nodes trust the API server with. When unset,
-    /// [`crate::AwsProvider::start`] takes it from the kubeconfig or in-cluster configuration it finds.
+    /// [`crate::AwsProvider::start`] takes it from the kubeconfig or in-cluster configuration it finds when
+    /// the endpoint is set, else from DescribeCluster with the endpoint.
     pub cluster_ca_bundle: Option<String>,
     /// The cluster's Service CIDR (`10.100.0.0/16`), which AL2023's nodeadm requires. When unset it is derived
     /// from the cluster DNS address (the /16 of an IPv4 address, the /108 of an IPv6 one, as EKS assigns them).

@@ -17,11 +17,12 @@ pub struct AwsArgs {
     /// --cloud-provider aws).
     #[arg(long, env = "CLUSTER_NAME", default_value = "")]
     pub cluster_name: String,
-    /// The API server URL nodes join (absolute URL); default: the controller's own kubeconfig or in-cluster
-    /// configuration (inside a cluster that is the `kubernetes` Service, which new nodes cannot reach: set it).
+    /// The API server URL nodes join (absolute URL); default: discovered once at start-up with
+    /// eks:DescribeCluster of the cluster (start-up fails, naming this setting, when that fails).
     #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
     pub cluster_endpoint: String,
-    /// The cluster's CA bundle (base64 of the PEM) nodes trust; default: from the controller's configuration.
+    /// The cluster's CA bundle (base64 of the PEM) nodes trust; default: from the controller's configuration
+    /// when --cluster-endpoint is set, else discovered with the endpoint (eks:DescribeCluster).
     #[arg(long, env = "CLUSTER_CA_BUNDLE", default_value = "")]
     pub cluster_ca_bundle: String,
     /// No calls to endpoints only reachable from the internet (the Pricing API): static prices are used.
