@@ -42,6 +42,8 @@
 //! - [`instance_profile`]: the instance profiles created for `spec.role`, deleted with their class and
 //!   garbage-collected when their class is gone.
 //! - [`ami`]: AMI aliases (al2023, al2, bottlerocket, windows20xx) resolved through the public SSM parameters.
+//! - [`permissions`]: every AWS action the provider calls, which deploy/cloudformation.yaml must grant
+//!   (tests/iam_policy.rs checks both ways; the moto tests sign as a principal holding exactly those policies).
 //! - [`client`]: aws-sdk clients from aws-config (region, endpoint override, credentials, retry policy), each
 //!   recording [`sdk_metrics`] (calls by service, operation and error code, and their durations).
 //! - [`error`]: [`AwsError`] with a stable `category()`, and its mapping into core's `CloudProviderError`.
@@ -65,9 +67,12 @@
 //! the smallest max pods of its types (VPC CNI secondary IPs), or whole /28 prefixes for them when the class
 //! sets `ipPrefixCount` ([`pod_addressing`]); the CNI's custom networking is not modelled.
 //!
-//! Tests: unit tests beside the code, and tests/moto.rs against a local moto server started per test by
-//! tests/moto/harness.py (python3 with `moto[server]==5.2.5` from .ci/requirements.txt; the tests skip, saying
-//! so, when either is missing), with karpenter-sim's in-memory API server for the Kubernetes side.
+//! Tests: unit tests beside the code; tests/iam_policy.rs (every action the provider calls is granted by the
+//! controller policies of deploy/cloudformation.yaml, and nothing else is); and tests/moto.rs against a local
+//! moto server started per test by tests/moto/harness.py, with IAM enforced: the provider signs as a principal
+//! holding exactly the template's controller policies. The tests provision the pinned `moto[server]==5.2.5`
+//! into `target/moto-venv` themselves (python3 with its venv module is all they need; without it they fail,
+//! naming the package to install), with karpenter-sim's in-memory API server for the Kubernetes side.
 
 pub mod ami;
 pub mod capacity;
@@ -91,6 +96,7 @@ pub mod node_claim;
 pub mod node_classes;
 pub mod nodeclaim_tagging;
 pub mod nodeclass;
+pub mod permissions;
 pub mod placement_groups;
 pub mod pod_addressing;
 pub mod pricing;

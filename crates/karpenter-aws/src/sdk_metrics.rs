@@ -97,6 +97,19 @@ impl Intercept for SdkMetricsInterceptor {
         _context: &BeforeSerializationInterceptorContextRef<'_>,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        // Debug builds (every test) refuse an action the provider does not declare, so a new call cannot slip
+        // past the list deploy/cloudformation.yaml is checked against.
+        #[cfg(debug_assertions)]
+        if let Some(metadata) = cfg.load::<Metadata>() {
+            let action = crate::permissions::iam_action(metadata.service(), metadata.name());
+            if !crate::permissions::is_declared(&action) {
+                return Err(format!(
+                    "{action} is not in karpenter_aws::permissions::AWS_ACTIONS: declare it there and grant it \
+                     in deploy/cloudformation.yaml"
+                )
+                .into());
+            }
+        }
         cfg.interceptor_state().store_put(CallStarted(Instant::now()));
         Ok(())
     }
