@@ -45,6 +45,9 @@ mod prefix_delegation;
 #[path = "moto/nodeclaim_tagging.rs"]
 mod nodeclaim_tagging;
 
+#[path = "moto/cluster_endpoint.rs"]
+mod cluster_endpoint;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -142,7 +145,7 @@ fn compare_with_documentation(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_types_from_moto_have_karpenters_labels_and_documented_allocatable() {
-    let moto = moto_or_skip!(SAMPLE);
+    let moto = moto!(SAMPLE);
     let clients = moto.clients("us-west-2").await;
     let provider = InstanceTypeProvider::new("us-west-2");
     let found = provider.refresh(&clients.ec2).await.unwrap();
@@ -203,7 +206,7 @@ const CLOCK_SPEED_LABEL: &str = "karpenter.k8s.aws/instance-cpu-sustained-clock-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_documented_instance_type_in_moto_has_karpenters_allocatable() {
     // moto's whole catalogue: DescribeInstanceTypes takes 5 s or more here.
-    let moto = moto_or_skip!(&[]);
+    let moto = moto!(&[]);
     let clients = moto.clients("us-west-2").await;
     let provider = InstanceTypeProvider::new("us-west-2");
     let found = provider.refresh(&clients.ec2).await.unwrap();
@@ -230,7 +233,7 @@ async fn every_documented_instance_type_in_moto_has_karpenters_allocatable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pricing_falls_back_to_the_static_table_when_the_pricing_api_fails() {
-    let moto = moto_or_skip!(&["m5.large", "c6g.large"]);
+    let moto = moto!(&["m5.large", "c6g.large"]);
     let clients = moto.clients("us-west-2").await;
     let pricing = PricingProvider::new("us-west-2", false).unwrap();
 
@@ -263,7 +266,7 @@ async fn pricing_falls_back_to_the_static_table_when_the_pricing_api_fails() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_error_codes_map_to_stable_categories() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
     let err = clients
         .ec2
@@ -289,14 +292,22 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
 
     use fixtures::set_ice;
 
-    let moto = moto_or_skip!(&["m5.large", "c5.large"]);
+    let moto = moto!(&["m5.large", "c5.large"]);
     let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
     let ec2 = &clients.ec2;
-    let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await.unwrap();
+    let vpc = admin
+        .ec2
+        .create_vpc()
+        .cidr_block("10.0.0.0/16")
+        .send()
+        .await
+        .unwrap();
     let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
     let mut subnets = BTreeMap::new();
     for (zone, cidr) in [("us-west-2a", "10.0.1.0/24"), ("us-west-2b", "10.0.2.0/24")] {
-        let subnet = ec2
+        let subnet = admin
+            .ec2
             .create_subnet()
             .vpc_id(&vpc_id)
             .cidr_block(cidr)
@@ -309,7 +320,8 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
             subnet.subnet().and_then(|s| s.subnet_id()).unwrap().to_string(),
         );
     }
-    let group = ec2
+    let group = admin
+        .ec2
         .create_security_group()
         .group_name("karpenter-nodes")
         .description("nodes")
@@ -317,7 +329,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
         .send()
         .await
         .unwrap();
-    let image_id = fixtures::al2023_image_id(&clients.ssm).await;
+    let image_id = fixtures::al2023_image_id(&admin.ssm).await;
 
     let mut node_class = EC2NodeClass::new("default", EC2NodeClassSpec::default());
     node_class.spec.tags = Some(BTreeMap::from([("team".into(), "platform".into())]));
@@ -380,7 +392,8 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
         ),
         ("c5.large", "us-west-2b", "spot")
     );
-    let described = ec2
+    let described = admin
+        .ec2
         .describe_instances()
         .instance_ids(&launched.instance_id)
         .send()
@@ -396,7 +409,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
     assert!(unavailable.is_empty(now));
 
     // c5.large spot in us-west-2b is out of capacity: m5.large launches and the ICE'd offering is remembered.
-    set_ice(&clients, "spot:c5.large:us-west-2b").await;
+    set_ice(&admin, "spot:c5.large:us-west-2b").await;
     let launched = create_fleet(ec2, &request, &unavailable, now).await.unwrap();
     assert_eq!(
         (launched.instance_type.as_str(), launched.zone.as_str()),
@@ -406,7 +419,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
     assert!(!unavailable.is_unavailable("c5.large", "us-west-2b", "on-demand", now));
 
     // Nothing has capacity: InsufficientCapacity naming every offering tried.
-    set_ice(&clients, "*").await;
+    set_ice(&admin, "*").await;
     let err = create_fleet(ec2, &request, &unavailable, now).await.unwrap_err();
     let CloudProviderError::InsufficientCapacity { offerings, message } = &err else {
         panic!("expected InsufficientCapacity, got {err:?}");
@@ -431,7 +444,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
     assert!(failures >= 1, "{failures}");
 
     // Other errors fail the launch with AWS's code as the reason (and do not mean the NodeClaim is gone).
-    set_ice(&clients, "nothing:matches:this").await;
+    set_ice(&admin, "nothing:matches:this").await;
     let missing_template = LaunchRequest {
         launch_template_name: "karpenter.k8s.aws/missing".into(),
         capacity_type: "on-demand".into(),
@@ -452,23 +465,24 @@ async fn interruption_messages_are_received_parsed_and_deleted() {
     use karpenter_aws::InterruptionQueue;
     use std::time::Duration;
 
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
     let missing = InterruptionQueue::from_name(clients.sqs.clone(), "no-such-queue")
         .await
         .unwrap_err();
     assert_eq!(missing.category(), "NotFound", "{missing}");
-    clients
+    admin
         .sqs
         .create_queue()
-        .queue_name("karpenter-test")
+        .queue_name(fixtures::CLUSTER)
         .send()
         .await
         .unwrap();
-    let queue = InterruptionQueue::from_name(clients.sqs.clone(), "karpenter-test")
+    let queue = InterruptionQueue::from_name(clients.sqs.clone(), fixtures::CLUSTER)
         .await
         .unwrap();
-    assert!(queue.url().ends_with("/karpenter-test"), "{}", queue.url());
+    assert!(queue.url().ends_with("/test-cluster"), "{}", queue.url());
 
     use fixtures::{event, send_messages};
     let bodies = [
@@ -501,7 +515,7 @@ async fn interruption_messages_are_received_parsed_and_deleted() {
         ),
         "this is not an event".to_string(),
     ];
-    send_messages(&clients.sqs, queue.url(), &bodies).await;
+    send_messages(&admin.sqs, queue.url(), &bodies).await;
 
     let mut seen = Vec::new();
     for _ in 0..10 {
@@ -531,7 +545,7 @@ async fn interruption_messages_are_received_parsed_and_deleted() {
     );
     // Deleted, not merely invisible for the visibility timeout.
     use aws_sdk_sqs::types::QueueAttributeName;
-    let attributes = clients
+    let attributes = admin
         .sqs
         .get_queue_attributes()
         .queue_url(queue.url())
@@ -554,12 +568,14 @@ async fn cluster_instances_are_found_listed_and_terminated() {
     use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, MarketType, ResourceType, Tag, TagSpecification};
     use karpenter_aws::instance::{get_instance, list_instances, parse_provider_id, terminate_instance};
 
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
     let ec2 = &clients.ec2;
-    let image_id = fixtures::al2023_image_id(&clients.ssm).await;
+    let image_id = fixtures::al2023_image_id(&admin.ssm).await;
     let run = |tags: Vec<(&'static str, &'static str)>, spot: bool| {
-        let mut call = ec2
+        let mut call = admin
+            .ec2
             .run_instances()
             .image_id(&image_id)
             .instance_type("m5.large".into())
@@ -648,8 +664,9 @@ async fn cluster_instances_are_found_listed_and_terminated() {
 async fn al2023_aliases_resolve_through_the_eks_ssm_parameters() {
     use karpenter_aws::ami::{AmiAlias, AmiVariant, resolve_alias};
 
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
     let latest = AmiAlias::parse("al2023@latest").unwrap();
     let amis = resolve_alias(&clients.ssm, &latest, "1.33").await.unwrap();
     let summary: Vec<(AmiVariant, &str)> = amis
@@ -668,7 +685,7 @@ async fn al2023_aliases_resolve_through_the_eks_ssm_parameters() {
     );
     // The harness points them at moto's Amazon Linux 2023 images of the same architecture.
     for ami in &amis {
-        let images = clients
+        let images = admin
             .ec2
             .describe_images()
             .image_ids(&ami.id)
@@ -701,16 +718,25 @@ async fn selector_terms_select_subnets_and_security_groups() {
     use karpenter_aws::security_groups::discover_security_groups;
     use karpenter_aws::subnets::{discover_subnets, subnets_for_launch};
 
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
     let ec2 = &clients.ec2;
     let tag = |ids: Vec<String>, key: &str, value: &str| {
-        ec2.create_tags()
+        admin
+            .ec2
+            .create_tags()
             .set_resources(Some(ids))
             .tags(Tag::builder().key(key).value(value).build())
             .send()
     };
-    let vpc = ec2.create_vpc().cidr_block("10.1.0.0/16").send().await.unwrap();
+    let vpc = admin
+        .ec2
+        .create_vpc()
+        .cidr_block("10.1.0.0/16")
+        .send()
+        .await
+        .unwrap();
     let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
     let mut subnet_ids = BTreeMap::new();
     for (name, zone, cidr) in [
@@ -720,7 +746,8 @@ async fn selector_terms_select_subnets_and_security_groups() {
         ("other", "us-west-2c", "10.1.4.0/24"),
         ("untagged", "us-west-2c", "10.1.5.0/24"),
     ] {
-        let subnet = ec2
+        let subnet = admin
+            .ec2
             .create_subnet()
             .vpc_id(&vpc_id)
             .cidr_block(cidr)
@@ -779,7 +806,8 @@ async fn selector_terms_select_subnets_and_security_groups() {
 
     let mut group_ids = BTreeMap::new();
     for name in ["nodes", "extra", "unrelated"] {
-        let group = ec2
+        let group = admin
+            .ec2
             .create_security_group()
             .group_name(name)
             .description(name)

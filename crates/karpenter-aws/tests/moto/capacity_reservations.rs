@@ -17,7 +17,7 @@ use super::fixtures::{
     condition, create_node_class, latest_template_data, network, node_claim, node_class, provider,
     provider_on, reconciled, set_capacity_reservations, settings,
 };
-use crate::moto_or_skip;
+use crate::moto;
 
 const TYPES: [&str; 2] = ["m5.large", "m5.xlarge"];
 
@@ -86,10 +86,11 @@ fn reserved_offerings(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_lists_selected_reservations_and_names_a_term_that_selects_nothing() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
-    set_capacity_reservations(&clients, reservations()).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
+    set_capacity_reservations(&admin, reservations()).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
 
@@ -223,11 +224,12 @@ async fn the_status_lists_selected_reservations_and_names_a_term_that_selects_no
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_claim_that_allows_reserved_capacity_launches_into_the_reservation() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
     set_capacity_reservations(
-        &clients,
+        &admin,
         json!([
             {"CapacityReservationId": "cr-0a", "InstanceType": "m5.large", "AvailabilityZone": "us-west-2a",
              "AvailableInstanceCount": 1},
@@ -262,7 +264,7 @@ async fn a_node_claim_that_allows_reserved_capacity_launches_into_the_reservatio
     // EC2 put the instance in the reservation because its launch template targets it.
     let provider_id = launched.status.as_ref().unwrap().provider_id.clone().unwrap();
     let instance_id = provider_id.rsplit('/').next().unwrap();
-    let described = clients
+    let described = admin
         .ec2
         .describe_instances()
         .instance_ids(instance_id)
@@ -271,7 +273,7 @@ async fn a_node_claim_that_allows_reserved_capacity_launches_into_the_reservatio
         .unwrap();
     let instance = &described.reservations()[0].instances()[0];
     assert_eq!(instance.capacity_reservation_id(), Some("cr-0a"));
-    let targets = reservation_targets(&clients.ec2).await;
+    let targets = reservation_targets(&admin.ec2).await;
     assert_eq!(targets, [("cr-0a".to_string(), None)]);
     // CloudProvider.get says so too.
     let got = provider.get(&provider_id).await.unwrap();
@@ -324,7 +326,7 @@ async fn a_node_claim_that_allows_reserved_capacity_launches_into_the_reservatio
     );
     assert_eq!(labels["node.kubernetes.io/instance-type"], "m5.xlarge");
     assert!(
-        reservation_targets(&clients.ec2)
+        reservation_targets(&admin.ec2)
             .await
             .contains(&("cr-0block".to_string(), Some("capacity-block".to_string())))
     );
@@ -332,21 +334,22 @@ async fn a_node_claim_that_allows_reserved_capacity_launches_into_the_reservatio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_found_full_at_launch_is_unavailable_and_the_launch_lacks_capacity() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
     let reservation = |available: i64| {
         json!([{"CapacityReservationId": "cr-0a", "InstanceType": "m5.large", "AvailabilityZone": "us-west-2a",
                 "AvailableInstanceCount": available}])
     };
-    set_capacity_reservations(&clients, reservation(1)).await;
+    set_capacity_reservations(&admin, reservation(1)).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     create_node_class(&server, &reserving_class("default", json!([{"id": "cr-0a"}]))).await;
     assert!(reconciled(&server, &provider, "default").await.is_ready());
 
     // Something outside Karpenter takes the last instance before the next DescribeCapacityReservations.
-    set_capacity_reservations(&clients, reservation(0)).await;
+    set_capacity_reservations(&admin, reservation(0)).await;
     let claim = node_claim(
         "default-reserved",
         "default",
@@ -398,11 +401,12 @@ async fn a_reservation_found_full_at_launch_is_unavailable_and_the_launch_lacks_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_launches_at_once_do_not_both_count_on_the_last_reserved_instance() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
     set_capacity_reservations(
-        &clients,
+        &admin,
         json!([{"CapacityReservationId": "cr-0a", "InstanceType": "m5.large", "AvailabilityZone": "us-west-2a",
                 "AvailableInstanceCount": 1}]),
     )

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use karpenter_aws::userdata;
 
-use crate::moto_or_skip;
+use crate::moto;
 
 use super::fixtures::{
     create_node_class, latest_template_data, network, node_claim, node_class, provider, set_ice,
@@ -35,9 +35,10 @@ fn node_pool(class: &str) -> NodePool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_claim_launches_through_the_cloud_provider_and_is_found_drifted_and_deleted() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    let net = network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
     assert_eq!(provider.refresh_instance_types().await.unwrap(), 3);
     let dyn_provider: std::sync::Arc<dyn CloudProvider> = provider.clone();
@@ -81,7 +82,7 @@ async fn a_node_claim_launches_through_the_cloud_provider_and_is_found_drifted_a
         karpenter_api::ec2nodeclass::EC2NODECLASS_HASH_VERSION
     );
     // The image is the alias's arm64 standard AMI.
-    let alias_image = clients
+    let alias_image = admin
         .ssm
         .get_parameter()
         .name("/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/arm64/standard/recommended/image_id")
@@ -105,13 +106,13 @@ async fn a_node_claim_launches_through_the_cloud_provider_and_is_found_drifted_a
     assert_eq!(instance.tags["eks:eks-cluster-name"], "test-cluster");
     assert_eq!(instance.tags["team"], "platform");
     // One launch template per max pods: m5.xlarge's 58 and the 29 of m5.large and c6g.large.
-    let templates = clients.ec2.describe_launch_templates().send().await.unwrap();
+    let templates = admin.ec2.describe_launch_templates().send().await.unwrap();
     assert_eq!(templates.launch_templates().len(), 2);
     let mut user_data_by_template = Vec::new();
     for template in templates.launch_templates() {
         let template_name = template.launch_template_name().unwrap().to_string();
         assert!(template_name.starts_with("karpenter.k8s.aws/"));
-        let data = latest_template_data(&clients.ec2, &template_name).await;
+        let data = latest_template_data(&admin.ec2, &template_name).await;
         let encoded = data.as_ref().and_then(|d| d.user_data()).unwrap();
         user_data_by_template.push(String::from_utf8(userdata::base64_decode(encoded).unwrap()).unwrap());
     }
@@ -183,9 +184,10 @@ async fn a_node_claim_launches_through_the_cloud_provider_and_is_found_drifted_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insufficient_capacity_falls_back_and_marks_offerings_unavailable() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     create_node_class(
@@ -194,7 +196,7 @@ async fn insufficient_capacity_falls_back_and_marks_offerings_unavailable() {
     )
     .await;
 
-    set_ice(&clients, "spot:c6g.large:*").await;
+    set_ice(&admin, "spot:c6g.large:*").await;
     let claim = node_claim("default-spot1", "default", requirements(&["spot", "on-demand"]));
     let launched = provider.create(&claim).await.unwrap();
     let labels = launched.metadata.labels.as_ref().unwrap();
@@ -233,7 +235,7 @@ async fn insufficient_capacity_falls_back_and_marks_offerings_unavailable() {
     );
 
     // Nothing left with capacity: InsufficientCapacity naming the offerings tried.
-    set_ice(&clients, "*").await;
+    set_ice(&admin, "*").await;
     let err = provider
         .create(&node_claim("default-spot2", "default", requirements(&["spot"])))
         .await
@@ -259,7 +261,7 @@ async fn insufficient_capacity_falls_back_and_marks_offerings_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_class_whose_selectors_match_nothing_is_not_ready() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();

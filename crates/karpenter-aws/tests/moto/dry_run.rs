@@ -14,7 +14,7 @@ use serde_json::json;
 use super::fixtures::{
     create_node_class, network, node_claim, node_class, provider, provider_on, reconciled, settings,
 };
-use crate::moto_or_skip;
+use crate::moto;
 
 /// Makes the harness refuse `actions` (comma-separated EC2 actions; empty allows everything).
 async fn refuse(clients: &karpenter_aws::AwsClients, actions: &str) {
@@ -41,9 +41,10 @@ fn al2023(name: &str) -> EC2NodeClass {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allowed_class_is_validated_once_and_a_refused_create_fleet_is_named() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
 
@@ -55,13 +56,13 @@ async fn an_allowed_class_is_validated_once_and_a_refused_create_fleet_is_named(
     );
     assert!(class.is_ready());
     // Dry runs create nothing.
-    let templates = clients.ec2.describe_launch_templates().send().await.unwrap();
+    let templates = admin.ec2.describe_launch_templates().send().await.unwrap();
     assert!(templates.launch_templates().is_empty());
-    let instances = clients.ec2.describe_instances().send().await.unwrap();
+    let instances = admin.ec2.describe_instances().send().await.unwrap();
     assert!(instances.reservations().is_empty());
 
     // The verdict is cached: with CreateFleet now refused, the next reconcile does not ask EC2 again.
-    refuse(&clients, "CreateFleet").await;
+    refuse(&admin, "CreateFleet").await;
     let class = reconciled(&server, &provider, "default").await;
     assert_eq!(validation(&class).0, ConditionStatus::True);
 
@@ -104,15 +105,16 @@ async fn an_allowed_class_is_validated_once_and_a_refused_create_fleet_is_named(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_refused_call_has_its_own_reason() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
     for (action, reason) in [
         ("CreateLaunchTemplate", "CreateLaunchTemplateAuthCheckFailed"),
         ("RunInstances", "RunInstancesAuthCheckFailed"),
     ] {
-        refuse(&clients, action).await;
+        refuse(&admin, action).await;
         let name = action.to_ascii_lowercase();
         create_node_class(&server, &al2023(&name)).await;
         let class = reconciled(&server, &provider, &name).await;
@@ -130,7 +132,7 @@ async fn each_refused_call_has_its_own_reason() {
         );
     }
     // CreateFleet is checked first: refusing everything names it.
-    refuse(&clients, "CreateFleet,CreateLaunchTemplate,RunInstances").await;
+    refuse(&admin, "CreateFleet,CreateLaunchTemplate,RunInstances").await;
     create_node_class(&server, &al2023("everything")).await;
     let class = reconciled(&server, &provider, "everything").await;
     assert_eq!(validation(&class).1, "CreateFleetAuthCheckFailed");
@@ -138,11 +140,12 @@ async fn each_refused_call_has_its_own_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependencies_and_spec_come_before_the_dry_runs() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
-    refuse(&clients, "CreateFleet,CreateLaunchTemplate,RunInstances").await;
+    refuse(&admin, "CreateFleet,CreateLaunchTemplate,RunInstances").await;
 
     // No subnet selected: nothing to build the calls from.
     let mut nowhere = al2023("nowhere");
@@ -175,7 +178,7 @@ async fn dependencies_and_spec_come_before_the_dry_runs() {
     );
 
     // An instance profile EC2 does not know (yet): undecided, so the class waits without a verdict.
-    refuse(&clients, "").await;
+    refuse(&admin, "").await;
     let mut young = al2023("young-profile");
     young.spec.instance_profile = Some("CreatedASecondAgo".into());
     create_node_class(&server, &young).await;
@@ -194,14 +197,15 @@ async fn dependencies_and_spec_come_before_the_dry_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disable_dry_run_skips_the_checks() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
     let server = ApiServer::new(karpenter_sim::clock::SystemClock);
     let mut disabled = settings();
     disabled.disable_dry_run = true;
     let provider = provider_on(&server, disabled, clients.clone());
-    refuse(&clients, "CreateFleet,CreateLaunchTemplate,RunInstances").await;
+    refuse(&admin, "CreateFleet,CreateLaunchTemplate,RunInstances").await;
 
     create_node_class(&server, &al2023("default")).await;
     let class = reconciled(&server, &provider, "default").await;

@@ -1,10 +1,39 @@
 #!/usr/bin/env python3
 """A moto server for the karpenter-aws tests, with the gaps Karpenter cares about filled in.
 
-Usage: python3 harness.py --port 0      (0 picks a free port)
+Usage: python harness.py --port 0 --policies deploy/cloudformation.yaml --cluster-name NAME --region REGION
+(port 0 picks a free port)
 
-Prints "READY <port>" on stdout once the server answers, then serves until stdin closes (the Rust test that
-spawned it dropped its handle or died) or it is killed. Listens on 127.0.0.1 only.
+Prints "READY <port> <admin key id> <admin secret> <controller key id> <controller secret>" on stdout once the
+server answers, then serves until stdin closes (the Rust test that spawned it dropped its handle or died) or it
+is killed. Listens on 127.0.0.1 only. The Rust side runs it with the pinned moto from its own virtual
+environment (tests/support/mod.rs provisions target/moto-venv).
+
+IAM is enforced (moto's INITIAL_NO_AUTH_ACTION_COUNT=0: every request from the first one on is authenticated
+and authorized). Two IAM users exist, created in-process before the server answers:
+- `karpenter-admin` may do anything: tests seed subnets, AMIs, queues, clusters and harness parameters with it;
+- `karpenter-controller` holds exactly the controller policies of deploy/cloudformation.yaml (every
+  AWS::IAM::ManagedPolicy of the template, as inline user policies, with ${AWS::Partition}=aws,
+  ${AWS::AccountId}=123456789012, ${AWS::Region}=--region, ${ClusterName}=--cluster-name and the template's
+  !Ref/!GetAtt of its own resources resolved; the interruption queue is named after the cluster, as the
+  template names it). The provider under test signs with these keys, so an action the template does not
+  grant fails as it would on AWS.
+What moto 5.2.5 checks (moto/iam/access_control.py) and what it does not:
+- checked: the SigV4 signature (except of gzip-compressed requests: moto decompresses them first) and the
+  access key; the action (`ec2:DescribeAvailabilityZones`, matched
+  case-sensitively against the statements' Action with `*` wildcards, NotAction too); explicit Deny;
+  the Resource where moto knows the request's resource: SQS (the queue's ARN) and IAM (moto: the role's ARN
+  for calls naming a RoleName; patched here: the instance profile's ARN for calls naming an
+  InstanceProfileName, as AWS authorizes them);
+- not checked: every other service's Resource (moto passes "*" and we let any statement Resource match it,
+  otherwise no resource-scoped statement could ever allow an EC2 call); every Condition of an identity policy
+  (aws:RequestTag/..., aws:ResourceTag/..., aws:RequestedRegion, ec2:CreateAction, iam:PassedToService,
+  aws:TagKeys: moto evaluates conditions only for role trust policies); the extra authorizations AWS makes
+  inside a call (iam:PassRole for an instance profile in a launch, ec2:RunInstances and ec2:CreateTags
+  behind CreateFleet); Pricing (moto has no Pricing backend: every call is a 500).
+HARNESS_WITHOUT_ACTIONS="ec2:DescribeAvailabilityZones,...": the controller's policies lack these actions (a
+test of what a template without the grant does to the controller).
+A refused EC2 call answers UnauthorizedOperation (403) as EC2 does; other services answer AccessDenied.
 
 Patches (moto internals, hence the exact pin moto[server]==5.2.5 in .ci/requirements.txt):
 1. Insufficient capacity on CreateFleet: the SSM String parameter /moto-harness/ice (written by the test
@@ -48,6 +77,7 @@ After READY, stdout goes to stderr: moto prints notes there, and the parent read
 
 import argparse
 import fnmatch
+import io
 import logging
 import os
 import sys
@@ -55,10 +85,16 @@ import threading
 import time
 import urllib.request
 
+# Every request is authenticated and authorized from the first one on (moto reads this when it is imported; the
+# Rust side sets it for this process too).
+os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
+
 try:
     import moto
+    import yaml
+    from moto import settings as moto_settings
     from moto.server import ThreadedMotoServer
-except ImportError as e:  # the Rust side turns this exit code into a skip
+except ImportError as e:
     print(f"MISSING moto: {e}", flush=True)
     sys.exit(3)
 
@@ -66,6 +102,253 @@ ICE_PARAMETER = "/moto-harness/ice"
 UNAUTHORIZED_PARAMETER = "/moto-harness/unauthorized"
 RESERVATIONS_PARAMETER = "/moto-harness/capacity-reservations"
 EXPECTED_MOTO = "5.2.5"
+ACCOUNT_ID = "123456789012"
+ADMIN_USER = "karpenter-admin"
+CONTROLLER_USER = "karpenter-controller"
+
+
+class CloudFormationLoader(yaml.SafeLoader):
+    """YAML with CloudFormation's short-form intrinsics (!Sub, !Ref, !GetAtt) as their long forms."""
+
+
+def _intrinsic(loader, suffix, node):
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {f"Fn::{suffix}": value}
+
+
+CloudFormationLoader.add_multi_constructor("!", _intrinsic)
+
+
+def controller_policies(template_path, cluster_name, region, without=()):
+    """{logical id: policy JSON} of every AWS::IAM::ManagedPolicy in the template, intrinsics resolved."""
+    import json
+    import re
+
+    with open(template_path) as f:
+        template = yaml.load(f, Loader=CloudFormationLoader)
+    resources = template["Resources"]
+    refs = {
+        "AWS::Partition": "aws",
+        "AWS::Region": region,
+        "AWS::AccountId": ACCOUNT_ID,
+        "AWS::URLSuffix": "amazonaws.com",
+        "ClusterName": cluster_name,
+    }
+    attributes = {}
+
+    def lookup(name):
+        if name in refs:
+            return refs[name]
+        if name in attributes:
+            return attributes[name]
+        raise KeyError(f"{template_path}: the harness cannot resolve ${{{name}}}; teach controller_policies it")
+
+    def resolve(node):
+        if isinstance(node, list):
+            return [resolve(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        if set(node) == {"Ref"}:
+            return lookup(node["Ref"])
+        if set(node) == {"Fn::GetAtt"}:
+            return lookup(".".join(node["Fn::GetAtt"]))
+        if set(node) == {"Fn::Sub"}:
+            text = node["Fn::Sub"]
+            if not isinstance(text, str):
+                raise KeyError(f"{template_path}: Fn::Sub with a variable map is not supported by the harness")
+            return re.sub(r"\$\{([^}!]+)\}", lambda m: lookup(m.group(1)), text)
+        if any(key.startswith("Fn::") for key in node):
+            raise KeyError(f"{template_path}: the harness does not resolve {sorted(node)}")
+        return {key: resolve(value) for key, value in node.items()}
+
+    # The template's queues and roles, by logical id, as CloudFormation names them (!Ref and !GetAtt ...Arn).
+    for logical_id, resource in resources.items():
+        properties = resource.get("Properties") or {}
+        if resource.get("Type") == "AWS::SQS::Queue":
+            name = resolve(properties.get("QueueName", logical_id))
+            refs[logical_id] = f"https://sqs.{region}.amazonaws.com/{ACCOUNT_ID}/{name}"
+            attributes[f"{logical_id}.Arn"] = f"arn:aws:sqs:{region}:{ACCOUNT_ID}:{name}"
+            attributes[f"{logical_id}.QueueName"] = name
+        elif resource.get("Type") == "AWS::IAM::Role":
+            name = resolve(properties.get("RoleName", logical_id))
+            path = properties.get("Path", "/")
+            refs[logical_id] = name
+            attributes[f"{logical_id}.Arn"] = f"arn:aws:iam::{ACCOUNT_ID}:role{path}{name}"
+
+    policies = {}
+    for logical_id, resource in resources.items():
+        if resource.get("Type") != "AWS::IAM::ManagedPolicy":
+            continue
+        document = resolve(resource["Properties"]["PolicyDocument"])
+        if isinstance(document, str):  # a JSON document under !Sub
+            document = json.loads(document)
+        if without:  # a test's policy that lacks these actions
+            statements = document["Statement"] if isinstance(document["Statement"], list) else [document["Statement"]]
+            for statement in statements:
+                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                statement["Action"] = [a for a in actions if a not in without] or ["harness:Nothing"]
+        policies[logical_id] = json.dumps(document)
+    if not policies:
+        raise KeyError(f"{template_path}: no AWS::IAM::ManagedPolicy resources")
+    return policies
+
+
+def create_principals(policies):
+    """The admin and controller users with their access keys: ((admin id, secret), (controller id, secret))."""
+    import json
+
+    from moto.iam.models import iam_backends
+
+    iam = iam_backends[ACCOUNT_ID]["aws"]
+    iam.create_user("us-east-1", ADMIN_USER)
+    iam.put_user_policy(
+        ADMIN_USER,
+        "everything",
+        json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}),
+    )
+    iam.create_user("us-east-1", CONTROLLER_USER)
+    for name, document in policies.items():
+        iam.put_user_policy(CONTROLLER_USER, name, document)
+    keys = []
+    for user in (ADMIN_USER, CONTROLLER_USER):
+        key = iam.create_access_key(user)
+        keys.append((key.access_key_id, key.secret_access_key))
+    return keys
+
+
+def patch_authorization():
+    """Where moto's IAM enforcement needs help to act as AWS does (see the module documentation)."""
+    from moto.core.exceptions import JsonRESTError, _RESTError
+    from moto.iam import access_control
+    from moto.iam.responses import IamResponse
+
+    class Ec2Unauthorized(_RESTError):
+        code = 403
+
+        def __init__(self, user_arn, action):
+            super().__init__("UnauthorizedOperation", "")
+            from xml.sax.saxutils import escape
+
+            message = escape(
+                f"You are not authorized to perform this operation. User: {user_arn} is not authorized to "
+                f"perform: {action} because no identity-based policy allows the {action} action"
+            )
+            self.message = message
+            self.description = (
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error>"
+                f"<Code>UnauthorizedOperation</Code><Message>{message}</Message></Error></Errors>"
+                "<RequestID>harness</RequestID></Response>"
+            )
+
+    original_raise = access_control.IAMRequest._raise_access_denied
+
+    json_protocol = {"sqs": "AccessDenied", "ssm": "AccessDeniedException", "eks": "AccessDeniedException"}
+
+    def raise_access_denied(self):
+        if self._service == "ec2":
+            raise Ec2Unauthorized(self._access_key.arn, self._action)
+        if self._service in json_protocol:  # these answer in JSON, not moto's XML
+            error = JsonRESTError(
+                json_protocol[self._service],
+                f"User: {self._access_key.arn} is not authorized to perform: {self._action}",
+            )
+            error.code = 403
+            raise error
+        original_raise(self)
+
+    access_control.IAMRequest._raise_access_denied = raise_access_denied
+
+    original_matches = access_control.IAMPolicyStatement._check_element_matches
+
+    def check_element_matches(self, statement_element, value):
+        # moto passes "*" when it does not know the request's resource (every service but SQS and IAM).
+        if statement_element in ("Resource", "NotResource") and value == "*":
+            return statement_element == "Resource"
+        return original_matches(self, statement_element, value)
+
+    access_control.IAMPolicyStatement._check_element_matches = check_element_matches
+
+    original_resource = IamResponse._determine_resource
+
+    def determine_resource(self):
+        names = self.data.get("InstanceProfileName")
+        if names:
+            name = names[0] if isinstance(names, list) else names
+            try:
+                return self.backend.get_instance_profile(name).arn
+            except Exception:
+                path = self.data.get("Path") or ["/"]
+                path = path[0] if isinstance(path, list) else path
+                return f"arn:{self.partition}:iam::{self.current_account}:instance-profile{path}{name}"
+        return original_resource(self)
+
+    IamResponse._determine_resource = determine_resource
+
+    # moto signs a body-less request (a REST GET such as EKS DescribeCluster) over its parsed parameters,
+    # which for those hold the headers; AWS signs the empty payload.
+    original_request = access_control.IAMRequestBase._create_aws_request
+
+    def create_aws_request(self):
+        request = original_request(self)
+        if not self._body and self._method in ("GET", "HEAD", "DELETE"):
+            request.data = b""
+        return request
+
+    access_control.IAMRequestBase._create_aws_request = create_aws_request
+
+    # moto checks the signature of a form-encoded request (EC2, IAM) over the body re-encoded from its parsed
+    # parameters, which differs from the SDK's encoding (`%20` vs `+` in "Linux/UNIX (Amazon VPC)"): keep the
+    # body as it came and sign over that.
+    from moto.core.authorization import ActionAuthenticatorMixin
+    from moto.core.responses import BaseResponse
+
+    original_setup = BaseResponse.setup_class
+
+    def setup_class(self, request, *args, **kwargs):
+        self.harness_signed_body = None
+        if request.content_encoding != "gzip" and request.mimetype == "application/x-www-form-urlencoded":
+            raw = request.get_data(cache=False)
+            request.stream = io.BytesIO(raw)
+            self.harness_signed_body = raw
+        return original_setup(self, request, *args, **kwargs)
+
+    BaseResponse.setup_class = setup_class
+
+    original_authorize = ActionAuthenticatorMixin._authenticate_and_authorize_action
+
+    def authenticate_and_authorize_action(self, iam_request_cls, resource="*"):
+        signed = getattr(self, "harness_signed_body", None)
+        if not signed:
+            return original_authorize(self, iam_request_cls, resource)
+        parsed_body = self.raw_body
+        self.raw_body = signed
+        try:
+            return original_authorize(self, iam_request_cls, resource)
+        finally:
+            self.raw_body = parsed_body
+
+    ActionAuthenticatorMixin._authenticate_and_authorize_action = authenticate_and_authorize_action
+
+    # The SDK gzips large request bodies; moto decompresses them before it checks the signature, which then
+    # cannot match. The key and the action are still checked for those.
+    original_check_signature = access_control.IAMRequestBase.check_signature
+
+    def check_signature(self):
+        encoding = next((v for k, v in self._headers.items() if k.lower() == "content-encoding"), "")
+        if "gzip" in str(encoding).lower():
+            return
+        original_check_signature(self)
+
+    access_control.IAMRequestBase.check_signature = check_signature
 
 
 def patch_instance_types(patterns):
@@ -536,9 +819,14 @@ def wait_until_ready(port, deadline):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--policies", required=True, help="deploy/cloudformation.yaml")
+    parser.add_argument("--cluster-name", required=True)
+    parser.add_argument("--region", required=True)
     args = parser.parse_args()
     if moto.__version__ != EXPECTED_MOTO:
-        print(f"WARNING moto {moto.__version__} is not the pinned {EXPECTED_MOTO}", file=sys.stderr, flush=True)
+        print(f"FAILED moto {moto.__version__} is not the pinned {EXPECTED_MOTO}", flush=True)
+        sys.exit(1)
+    moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
 
     # One line per request on stderr drowns the test output.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -550,6 +838,14 @@ def main():
     patch_placement_groups()
     patch_unauthorized()
     patch_eks_amis(os.environ.get("HARNESS_K8S_VERSIONS", "1.32 1.33 1.34").split())
+    patch_authorization()
+    try:
+        without = [a.strip() for a in os.environ.get("HARNESS_WITHOUT_ACTIONS", "").split(",") if a.strip()]
+        policies = controller_policies(args.policies, args.cluster_name, args.region, without)
+    except Exception as e:
+        print(f"FAILED reading the controller policies: {e}", flush=True)
+        sys.exit(1)
+    (admin_key, admin_secret), (controller_key, controller_secret) = create_principals(policies)
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)
     server.start()
@@ -558,7 +854,7 @@ def main():
         print("FAILED server did not answer", flush=True)
         server.stop()
         sys.exit(1)
-    print(f"READY {port}", flush=True)
+    print(f"READY {port} {admin_key} {admin_secret} {controller_key} {controller_secret}", flush=True)
     # moto prints notes ("Unable to find appropriate backend ...") on stdout; the parent reads only the READY
     # line, so send everything after it to stderr rather than risk a full or closed pipe.
     sys.stdout = sys.stderr

@@ -5,16 +5,17 @@
 use karpenter_core::cloudprovider::CloudProvider;
 use serde_json::json;
 
-use crate::moto_or_skip;
+use crate::moto;
 
 use super::fixtures::{create_node_class, latest_template_data, network, node_claim, node_class, provider};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_requesting_efa_launches_with_an_efa_interface() {
     // c5n.9xlarge has one EFA interface; m5.large none, so the claim's EFA request rules it out.
-    let moto = moto_or_skip!(&["c5n.9xlarge", "m5.large"]);
+    let moto = moto!(&["c5n.9xlarge", "m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    let net = network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     create_node_class(
@@ -35,11 +36,11 @@ async fn a_claim_requesting_efa_launches_with_an_efa_interface() {
     let labels = launched.metadata.labels.unwrap();
     assert_eq!(labels["node.kubernetes.io/instance-type"], "c5n.9xlarge");
 
-    let templates = clients.ec2.describe_launch_templates().send().await.unwrap();
+    let templates = admin.ec2.describe_launch_templates().send().await.unwrap();
     let [template] = templates.launch_templates() else {
         panic!("one template: {templates:?}");
     };
-    let data = latest_template_data(&clients.ec2, template.launch_template_name().unwrap())
+    let data = latest_template_data(&admin.ec2, template.launch_template_name().unwrap())
         .await
         .unwrap();
     assert!(data.security_group_ids().is_empty(), "{data:?}");
@@ -64,7 +65,7 @@ async fn a_claim_requesting_efa_launches_with_an_efa_interface() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_virtualization_keeps_only_the_types_that_support_it() {
     // moto's c8i.large lists the nested-virtualization processor feature; m5.large does not.
-    let moto = moto_or_skip!(&["c8i.large", "m5.large"]);
+    let moto = moto!(&["c8i.large", "m5.large"]);
     let clients = moto.clients("us-west-2").await;
     let (_server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();

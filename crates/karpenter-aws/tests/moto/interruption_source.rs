@@ -13,14 +13,15 @@ use karpenter_aws::{InterruptionQueue, UnavailableOfferings};
 use karpenter_core::cloudprovider::{InterruptionKind, InterruptionSource};
 
 use crate::fixtures::{event, send_messages};
-use crate::moto_or_skip;
+use crate::moto;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
     // A real spot instance, so the interruption can find its type and zone.
-    let image_id = clients
+    let image_id = admin
         .ssm
         .get_parameter()
         .name("/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64")
@@ -31,7 +32,7 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
         .and_then(|p| p.value())
         .unwrap()
         .to_string();
-    let run = clients
+    let run = admin
         .ec2
         .run_instances()
         .image_id(image_id)
@@ -54,14 +55,14 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
         .unwrap()
         .to_string();
 
-    clients
+    admin
         .sqs
         .create_queue()
-        .queue_name("karpenter-test")
+        .queue_name(crate::fixtures::CLUSTER)
         .send()
         .await
         .unwrap();
-    let queue = InterruptionQueue::from_name(clients.sqs.clone(), "karpenter-test")
+    let queue = InterruptionQueue::from_name(clients.sqs.clone(), crate::fixtures::CLUSTER)
         .await
         .unwrap();
     let bodies = [
@@ -107,7 +108,7 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
         ),
         "this is not an event".to_string(),
     ];
-    send_messages(&clients.sqs, queue.url(), &bodies).await;
+    send_messages(&admin.sqs, queue.url(), &bodies).await;
 
     let unavailable = Arc::new(UnavailableOfferings::default());
     let source = SqsInterruptionSource::new(
@@ -163,7 +164,7 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
     // After shutdown, receive deletes what was handed out and says the source is closed.
     source.shutdown();
     assert!(source.receive().await.is_none());
-    let attributes = clients
+    let attributes = admin
         .sqs
         .get_queue_attributes()
         .queue_url(queue.url())

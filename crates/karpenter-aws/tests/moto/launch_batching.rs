@@ -11,7 +11,7 @@ use karpenter_aws::{AwsClients, UnavailableOfferings};
 use karpenter_core::cloudprovider::{CloudProvider, CloudProviderError};
 use serde_json::json;
 
-use crate::moto_or_skip;
+use crate::moto;
 
 use super::fixtures::{
     al2023_image_id, create_node_class, network, node_claim, node_class, provider, set_ice,
@@ -35,10 +35,11 @@ async fn launch_template(clients: &AwsClients, security_group_id: &str) -> Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn launches_at_once_share_one_create_fleet_and_each_instance_carries_its_node_claims_tag() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
     let ec2 = &clients.ec2;
-    let net = network(&clients).await;
+    let net = network(&admin).await;
     let template = launch_template(&clients, &net.security_group_id).await;
     let request = |claim: &str| LaunchRequest {
         launch_template_name: template.clone(),
@@ -71,7 +72,7 @@ async fn launches_at_once_share_one_create_fleet_and_each_instance_carries_its_n
         batcher.launch(&third)
     );
     let launched = [launched.0.unwrap(), launched.1.unwrap(), launched.2.unwrap()];
-    let fleets = ec2.describe_fleets().send().await.unwrap();
+    let fleets = admin.ec2.describe_fleets().send().await.unwrap();
     assert_eq!(fleets.fleets().len(), 1, "one CreateFleet for the three launches");
     for (claim, instance) in ["claim-1", "claim-2", "claim-3"].iter().zip(&launched) {
         let described = karpenter_aws::instance::get_instance(ec2, &instance.instance_id)
@@ -82,7 +83,7 @@ async fn launches_at_once_share_one_create_fleet_and_each_instance_carries_its_n
     }
 
     // Out of capacity: every launch of the batch is told so, and the offering is marked unavailable.
-    set_ice(&clients, "m5.large").await;
+    set_ice(&admin, "m5.large").await;
     let (first, second) = (request("claim-4"), request("claim-5"));
     let (first, second) = tokio::join!(batcher.launch(&first), batcher.launch(&second));
     for result in [first, second] {
@@ -97,9 +98,10 @@ async fn launches_at_once_share_one_create_fleet_and_each_instance_carries_its_n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launch_holds_the_addresses_it_uses_until_describe_subnets_counts_them() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    let net = network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     let class = node_class("default", json!([{"alias": "al2023@latest"}]));

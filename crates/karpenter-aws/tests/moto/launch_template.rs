@@ -17,13 +17,14 @@ use serde_json::json;
 use super::fixtures::{
     CLUSTER, create_node_class, latest_template_data, network, node_claim, node_class, provider,
 };
-use crate::moto_or_skip;
+use crate::moto;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_created_template_holds_the_classes_block_devices_metadata_options_and_tags() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    let net = network(&admin).await;
     let mut class = node_class("storage", json!([{"alias": "bottlerocket@latest"}]));
     class.spec = serde_json::from_value(json!({
         "amiSelectorTerms": [{"alias": "bottlerocket@latest"}],
@@ -51,7 +52,7 @@ async fn a_created_template_holds_the_classes_block_devices_metadata_options_and
     let name = ensure_launch_template(&clients.ec2, &spec).await.unwrap();
     assert_eq!(name, spec.name());
 
-    let data = latest_template_data(&clients.ec2, &name).await.unwrap();
+    let data = latest_template_data(&admin.ec2, &name).await.unwrap();
     let devices: Vec<_> = data
         .block_device_mappings()
         .iter()
@@ -96,7 +97,7 @@ async fn a_created_template_holds_the_classes_block_devices_metadata_options_and
     assert_eq!(data.security_group_ids(), [net.security_group_id.as_str()]);
 
     // The template is found by the cluster's tag, and names its class.
-    let found = clients
+    let found = admin
         .ec2
         .describe_launch_templates()
         .filters(
@@ -124,7 +125,7 @@ async fn a_created_template_holds_the_classes_block_devices_metadata_options_and
     let changed = LaunchTemplateSpec::from_node_class(&class, "ami-12345678", CLUSTER).unwrap();
     let second = ensure_launch_template(&clients.ec2, &changed).await.unwrap();
     assert_ne!(second, name);
-    let all = clients.ec2.describe_launch_templates().send().await.unwrap();
+    let all = admin.ec2.describe_launch_templates().send().await.unwrap();
     assert_eq!(all.launch_templates().len(), 2);
 }
 
@@ -151,9 +152,10 @@ async fn template_names(ec2: &aws_sdk_ec2::Client) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cached_template_is_not_created_again_and_a_launch_recreates_one_deleted_behind_its_back() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    let net = network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
 
@@ -166,7 +168,7 @@ async fn a_cached_template_is_not_created_again_and_a_launch_recreates_one_delet
     )
     .unwrap();
     let name = templates.ensure(&spec, Instant::now()).await.unwrap();
-    clients
+    admin
         .ec2
         .delete_launch_template()
         .launch_template_name(&name)
@@ -175,13 +177,13 @@ async fn a_cached_template_is_not_created_again_and_a_launch_recreates_one_delet
         .unwrap();
     assert_eq!(templates.ensure(&spec, Instant::now()).await.unwrap(), name);
     assert!(
-        template_names(&clients.ec2).await.is_empty(),
+        template_names(&admin.ec2).await.is_empty(),
         "no CreateLaunchTemplate"
     );
     // ...until it is forgotten.
     templates.forget(&name);
     templates.ensure(&spec, Instant::now()).await.unwrap();
-    assert_eq!(template_names(&clients.ec2).await, BTreeSet::from([name]));
+    assert_eq!(template_names(&admin.ec2).await, BTreeSet::from([name]));
 
     // A launch whose cached template was deleted creates it again and launches.
     create_node_class(
@@ -207,7 +209,7 @@ async fn a_cached_template_is_not_created_again_and_a_launch_recreates_one_delet
         .collect();
     assert_eq!(launched_with.len(), 1, "{launched_with:?}");
     for name in &launched_with {
-        clients
+        admin
             .ec2
             .delete_launch_template()
             .launch_template_name(name)
@@ -220,7 +222,7 @@ async fn a_cached_template_is_not_created_again_and_a_launch_recreates_one_delet
         .await
         .unwrap();
     assert!(second.status.as_ref().unwrap().provider_id.is_some());
-    assert!(template_names(&clients.ec2).await.contains(&launched_with[0]));
+    assert!(template_names(&admin.ec2).await.contains(&launched_with[0]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,10 +232,11 @@ async fn unused_templates_and_those_of_deleted_classes_are_garbage_collected() {
     use kube::Api;
     use kube::api::DeleteParams;
 
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
     let ec2 = &clients.ec2;
-    let net = network(&clients).await;
+    let net = network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
     let spec = |class: &str, cluster: &str| {
         LaunchTemplateSpec::from_node_class(
@@ -252,7 +255,9 @@ async fn unused_templates_and_those_of_deleted_classes_are_garbage_collected() {
     let other_cluster = ensure_launch_template(ec2, &spec("gone", "other-cluster"))
         .await
         .unwrap();
-    ec2.create_launch_template()
+    admin
+        .ec2
+        .create_launch_template()
         .launch_template_name("users-own")
         .launch_template_data(
             aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
@@ -331,9 +336,10 @@ async fn unused_templates_and_those_of_deleted_classes_are_garbage_collected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_created_template_holds_the_classes_network_interfaces_prefixes_and_connection_tracking() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    let net = network(&admin).await;
     let mut class = node_class("efa", json!([{"alias": "al2023@latest"}]));
     class.spec = serde_json::from_value(json!({
         "amiSelectorTerms": [{"alias": "al2023@latest"}],
@@ -358,7 +364,7 @@ async fn a_created_template_holds_the_classes_network_interfaces_prefixes_and_co
     let spec = LaunchTemplateSpec::from_node_class(&class, "ami-12345678", CLUSTER).unwrap();
     let name = ensure_launch_template(&clients.ec2, &spec).await.unwrap();
 
-    let data = latest_template_data(&clients.ec2, &name).await.unwrap();
+    let data = latest_template_data(&admin.ec2, &name).await.unwrap();
     assert!(data.security_group_ids().is_empty(), "{data:?}");
     let interfaces: Vec<_> = data
         .network_interfaces()

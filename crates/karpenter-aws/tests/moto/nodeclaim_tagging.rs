@@ -15,21 +15,23 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::moto_or_skip;
+use crate::moto;
 
 use super::fixtures::{CLUSTER, al2023_image_id, provider};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_waiting_for_its_node_claim_tag_is_listed_as_its_claims_and_tagged_later() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
     let ec2 = &clients.ec2;
     let (server, provider) = provider(clients.clone()).await;
 
     // Launched in a batch: the cluster's tags, and CreateTags for the NodeClaim's never succeeded.
-    let image_id = al2023_image_id(&clients.ssm).await;
+    let image_id = al2023_image_id(&admin.ssm).await;
     let tag = |key: &str, value: &str| Tag::builder().key(key).value(value).build();
-    let run = ec2
+    let run = admin
+        .ec2
         .run_instances()
         .image_id(&image_id)
         .instance_type("m5.large".into())

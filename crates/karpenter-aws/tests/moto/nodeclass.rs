@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::fixtures::{CLUSTER, create_node_class, network, node_claim, node_class, provider, settings};
-use crate::moto_or_skip;
+use crate::moto;
 
 async fn reconciled(api: &Api<EC2NodeClass>, name: &str, ctx: &Arc<Context>) -> EC2NodeClass {
     let class = api.get(name).await.unwrap();
@@ -30,9 +30,10 @@ fn condition(class: &EC2NodeClass, type_: &str) -> (ConditionStatus, String, Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_resolves_status_conditions_and_holds_the_finalizer() {
-    let moto = moto_or_skip!(&["m5.large", "c6g.large"]);
+    let moto = moto!(&["m5.large", "c6g.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    let net = network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     let ctx = Arc::new(Context {
@@ -209,9 +210,10 @@ async fn the_controller_resolves_status_conditions_and_holds_the_finalizer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
     let server = karpenter_sim::apiserver::ApiServer::new(karpenter_sim::clock::SystemClock);
     assert_eq!(kubernetes_version(&server.client()).await.unwrap(), "1.33");
 
@@ -231,16 +233,10 @@ async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
     .unwrap_err();
     assert_eq!(missing_queue.category(), "NotFound");
 
-    clients
-        .sqs
-        .create_queue()
-        .queue_name("karpenter")
-        .send()
-        .await
-        .unwrap();
+    admin.sqs.create_queue().queue_name(CLUSTER).send().await.unwrap();
     let runtime = AwsProvider::start_with_clients(
         AwsSettings {
-            interruption_queue: Some("karpenter".into()),
+            interruption_queue: Some(CLUSTER.into()),
             kubernetes_version: None,
             ..settings()
         },
@@ -354,10 +350,11 @@ async fn create_role(iam: &aws_sdk_iam::Client, name: &str) {
 async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
     use karpenter_aws::nodeclass::controller::garbage_collect_instance_profiles;
 
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
-    let iam = clients.iam.clone();
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
+    let iam = admin.iam.clone();
     create_role(&iam, "KarpenterNodeRole").await;
     create_role(&iam, "OtherNodeRole").await;
     let (server, provider) = provider(clients.clone()).await;
@@ -452,4 +449,18 @@ async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
     reconcile(Arc::new(deleting), Arc::clone(&ctx)).await.unwrap();
     assert!(instance_profile(&iam, &name).await.is_none());
     assert!(api.get_opt("role-based").await.unwrap().is_none());
+}
+
+/// What the template without ec2:DescribeAvailabilityZones did on EKS: start-up fails, naming the action, as it
+/// does here because the controller signs as a principal holding exactly the template's policies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_fails_naming_an_action_the_controller_policies_do_not_grant() {
+    let moto = crate::support::MotoServer::start_without(&["m5.large"], &["ec2:DescribeAvailabilityZones"]);
+    let clients = moto.clients("us-west-2").await;
+    let server = karpenter_sim::apiserver::ApiServer::new(karpenter_sim::clock::SystemClock);
+    let err = AwsProvider::start_with_clients(settings(), clients, server.client())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("UnauthorizedOperation"), "{err}");
+    assert!(err.to_string().contains("ec2:DescribeAvailabilityZones"), "{err}");
 }

@@ -17,7 +17,7 @@ use serde_json::json;
 use super::fixtures::{
     condition, create_node_class, latest_template_data, network, node_claim, node_class, provider, reconciled,
 };
-use crate::moto_or_skip;
+use crate::moto;
 
 const TYPES: [&str; 2] = ["m5.large", "m5.xlarge"];
 
@@ -121,10 +121,11 @@ async fn template_placements(ec2: &aws_sdk_ec2::Client) -> Vec<(Option<String>, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_class_resolves_its_placement_group_by_name_or_id_and_is_ready() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
-    let id = create_placement_group(&clients.ec2, "training", "partition", Some(3)).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
+    let id = create_placement_group(&admin.ec2, "training", "partition", Some(3)).await;
     let (server, provider) = provider(clients.clone()).await;
 
     create_node_class(&server, &grouped_class("by-name", json!({"name": "training"}))).await;
@@ -166,10 +167,11 @@ async fn a_class_resolves_its_placement_group_by_name_or_id_and_is_ready() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_placement_group_is_named_and_keeps_the_class_unready() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
-    create_placement_group(&clients.ec2, "training", "cluster", None).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
+    create_placement_group(&admin.ec2, "training", "cluster", None).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
 
@@ -214,10 +216,11 @@ async fn an_unknown_placement_group_is_named_and_keeps_the_class_unready() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn launches_go_into_the_placement_group_and_carry_its_labels() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
-    let id = create_placement_group(&clients.ec2, "training", "partition", Some(3)).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
+    let id = create_placement_group(&admin.ec2, "training", "partition", Some(3)).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     create_node_class(&server, &grouped_class("default", json!({"name": "training"}))).await;
@@ -245,7 +248,7 @@ async fn launches_go_into_the_placement_group_and_carry_its_labels() {
         .unwrap();
     let labels = launched.metadata.labels.as_ref().unwrap();
     assert_eq!(labels[PLACEMENT_GROUP_ID_LABEL], id);
-    let (group_id, partition) = instance_placement(&clients.ec2, &launched).await;
+    let (group_id, partition) = instance_placement(&admin.ec2, &launched).await;
     assert_eq!(
         group_id.as_deref(),
         Some(id.as_str()),
@@ -255,7 +258,7 @@ async fn launches_go_into_the_placement_group_and_carry_its_labels() {
     assert_eq!(labels[PLACEMENT_GROUP_PARTITION_LABEL], partition.to_string());
     // One template per max pods (m5.large, m5.xlarge), each naming the group and no partition.
     assert_eq!(
-        template_placements(&clients.ec2).await,
+        template_placements(&admin.ec2).await,
         vec![(Some(id.clone()), None); 2]
     );
 
@@ -274,8 +277,8 @@ async fn launches_go_into_the_placement_group_and_carry_its_labels() {
         pinned.metadata.labels.as_ref().unwrap()[PLACEMENT_GROUP_PARTITION_LABEL],
         "3"
     );
-    assert_eq!(instance_placement(&clients.ec2, &pinned).await.1, Some(3));
-    let placements = template_placements(&clients.ec2).await;
+    assert_eq!(instance_placement(&admin.ec2, &pinned).await.1, Some(3));
+    let placements = template_placements(&admin.ec2).await;
     assert_eq!(placements.len(), 4);
     assert!(
         placements[..2].iter().all(|p| *p == (Some(id.clone()), None)),
@@ -312,10 +315,11 @@ async fn launches_go_into_the_placement_group_and_carry_its_labels() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_group_keeps_launches_in_the_zone_of_its_first_instance() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
-    let id = create_placement_group(&clients.ec2, "tight", "cluster", None).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
+    let id = create_placement_group(&admin.ec2, "tight", "cluster", None).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     create_node_class(&server, &grouped_class("default", json!({"name": "tight"}))).await;
@@ -394,11 +398,12 @@ async fn a_cluster_group_keeps_launches_in_the_zone_of_its_first_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_claim_drifts_once_its_class_no_longer_selects_its_placement_group() {
-    let moto = moto_or_skip!(&TYPES);
+    let moto = moto!(&TYPES);
     let clients = moto.clients("us-west-2").await;
-    network(&clients).await;
-    create_placement_group(&clients.ec2, "training", "partition", Some(2)).await;
-    let inference = create_placement_group(&clients.ec2, "inference", "spread", None).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
+    create_placement_group(&admin.ec2, "training", "partition", Some(2)).await;
+    let inference = create_placement_group(&admin.ec2, "inference", "spread", None).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     create_node_class(&server, &grouped_class("default", json!({"name": "training"}))).await;

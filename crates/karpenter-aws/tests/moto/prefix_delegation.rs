@@ -6,15 +6,16 @@ use serde_json::json;
 
 use karpenter_aws::userdata;
 
-use crate::moto_or_skip;
+use crate::moto;
 
 use super::fixtures::{create_node_class, latest_template_data, network, node_claim, node_class, provider};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_class_with_ip_prefixes_launches_prefix_mode_nodes_and_counts_their_prefixes() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
-    let net = network(&clients).await;
+    let admin = moto.admin_clients("us-west-2").await;
+    let net = network(&admin).await;
     let (server, provider) = provider(clients.clone()).await;
     provider.refresh_instance_types().await.unwrap();
     let mut class = node_class("prefixes", json!([{"alias": "al2023@latest"}]));
@@ -30,7 +31,7 @@ async fn a_class_with_ip_prefixes_launches_prefix_mode_nodes_and_counts_their_pr
             {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2a"]}
         ]),
     );
-    let subnets = clients
+    let subnets = admin
         .ec2
         .describe_subnets()
         .subnet_ids(&net.subnet_ids[0])
@@ -45,11 +46,11 @@ async fn a_class_with_ip_prefixes_launches_prefix_mode_nodes_and_counts_their_pr
     assert_eq!(status.allocatable.as_ref().unwrap()["pods"].0, "110");
 
     // The kubelet is told the same.
-    let templates = clients.ec2.describe_launch_templates().send().await.unwrap();
+    let templates = admin.ec2.describe_launch_templates().send().await.unwrap();
     let [template] = templates.launch_templates() else {
         panic!("one template: {templates:?}");
     };
-    let data = latest_template_data(&clients.ec2, template.launch_template_name().unwrap())
+    let data = latest_template_data(&admin.ec2, template.launch_template_name().unwrap())
         .await
         .unwrap();
     let user_data = String::from_utf8(userdata::base64_decode(data.user_data().unwrap()).unwrap()).unwrap();

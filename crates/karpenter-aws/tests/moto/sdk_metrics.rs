@@ -3,11 +3,11 @@
 
 use karpenter_aws::sdk_metrics::request_count;
 
-use crate::moto_or_skip;
+use crate::moto;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_calls_are_counted_by_operation_and_error_code_and_timed() {
-    let moto = moto_or_skip!(&["m5.large"]);
+    let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
     // Other tests in this binary call the same operations concurrently, so only increases are asserted.
     let count = request_count;

@@ -1,12 +1,18 @@
 //! Test support: a moto server (tests/moto/harness.py) per test, killed when the handle drops.
 //!
-//! `MotoServer::start` returns None, after printing why, only when python3 or moto is not installed (CI
-//! installs moto through .ci/requirements.txt); any other failure to start panics.
+//! The harness runs under the pinned moto from a virtual environment of its own, `target/moto-venv`, created
+//! by the first test that needs it (under a file lock, so parallel test binaries wait for one another) and
+//! reused afterwards; nothing has to be installed beforehand but python3 with its venv module. A machine
+//! without them fails the tests, naming what to install: the moto tests are never skipped.
+//!
+//! moto enforces IAM: [`MotoServer::clients`] sign as a user holding exactly the controller policies of
+//! deploy/cloudformation.yaml (what the provider under test must use), [`MotoServer::admin_clients`] as a
+//! user that may do anything (seeding subnets, AMIs, queues and clusters; reading back what a test checks).
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
 
 use karpenter_aws::{AwsClients, ClientOptions};
@@ -14,35 +20,140 @@ use karpenter_aws::{AwsClients, ClientOptions};
 /// How long the harness may take to answer (moto imports slowly on a busy machine).
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The moto the harness patches; must match `EXPECTED_MOTO` in tests/moto/harness.py.
+pub const MOTO_VERSION: &str = "5.2.5";
+
+/// The cluster the controller policies are instantiated for; the interruption queue the policies allow is
+/// named after it (deploy/cloudformation.yaml names the queue after the cluster).
+pub const POLICY_CLUSTER: &str = "test-cluster";
+
+/// The region the controller policies are instantiated for.
+pub const POLICY_REGION: &str = "us-west-2";
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The Python of `target/moto-venv`, with moto [`MOTO_VERSION`] installed in it: created or repaired on first
+/// use, checked once per test binary. Panics, naming the command that fixes it, when it cannot be provisioned.
+pub fn moto_python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let venv = workspace_root().join("target/moto-venv");
+        provision_venv(&venv).unwrap_or_else(|problem| panic!("the moto tests cannot run: {problem}"))
+    })
+}
+
+/// The moto version installed in `python`'s environment, if any.
+fn installed_moto(python: &Path) -> Option<String> {
+    let output = Command::new(python)
+        .args([
+            "-c",
+            "import importlib.metadata as m; print(m.version('moto')); import yaml, flask",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+fn provision_venv(venv: &Path) -> Result<PathBuf, String> {
+    let python = venv.join("bin/python");
+    std::fs::create_dir_all(venv.parent().unwrap_or(venv))
+        .map_err(|e| format!("creating {}: {e}", venv.display()))?;
+    // One test binary provisions at a time; the others wait and then find it ready.
+    let lock_path = venv.with_extension("lock");
+    let lock =
+        std::fs::File::create(&lock_path).map_err(|e| format!("creating {}: {e}", lock_path.display()))?;
+    lock.lock()
+        .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+    if installed_moto(&python).as_deref() == Some(MOTO_VERSION) {
+        return Ok(python);
+    }
+    eprintln!(
+        "provisioning {} with moto[server]=={MOTO_VERSION} (once; about a minute)",
+        venv.display()
+    );
+    let run = |command: &mut Command, what: &str, fix: &str| -> Result<(), String> {
+        match command.output() {
+            Ok(output) if output.status.success() => Ok(()),
+            Ok(output) => Err(format!(
+                "`{what}` failed ({}): {}{}\n{fix}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+                "`{what}`: python3 is not installed; install it (e.g. `sudo apt-get install python3 python3-venv`)"
+            )),
+            Err(e) => Err(format!("`{what}`: {e}")),
+        }
+    };
+    run(
+        Command::new("python3").args(["-m", "venv", "--clear"]).arg(venv),
+        &format!("python3 -m venv --clear {}", venv.display()),
+        "python3's venv module (with ensurepip) is missing; install it (e.g. `sudo apt-get install python3-venv`)",
+    )?;
+    let requirement = format!("moto[server]=={MOTO_VERSION}");
+    run(
+        Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            &requirement,
+        ]),
+        &format!("{} -m pip install '{requirement}'", python.display()),
+        "pip could not install moto (is PyPI reachable?)",
+    )?;
+    match installed_moto(&python) {
+        Some(version) if version == MOTO_VERSION => Ok(python),
+        found => Err(format!(
+            "{} has moto {found:?} after installing {requirement}",
+            venv.display()
+        )),
+    }
+}
+
 pub struct MotoServer {
     child: Child,
     /// Held open: the harness exits when its stdin closes, so it cannot outlive this process.
     _stdin: Option<ChildStdin>,
     pub port: u16,
+    admin_keys: (String, String),
+    controller_keys: (String, String),
 }
 
 impl MotoServer {
     /// Starts the harness; `instance_types` are fnmatch patterns (HARNESS_INSTANCE_TYPES), empty for all.
-    pub fn start(instance_types: &[&str]) -> Option<Self> {
+    /// Panics when it cannot (the moto tests are never skipped).
+    pub fn start(instance_types: &[&str]) -> Self {
+        Self::start_without(instance_types, &[])
+    }
+
+    /// [`MotoServer::start`] with controller policies that lack `actions` (`ec2:DescribeAvailabilityZones`).
+    pub fn start_without(instance_types: &[&str], actions: &[&str]) -> Self {
+        let python = moto_python();
+        let root = workspace_root();
         let harness = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/moto/harness.py");
-        let spawned = Command::new("python3")
+        let mut child = Command::new(python)
             .arg(&harness)
-            .args(["--port", "0"])
+            .args(["--port", "0", "--policies"])
+            .arg(root.join("deploy/cloudformation.yaml"))
+            .args(["--cluster-name", POLICY_CLUSTER, "--region", POLICY_REGION])
             .env("HARNESS_INSTANCE_TYPES", instance_types.join(","))
+            .env("HARNESS_WITHOUT_ACTIONS", actions.join(","))
+            // IAM enforced from the first request on (the harness sets it too, before importing moto).
+            .env("INITIAL_NO_AUTH_ACTION_COUNT", "0")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                eprintln!(
-                    "SKIPPED: python3 is not installed; the moto tests need python3 and moto[server]==5.2.5"
-                );
-                return None;
-            }
-            Err(e) => panic!("cannot spawn {}: {e}", harness.display()),
-        };
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {} {}: {e}", python.display(), harness.display()));
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
@@ -65,33 +176,67 @@ impl MotoServer {
                 panic!("the moto harness did not start within {START_TIMEOUT:?}");
             }
         };
-        let line = line.trim();
-        if let Some(port) = line.strip_prefix("READY ") {
-            let port = port.parse().expect("READY <port>");
-            return Some(Self {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let [
+            "READY",
+            port,
+            admin_key,
+            admin_secret,
+            controller_key,
+            controller_secret,
+        ] = fields[..]
+        {
+            return Self {
                 child,
                 _stdin: stdin,
-                port,
-            });
+                port: port.parse().expect("READY <port>"),
+                admin_keys: (admin_key.into(), admin_secret.into()),
+                controller_keys: (controller_key.into(), controller_secret.into()),
+            };
         }
         let _ = child.kill();
         let status = child.wait();
-        if line.starts_with("MISSING") {
-            eprintln!("SKIPPED: {line}; install it with `python3 -m pip install -r .ci/requirements.txt`");
-            return None;
-        }
-        panic!("the moto harness failed to start: {line:?} ({status:?})");
+        panic!("the moto harness failed to start: {:?} ({status:?})", line.trim());
     }
 
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Clients for `region` pointed at this server, with one attempt per call.
+    /// The options of clients for `region` pointed at this server, with one attempt per call, signed as the
+    /// controller (the policies of deploy/cloudformation.yaml).
+    pub fn controller_options(&self, region: &str) -> ClientOptions {
+        ClientOptions {
+            static_credentials: Some(self.controller_keys.clone()),
+            ..ClientOptions::emulator(self.endpoint(), region)
+        }
+    }
+
+    /// Clients for `region` signed as the controller: what the provider under test uses.
     pub async fn clients(&self, region: &str) -> AwsClients {
-        AwsClients::new(&ClientOptions::emulator(self.endpoint(), region))
+        AwsClients::new(&self.controller_options(region))
             .await
             .expect("clients")
+    }
+
+    /// Clients for `region` signed as an administrator: test setup and checks only. Built without the
+    /// provider's interceptor, so their calls neither count in the SDK metrics nor need to be actions the
+    /// provider declares (`karpenter_aws::permissions`).
+    pub async fn admin_clients(&self, region: &str) -> AwsClients {
+        let config = karpenter_aws::client::load_sdk_config(&ClientOptions {
+            static_credentials: Some(self.admin_keys.clone()),
+            ..ClientOptions::emulator(self.endpoint(), region)
+        })
+        .await;
+        AwsClients {
+            region: region.to_string(),
+            ec2: aws_sdk_ec2::Client::new(&config),
+            ssm: aws_sdk_ssm::Client::new(&config),
+            sqs: aws_sdk_sqs::Client::new(&config),
+            iam: aws_sdk_iam::Client::new(&config),
+            pricing: aws_sdk_pricing::Client::new(&config),
+            eks: aws_sdk_eks::Client::new(&config),
+        }
     }
 }
 
@@ -102,13 +247,10 @@ impl Drop for MotoServer {
     }
 }
 
-/// Starts a server or returns from the test (skipping it) when python3/moto are missing.
+/// Starts a server (panicking when it cannot: the moto tests are never skipped).
 #[macro_export]
-macro_rules! moto_or_skip {
+macro_rules! moto {
     ($types:expr) => {
-        match $crate::support::MotoServer::start($types) {
-            Some(server) => server,
-            None => return,
-        }
+        $crate::support::MotoServer::start($types)
     };
 }
