@@ -19,12 +19,17 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends cmake clang \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# The whole workspace: cargo reads every member's manifest even to build one package. rust-toolchain.toml pins
-# the toolchain (rustup fetches it and its components if the image's differs).
+# The whole workspace: cargo reads every member's manifest (crates/*, tests, xtask) even to build one package.
+# crds/: karpenter-sim, which the binary links for `karpenter simulate`, embeds the generated CRDs.
+# rust-toolchain.toml pins the toolchain (rustup fetches it and its components if the image's differs).
+# .ci/check-docker-context.py replays these lines on the context .dockerignore leaves and runs the cargo command
+# below as `cargo check`: a member or an embedded file not copied here fails CI.
 COPY rust-toolchain.toml Cargo.toml Cargo.lock clippy.toml rustfmt.toml ./
 COPY .cargo ./.cargo
 COPY crates ./crates
+COPY tests ./tests
 COPY xtask ./xtask
+COPY crds ./crds
 # The caches keep the registry and incremental build artefacts between builds; the binary is copied out of the
 # cached target directory.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
