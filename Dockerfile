@@ -31,12 +31,13 @@ COPY tests ./tests
 COPY xtask ./xtask
 COPY crds ./crds
 # The caches keep the registry and incremental build artefacts between builds; the binary is copied out of the
-# cached target directory.
+# cached target directory. The `image` profile (Cargo.toml) is release with symbols stripped, LTO and one codegen
+# unit: a smaller, somewhat faster binary for a longer build.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p karpenter --features aws \
- && cp target/release/karpenter /karpenter
+    cargo build --profile image --locked -p karpenter --features aws \
+ && cp target/image/karpenter /karpenter
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /karpenter /karpenter
