@@ -14,12 +14,11 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use futures::{StreamExt, stream};
 use karpenter_api::{
-    common::find_condition,
     labels::{NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION_ANNOTATION},
-    nodeclaim::{NodeClaim, conditions},
+    nodeclaim::NodeClaim,
     nodepool::{NODEPOOL_HASH_VERSION, NodePool},
 };
-use karpenter_core::disruption::drift::needs_rehash;
+use karpenter_core::disruption::drift::{needs_rehash, rehash_annotations};
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams},
@@ -53,21 +52,16 @@ pub fn nodepool_annotations(pool: &NodePool) -> Option<BTreeMap<String, String>>
 /// The annotations that re-hash `claim` against `pool`, or `None` when the claim belongs to another NodePool,
 /// is being deleted, or already carries the current hash version.
 pub fn claim_rehash(claim: &NodeClaim, pool: &NodePool) -> Option<BTreeMap<String, String>> {
-    if claim.metadata.deletion_timestamp.is_some() || !needs_rehash(claim, pool) {
+    if !needs_rehash(claim, pool) {
         return None;
     }
-    let mut annotations = BTreeMap::from([(
-        NODEPOOL_HASH_VERSION_ANNOTATION.to_string(),
-        NODEPOOL_HASH_VERSION.to_string(),
-    )]);
-    let drifted = claim
-        .status
-        .as_ref()
-        .is_some_and(|s| find_condition(&s.conditions, conditions::DRIFTED).is_some());
-    if !drifted {
-        annotations.insert(NODEPOOL_HASH_ANNOTATION.to_string(), pool.hash());
-    }
-    Some(annotations)
+    rehash_annotations(
+        claim,
+        NODEPOOL_HASH_ANNOTATION,
+        NODEPOOL_HASH_VERSION_ANNOTATION,
+        NODEPOOL_HASH_VERSION,
+        || pool.hash(),
+    )
 }
 
 /// What [`sync_hashes`] wrote.
@@ -139,7 +133,10 @@ fn written<T>(result: Result<T, kube::Error>) -> Result<bool, ProvisionerError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use karpenter_api::common::{Condition, ConditionStatus};
+    use karpenter_api::{
+        common::{Condition, ConditionStatus},
+        nodeclaim::conditions,
+    };
 
     fn pool() -> NodePool {
         serde_json::from_value(json!({

@@ -8,7 +8,8 @@
 //!   placement group are handed to the CloudProvider), creates or adopts the instance profile for `spec.role`
 //!   ([`crate::instance_profile`]), runs the EC2 dry-run authorization checks on what was resolved
 //!   ([`super::dry_run`], cached for 30 minutes), writes the status ([`super::status::compute_status`]) through the status subresource when it changed, writes the
-//!   `karpenter.k8s.aws/ec2nodeclass-hash` and `-hash-version` annotations, hands the class to the
+//!   `karpenter.k8s.aws/ec2nodeclass-hash` and `-hash-version` annotations (re-hashing the class's NodeClaims
+//!   first when the class carried another hash version, [`super::hash`]), hands the class to the
 //!   CloudProvider's cache (launches and drift read it), and requeues after the refresh interval (upstream
 //!   re-resolves subnets every minute and AMIs every few; a class with capacity reservation terms every minute,
 //!   which keeps the reservations' instance counts current).
@@ -160,6 +161,13 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
         .await?;
     }
 
+    // Before the class takes the current version annotation: a failed re-hash is retried next reconcile.
+    if super::hash::class_needs_rehash(&class) {
+        let rehashed = super::hash::rehash_node_claims(&ctx.client, &class).await?;
+        if rehashed > 0 {
+            tracing::info!(ec2nodeclass = %name, node_claims = rehashed, "re-hashed NodeClaims stamped by another EC2NodeClass hash version");
+        }
+    }
     let hash = class.hash();
     let annotations = class.annotations();
     if annotations.get(AWS_EC2NODECLASS_HASH_ANNOTATION) != Some(&hash)

@@ -3,7 +3,8 @@
 //! ReservedCapacity feature gate on) and `status.instanceProfile`, and its placement group selector into the
 //! provider's [`crate::placement_groups::ResolvedPlacementGroups`], with its conditions
 //! ([`status`]; ValidationSucceeded also from EC2 dry runs, [`dry_run`]), written through the status subresource; the `karpenter.k8s.aws/termination` finalizer, held
-//! while NodeClaims still use the class; the drift hash annotations ([`controller`]).
+//! while NodeClaims still use the class; the drift hash annotations ([`controller`]) and the re-hashing of NodeClaims after a hash-version change
+//! ([`hash`]).
 //!
 //! [`resolve`] is shared with the CloudProvider, which resolves a class itself when a launch comes before the
 //! controller has written any status.
@@ -11,6 +12,7 @@
 pub mod amis;
 pub mod controller;
 pub mod dry_run;
+pub mod hash;
 pub mod status;
 
 use std::time::Instant;

@@ -148,6 +148,34 @@ pub fn needs_rehash(claim: &NodeClaim, pool: &NodePool) -> bool {
         ) != Some(NODEPOOL_HASH_VERSION)
 }
 
+/// The annotations that re-hash `claim` under a hash kept in `hash_key` with its version in `version_key` (the
+/// NodePool's or the node class's), or `None` when the claim is being deleted or already carries
+/// `current_version`. The version always becomes the current one; the hash becomes `hash()` only when the claim
+/// has no `Drifted` condition, since a drift found by the old hash cannot be re-judged by the new one and must
+/// stay (upstream's rule when it changes a hash function).
+pub fn rehash_annotations(
+    claim: &NodeClaim,
+    hash_key: &str,
+    version_key: &str,
+    current_version: &str,
+    hash: impl FnOnce() -> String,
+) -> Option<BTreeMap<String, String>> {
+    if claim.metadata.deletion_timestamp.is_some()
+        || label(&claim.metadata.annotations, version_key) == Some(current_version)
+    {
+        return None;
+    }
+    let mut annotations = BTreeMap::from([(version_key.to_string(), current_version.to_string())]);
+    let drifted = claim
+        .status
+        .as_ref()
+        .is_some_and(|s| find_condition(&s.conditions, conditions::DRIFTED).is_some());
+    if !drifted {
+        annotations.insert(hash_key.to_string(), hash());
+    }
+    Some(annotations)
+}
+
 fn label<'a>(map: &'a Option<BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
     map.as_ref()?.get(key).map(String::as_str)
 }
