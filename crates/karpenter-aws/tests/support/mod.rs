@@ -31,7 +31,8 @@ pub const POLICY_CLUSTER: &str = "test-cluster";
 pub const POLICY_REGION: &str = "us-west-2";
 
 fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
 }
 
 /// The Python of `target/moto-venv`, with moto [`MOTO_VERSION`] installed in it: created or repaired on first
