@@ -172,4 +172,5 @@ pub async fn apply_pdb(client: &kube::Client, app: &str, max_unavailable: i32) -
     Ok(())
 }
 
+pub mod control_plane;
 pub mod replicas;

@@ -1,5 +1,6 @@
 //! Project tasks: `cargo xtask crds [--check]`, `cargo xtask docs [--check]`, `cargo xtask catalog [--check]`,
-//! `cargo xtask bench schedule`, `cargo xtask bench disrupt` and `cargo xtask bench controller`.
+//! `cargo xtask bench schedule`, `cargo xtask bench disrupt`, `cargo xtask bench controller` and
+//! `cargo xtask cluster up|down|kubeconfig`.
 
 use std::path::{Path, PathBuf};
 
@@ -7,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod catalog;
+mod cluster;
 mod crds;
 mod docs;
 mod heap;
@@ -46,6 +48,11 @@ enum Command {
         /// The folder holding instance-types.json, on-demand-prices.json and zones.json.
         #[arg(long, default_value = "../shared/data/aws")]
         data: PathBuf,
+    },
+    /// A real Kubernetes control plane on 127.0.0.1 for tests: `cluster up|down|kubeconfig`.
+    Cluster {
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
     },
     /// Run a command and print its wall time and peak RSS as JSON (used by the benches).
     #[command(hide = true)]
@@ -88,6 +95,7 @@ fn main() -> anyhow::Result<()> {
             let data = if data.is_absolute() { data } else { root.join(data) };
             catalog::run(&data, &root.join("crates/karpenter-core/data"), check)
         }
+        Command::Cluster { command } => cluster::run(&root, &command),
         Command::Measure { command } => measure::run(&command),
     }
 }
