@@ -464,3 +464,54 @@ async fn start_up_fails_naming_an_action_the_controller_policies_do_not_grant() 
     assert_eq!(err.code(), Some("UnauthorizedOperation"), "{err}");
     assert!(err.to_string().contains("ec2:DescribeAvailabilityZones"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_upstream_annotated_rehashes_its_node_claims_before_taking_the_current_version() {
+    let moto = moto!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
+    let (server, provider) = provider(clients.clone()).await;
+    let ctx = Arc::new(Context {
+        client: server.client(),
+        provider: Arc::clone(&provider),
+    });
+    let api: Api<EC2NodeClass> = Api::all(server.client());
+    let claims: Api<NodeClaim> = Api::all(server.client());
+    // What upstream Karpenter left: the class and its NodeClaims hashed under version v6.
+    let upstream = json!({
+        "karpenter.k8s.aws/ec2nodeclass-hash": "upstream-hash",
+        "karpenter.k8s.aws/ec2nodeclass-hash-version": "v6",
+    });
+    let mut class = node_class("default", json!([{"alias": "al2023@latest"}]));
+    class.metadata.annotations = Some(serde_json::from_value(upstream.clone()).unwrap());
+    create_node_class(&server, &class).await;
+    for (name, class_name) in [("default-a", "default"), ("other-a", "other")] {
+        let mut claim = node_claim(name, class_name, json!([]));
+        claim.metadata.annotations = Some(serde_json::from_value(upstream.clone()).unwrap());
+        claims.create(&PostParams::default(), &claim).await.unwrap();
+    }
+
+    let class = reconciled(&api, "default", &ctx).await;
+    let version = karpenter_api::ec2nodeclass::EC2NODECLASS_HASH_VERSION;
+    assert_eq!(
+        class.annotations()["karpenter.k8s.aws/ec2nodeclass-hash-version"],
+        version
+    );
+    let migrated = claims.get("default-a").await.unwrap();
+    assert_eq!(
+        migrated.annotations()["karpenter.k8s.aws/ec2nodeclass-hash-version"],
+        version
+    );
+    assert_eq!(
+        migrated.annotations()["karpenter.k8s.aws/ec2nodeclass-hash"],
+        class.hash(),
+        "re-hashed with the class's current hash, so a later class change drifts it"
+    );
+    let other = claims.get("other-a").await.unwrap();
+    assert_eq!(
+        other.annotations()["karpenter.k8s.aws/ec2nodeclass-hash-version"],
+        "v6",
+        "another class's NodeClaim is left to its own class"
+    );
+}
