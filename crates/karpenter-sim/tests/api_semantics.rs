@@ -305,7 +305,10 @@ async fn server_side_apply_creates_then_merges() -> TestResult {
         cms.patch("ssa", &PatchParams::default(), &Patch::Apply(json!({"data": {}})))
             .await,
     )?;
-    assert_eq!(status.code, 400, "apply needs a fieldManager");
+    assert_eq!(
+        status.code, 422,
+        "apply needs a fieldManager (422 Invalid, as kube-apiserver answers)"
+    );
 
     let pods: Api<Pod> = Api::default_namespaced(server.client());
     pods.create(&PostParams::default(), &pod("p", json!({}), Some("n1"))?)

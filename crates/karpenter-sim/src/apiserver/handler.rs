@@ -12,15 +12,16 @@ use super::{
     Shared,
     audit::AuditRecord,
     delete::{self, DeleteOptions, Deleted, Propagation},
-    discovery,
+    discovery, events,
     objects::{self, Part, WriteOptions, not_found},
     patch::{self, PatchKind},
     read::{self, ListParams},
+    resources::ResourceInfo,
     response::{self, ResponseBody},
     route::{self, Query, ResourceRequest, Route, Verb},
     selectors::{FieldSelector, LabelSelector},
     store::{ObjectKey, WatchStart},
-    subresources, watch,
+    subresources, table, watch,
 };
 use crate::error::ApiStatus;
 
@@ -140,6 +141,9 @@ fn dispatch(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response<ResponseBody>, ApiStatus> {
+    if events::is_events_v1(&request.info) {
+        return dispatch_events_v1(shared, request, query, headers, body);
+    }
     let info = &request.info;
     let key = object_key(request);
     let sub = request.subresource.as_deref();
@@ -149,6 +153,12 @@ fn dispatch(
                 .state()
                 .get(&info.id(), &key)
                 .ok_or_else(|| not_found(info, &key.name))?;
+            if sub.is_none() && table::wanted(headers) && table::printable(info) {
+                let now = shared.state().clock.now();
+                let metadata = json!({"resourceVersion": object["metadata"]["resourceVersion"]});
+                let table = table::table(info, &[&*object], metadata, query.get("includeObject"), now);
+                return Ok(response::json(200, &table));
+            }
             Ok(response::json(200, &object))
         }
         (Verb::Get, Some("scale")) => {
@@ -161,13 +171,23 @@ fn dispatch(
         (Verb::List, None) => {
             let params = list_params(request, query)?;
             let page = read::list(&shared.state(), info, &params)?;
+            if table::wanted(headers) && table::printable(info) {
+                let now = shared.state().clock.now();
+                let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
+                if let Some(token) = &page.continue_token {
+                    metadata["continue"] = json!(token);
+                }
+                let objects: Vec<&Value> = page.items.iter().map(|o| &**o).collect();
+                let table = table::table(info, &objects, metadata, query.get("includeObject"), now);
+                return Ok(response::json(200, &table));
+            }
             Ok(response::bytes(
                 200,
                 "application/json",
                 read::list_json(info, &info.api_version(), &page),
             ))
         }
-        (Verb::Watch, None) => watch(shared, request, query),
+        (Verb::Watch, None) => watch(shared, request, query, info, None),
         (Verb::Create, None) => {
             let mut object = parse_body(body)?;
             let mut namespace = request.namespace.clone();
@@ -214,18 +234,8 @@ fn dispatch(
             Ok(response::json(200, &scale))
         }
         (Verb::Patch, _) => {
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let kind = PatchKind::from_content_type(content_type).ok_or_else(|| {
-                ApiStatus::unsupported_media_type(format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"))
-            })?;
-            if kind == PatchKind::Apply && query.get("fieldManager").is_none() {
-                return Err(ApiStatus::bad_request(
-                    "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
-                ));
-            }
+            let kind = patch_kind(headers)?;
+            require_field_manager(kind, query)?;
             if sub == Some("scale") {
                 let scale =
                     subresources::write_scale(&mut shared.state(), info, &key, dry_run(query), |scale| {
@@ -297,10 +307,130 @@ fn dispatch(
     }
 }
 
+fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiStatus> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    PatchKind::from_content_type(content_type).ok_or_else(|| {
+        ApiStatus::unsupported_media_type(format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"))
+    })
+}
+
+fn require_field_manager(kind: PatchKind, query: &Query) -> Result<(), ApiStatus> {
+    if kind == PatchKind::Apply && query.get("fieldManager").is_none() {
+        return Err(ApiStatus::invalid(
+            "meta.k8s.io",
+            "PatchOptions",
+            "",
+            "fieldManager",
+            "Required value: is required for apply patch",
+        ));
+    }
+    Ok(())
+}
+
+/// events.k8s.io/v1: the stored core v1 Events, converted in and out (see `events.rs`).
+fn dispatch_events_v1(
+    shared: &Arc<Shared>,
+    request: &ResourceRequest,
+    query: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response<ResponseBody>, ApiStatus> {
+    let core_info = shared
+        .state()
+        .registry
+        .by_id(&events::core_id())
+        .ok_or_else(|| ApiStatus::not_found("", "events", ""))?;
+    let core = ResourceRequest {
+        info: Arc::clone(&core_info),
+        ..request.clone()
+    };
+    let mut query = query.clone();
+    if let Some(fields) = query.get("fieldSelector") {
+        let fields = events::core_field_selector(fields);
+        query.set("fieldSelector", fields);
+    }
+    let info = &core_info;
+    let key = object_key(request);
+    let shown = |code: u16, object: &Value| Ok(response::json(code, &events::from_core(object)));
+    match (request.verb, request.subresource.as_deref()) {
+        (Verb::Get, None) => {
+            let object = shared
+                .state()
+                .get(&info.id(), &key)
+                .ok_or_else(|| not_found(&request.info, &key.name))?;
+            shown(200, &object)
+        }
+        (Verb::List, None) => {
+            let params = list_params(&core, &query)?;
+            let mut page = read::list(&shared.state(), info, &params)?;
+            page.items = page.items.iter().map(events::from_core_arc).collect();
+            Ok(response::bytes(
+                200,
+                "application/json",
+                read::list_json(&request.info, &request.info.api_version(), &page),
+            ))
+        }
+        (Verb::Watch, None) => watch(shared, &core, &query, &request.info, Some(events::from_core)),
+        (Verb::Create, None) => {
+            let mut object = events::to_core(&parse_body(body)?);
+            if !object["metadata"].is_object() {
+                object["metadata"] = json!({});
+            }
+            let namespace = if request.namespace.is_empty() {
+                object["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("default")
+                    .to_string()
+            } else {
+                request.namespace.clone()
+            };
+            let created = objects::create(&mut shared.state(), info, &namespace, object, dry_run(&query))?;
+            shown(201, &created)
+        }
+        (Verb::Update, None) => {
+            let object = events::to_core(&parse_body(body)?);
+            let updated = objects::update(
+                &mut shared.state(),
+                info,
+                &key,
+                object,
+                Part::Main,
+                dry_run(&query),
+            )?;
+            shown(200, &updated)
+        }
+        (Verb::Patch, None) => {
+            let kind = patch_kind(headers)?;
+            require_field_manager(kind, &query)?;
+            let mut state = shared.state();
+            let current = state
+                .get(&info.id(), &key)
+                .ok_or_else(|| not_found(&request.info, &key.name))?;
+            let mut object = events::from_core(&current);
+            patch::apply_patch(kind, &mut object, body)?;
+            let updated = objects::update(
+                &mut state,
+                info,
+                &key,
+                events::to_core(&object),
+                Part::Main,
+                dry_run(&query),
+            )?;
+            shown(200, &updated)
+        }
+        _ => dispatch(shared, &core, &query, headers, body),
+    }
+}
+
 fn watch(
     shared: &Arc<Shared>,
     request: &ResourceRequest,
     query: &Query,
+    shown_as: &ResourceInfo,
+    convert: Option<fn(&Value) -> Value>,
 ) -> Result<Response<ResponseBody>, ApiStatus> {
     let mut params = list_params(request, query)?;
     if let Some(name) = &request.name {
@@ -330,13 +460,14 @@ fn watch(
         .unwrap_or(1800);
     let spec = watch::WatchSpec {
         id: info.id(),
-        kind: info.kind.clone(),
-        api_version: info.api_version(),
+        kind: shown_as.kind.clone(),
+        api_version: shown_as.api_version(),
         namespace: params.namespace,
         labels: params.labels,
         fields: params.fields,
         bookmarks: query.flag("allowWatchBookmarks"),
         timeout: Duration::from_secs(timeout),
+        convert,
     };
     let (watcher, rx) = shared
         .state()

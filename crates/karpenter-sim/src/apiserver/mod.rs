@@ -20,8 +20,8 @@
 //! - Resources: core v1 pods (+ eviction, binding), nodes, namespaces, events, persistentvolumes,
 //!   persistentvolumeclaims, services, configmaps, secrets, serviceaccounts; apps/v1 deployments, replicasets,
 //!   statefulsets (+ scale), daemonsets; batch/v1 jobs; policy/v1 poddisruptionbudgets; storage.k8s.io/v1 storageclasses,
-//!   csinodes, csidrivers, volumeattachments; coordination.k8s.io/v1 leases; events.k8s.io/v1 events (stored
-//!   apart from core events, no conversion between them); scheduling.k8s.io/v1 priorityclasses;
+//!   csinodes, csidrivers, volumeattachments; coordination.k8s.io/v1 leases; events.k8s.io/v1 events (a converted
+//!   view of the core v1 events, as kube-apiserver serves them: see `events.rs`); scheduling.k8s.io/v1 priorityclasses;
 //!   apiextensions.k8s.io/v1 customresourcedefinitions, with the project's CRDs pre-registered and any CRD
 //!   created through the API served at once (status and scale subresources, selectableFields).
 //! - Discovery (/api, /apis, /apis/G, /apis/G/V, /version) and a minimal OpenAPI v3 (PATCH operations that
@@ -35,17 +35,18 @@
 //!
 //! # Not supported
 //! - Authentication, authorization, admission webhooks, schema validation and defaulting (objects are stored as
-//!   sent, CRD schemas and CEL rules are not checked), version conversion, protobuf, Table output,
+//!   sent, CRD schemas and CEL rules are not checked), version conversion, protobuf, Table output for kinds other than Pods, Nodes and custom resources (`table.rs`),
 //!   managedFields and server-side apply conflicts, lists at an exact older resourceVersion (answered with the
 //!   current state), OpenAPI v2 and schemas in OpenAPI v3.
 //! - Deleting a CRD stops serving it and drops its objects at once (no DELETED events, no
-//!   customresourcecleanup finalizer); events.k8s.io/v1 and core v1 events are separate stores.
+//!   customresourcecleanup finalizer).
 //! - The audit log records resource requests only (not discovery, OpenAPI or health paths).
 
 mod audit;
 mod crds;
 mod delete;
 mod discovery;
+mod events;
 mod faults;
 mod handler;
 mod http;
@@ -62,6 +63,7 @@ pub(crate) mod selectors;
 mod service;
 mod store;
 mod subresources;
+mod table;
 mod watch;
 
 use std::{

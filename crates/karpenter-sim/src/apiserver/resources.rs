@@ -33,6 +33,8 @@ pub struct ResourceInfo {
     pub builtin: bool,
     /// Field selector labels beyond metadata.name and metadata.namespace.
     pub selectable_fields: Vec<String>,
+    /// A custom resource's `additionalPrinterColumns` (name, type, jsonPath, priority...), for Table output.
+    pub printer_columns: Vec<Value>,
 }
 
 impl ResourceInfo {
@@ -299,6 +301,7 @@ fn builtin_info(def: &Builtin) -> ResourceInfo {
         }),
         builtin: true,
         selectable_fields: def.fields.iter().map(|s| s.to_string()).collect(),
+        printer_columns: Vec::new(),
     }
 }
 
@@ -370,6 +373,10 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
                     .filter_map(|f| f["jsonPath"].as_str().map(dotted))
                     .collect()
             })
+            .unwrap_or_default(),
+        printer_columns: first["additionalPrinterColumns"]
+            .as_array()
+            .cloned()
             .unwrap_or_default(),
         group,
         kind,

@@ -81,6 +81,10 @@ impl Query {
         Self(map)
     }
 
+    pub fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key.to_string(), value);
+    }
+
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str).filter(|v| !v.is_empty())
     }

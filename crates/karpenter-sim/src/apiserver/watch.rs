@@ -37,6 +37,8 @@ pub struct WatchSpec {
     pub fields: FieldSelector,
     pub bookmarks: bool,
     pub timeout: Duration,
+    /// How a stored object is shown (events.k8s.io/v1 shows the stored core Events converted).
+    pub convert: Option<fn(&Value) -> Value>,
 }
 
 impl WatchSpec {
@@ -95,7 +97,10 @@ impl Drop for WatchState {
 impl WatchState {
     fn render(&mut self, msg: WatchMsg) -> Option<Bytes> {
         match msg {
-            WatchMsg::Event(event) => self.spec.event_type(&event).map(|t| line(t, &event.object)),
+            WatchMsg::Event(event) => self.spec.event_type(&event).map(|t| match self.spec.convert {
+                Some(convert) => line(t, &convert(&event.object)),
+                None => line(t, &event.object),
+            }),
             WatchMsg::Bookmark { rv, initial_end } if self.spec.bookmarks || initial_end => {
                 let mut metadata = json!({"resourceVersion": rv.to_string()});
                 if initial_end {
