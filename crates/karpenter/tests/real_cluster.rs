@@ -1,0 +1,571 @@
+//! The real `karpenter controller --cloud-provider kwok` against a real Kubernetes 1.33 control plane
+//! (kube-apiserver, controller-manager, scheduler and kwok, `karpenter_e2e::control_plane::shared`), with only the
+//! permissions the Helm chart grants: the chart is rendered (`render-chart.py`, helm-python-sdk as
+//! `.ci/check-charts.py` renders it), its ServiceAccount, ClusterRoles, Roles and bindings applied, and the
+//! controller runs as a local process (there is no container runtime) with a token of that ServiceAccount, the
+//! environment the chart's Deployment sets, and leader election on, in the chart's namespace.
+//!
+//! A Deployment scaled from 0 to hundreds of pods gets NodeClaims and kwok Nodes and every pod Running; scaled
+//! back to 0 its nodes are consolidated away. The controller's log must have no 403/Forbidden: the chart's RBAC
+//! covers everything these paths call. Needs Go (the control plane is built once), openssl, kubectl and python3
+//! with .ci/requirements.txt; fails, never skips, when one is missing.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // test helpers outside #[test] fns
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::Write,
+    net::{Ipv4Addr, TcpListener},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
+
+use karpenter_e2e::control_plane::{self, ControlPlane};
+use serde_json::{Value, json};
+
+/// Pods of the test Deployment: 250m CPU each, on nodes of at most 4 vCPUs, so about 15 per node and over ten
+/// nodes. The whole scale-up and scale-down takes a few minutes on a 2-core machine.
+const REPLICAS: usize = 200;
+/// The identity this controller process takes in the Lease (the chart's POD_NAME).
+const IDENTITY: &str = "karpenter-real-cluster-test";
+const APP: &str = "inflate";
+const APP_NAMESPACE: &str = "default";
+
+fn control_plane() -> &'static ControlPlane {
+    match control_plane::shared() {
+        Ok(cp) => cp,
+        Err(e) => panic!("cannot start the test control plane: {e}"),
+    }
+}
+
+/// Runs `command`, returning stdout; panics with stderr on failure.
+fn output(command: &mut Command) -> String {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `kubectl <args> -f -` with `input` on stdin.
+fn kubectl_stdin(mut command: Command, args: &[&str], input: &Value) -> String {
+    let mut child = command
+        .args(args)
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed ({}): {}\ninput: {input:#}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn apply(cp: &ControlPlane, object: &Value) {
+    kubectl_stdin(cp.kubectl(), &["apply", "--server-side"], object);
+}
+
+/// `kubectl get <args> -o json` as admin: the list's items.
+fn items(cp: &ControlPlane, args: &[&str]) -> Vec<Value> {
+    let text = output(cp.kubectl().args(["get"]).args(args).args(["-o", "json"]));
+    let list: Value = serde_json::from_str(&text).unwrap();
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The chart's objects, rendered with the required values only.
+fn render_chart() -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/render-chart.py");
+    let text = output(Command::new("python3").arg(&script).args([
+        "--set",
+        "settings.clusterName=real-cluster-test",
+        "--set",
+        "controller.image.repository=example.com/karpenter-rs",
+    ]));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", script.display()))
+}
+
+fn the<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    let mut found = objects.iter().filter(|o| o["kind"] == kind);
+    let object = found
+        .next()
+        .unwrap_or_else(|| panic!("the chart renders no {kind}"));
+    assert!(found.next().is_none(), "the chart renders several {kind}s");
+    object
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+/// The controller container's environment as the chart's Deployment sets it, with the downward-API values a
+/// pod named IDENTITY in `namespace` gets. MEMORY_LIMIT and CPU_REQUESTS come from the container's resources,
+/// which the chart leaves unset by default (the flags' defaults then hold).
+fn deployment_env(deployment: &Value, namespace: &str) -> BTreeMap<String, String> {
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let mut env = BTreeMap::new();
+    for var in container["env"].as_array().expect("the controller's env") {
+        let name = var["name"].as_str().unwrap().to_string();
+        if let Some(value) = var["value"].as_str() {
+            env.insert(name, value.to_string());
+        } else if let Some(path) = var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+            let value = match path {
+                "metadata.namespace" => namespace,
+                "metadata.name" => IDENTITY,
+                other => panic!("{name}: a fieldRef to {other} this test does not provide"),
+            };
+            env.insert(name, value.to_string());
+        }
+    }
+    env
+}
+
+/// A kubeconfig for the chart's ServiceAccount: a bound token from the TokenRequest API and the cluster CA, no
+/// client certificate, so the API server authorizes every call by the chart's RBAC.
+fn service_account_kubeconfig(cp: &ControlPlane, namespace: &str, name: &str, dir: &Path) -> PathBuf {
+    let token =
+        output(
+            cp.kubectl()
+                .args(["create", "token", name, "--namespace", namespace, "--duration=2h"]),
+        );
+    let path = dir.join("karpenter-sa.kubeconfig");
+    let ca = cp.run_dir.join("pki/ca.crt");
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "real", "cluster": {"server": cp.server, "certificate-authority": ca}}],
+        "users": [{"name": name, "user": {"token": token.trim()}}],
+        "contexts": [{"name": "real", "context": {"cluster": "real", "user": name, "namespace": namespace}}],
+        "current-context": "real",
+    });
+    fs::write(&path, config.to_string()).unwrap();
+    path
+}
+
+/// The controller process; killed however the test ends.
+struct Controller {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Controller {
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Fails with the log's tail when the process has exited.
+    fn assert_running(&mut self) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            panic!(
+                "the controller exited ({status}); {}:\n{}",
+                self.log.display(),
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
+    }
+
+    fn sigterm_and_wait(&mut self, within: Duration) -> Option<ExitStatus> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM {}: {status}", self.child.id());
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+}
+
+/// Polls `check` every second until it holds, the controller exits, or `within`; returns how long it took.
+fn wait_for(
+    controller: &mut Controller,
+    what: &str,
+    within: Duration,
+    mut check: impl FnMut() -> Result<(), String>,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        controller.assert_running();
+        let last = match check() {
+            Ok(()) => return started.elapsed(),
+            Err(state) => state,
+        };
+        if started.elapsed() >= within {
+            let log = controller.log();
+            let lines: Vec<&str> = log.lines().collect();
+            panic!(
+                "timed out after {within:?} waiting for {what}; last seen: {last}\nthe controller log's tail ({}):\n{}",
+                controller.log.display(),
+                lines[lines.len().saturating_sub(60)..].join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn is_ready(node: &Value) -> bool {
+    node["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// Lines of the log that show the API server refusing a call.
+fn forbidden_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains("403") || l.contains("Forbidden") || l.contains("forbidden"))
+        .collect()
+}
+
+#[test]
+fn with_the_charts_rbac_only_the_controller_scales_a_deployment_up_onto_kwok_nodes_and_consolidates_them_away()
+ {
+    let cp = control_plane();
+    let dir = cp.run_dir.join("real-cluster-test");
+    fs::create_dir_all(&dir).unwrap();
+
+    // 1. The chart's identity and permissions, nothing else of it (no image to run the Deployment).
+    let chart = render_chart();
+    let rbac: Vec<Value> = chart
+        .iter()
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding")
+            )
+        })
+        .cloned()
+        .collect();
+    let kinds: Vec<&str> = rbac.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for kind in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ] {
+        assert!(kinds.contains(&kind), "the chart renders no {kind}: {kinds:?}");
+    }
+    apply(cp, &json!({"apiVersion": "v1", "kind": "List", "items": rbac}));
+    let account = the(&chart, "ServiceAccount");
+    let namespace = account["metadata"]["namespace"].as_str().unwrap().to_string();
+    let account_name = account["metadata"]["name"].as_str().unwrap().to_string();
+    // The kwok cloud provider plays EC2 by creating the Node a kubelet would register, which no production
+    // chart grants (on AWS the kubelet creates it); this one rule, bound to the chart's ServiceAccount, is the
+    // whole difference, as upstream's kwok deployment adds it to its chart.
+    apply(
+        cp,
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "karpenter-kwok-provider"},
+                "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["create"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "karpenter-kwok-provider"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "karpenter-kwok-provider"},
+                "subjects": [{"kind": "ServiceAccount", "name": account_name, "namespace": namespace}],
+            },
+        ]}),
+    );
+    let deployment = the(&chart, "Deployment");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"], account_name,
+        "the Deployment runs as the chart's ServiceAccount"
+    );
+
+    // 2. A kubeconfig with that ServiceAccount's token: the API server enforces the chart's RBAC.
+    let kubeconfig = service_account_kubeconfig(cp, &namespace, &account_name, &dir);
+    let can_i = |verb_resource: &[&str]| {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["auth", "can-i"])
+            .args(verb_resource)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(
+        can_i(&["create", "nodeclaims.karpenter.sh"]),
+        "the chart grants creating NodeClaims"
+    );
+    assert!(
+        !can_i(&["get", "secrets", "--namespace", "default"]),
+        "the token must be the ServiceAccount's, not the admin's"
+    );
+
+    // 3. The controller as the chart's Deployment runs it, but kwok as the cloud and local ports.
+    let mut env = deployment_env(deployment, &namespace);
+    env.insert("METRICS_PORT".into(), free_port().to_string());
+    env.insert("HEALTH_PROBE_PORT".into(), free_port().to_string());
+    assert_eq!(
+        env.get("DISABLE_LEADER_ELECTION").map(String::as_str),
+        Some("false")
+    );
+    assert_eq!(env.get("LEADER_ELECTION_NAMESPACE"), Some(&namespace));
+    let lease_name = env["LEADER_ELECTION_NAME"].clone();
+    let mut args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let cloud = args
+        .iter()
+        .position(|a| a == "--cloud-provider")
+        .expect("the chart passes --cloud-provider")
+        + 1;
+    args[cloud] = "kwok".into();
+    // Outside the control plane's run directory, which the next start removes: the log outlives a failure.
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("real-cluster-controller.log");
+    let log_file = fs::File::create(&log).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args(&args)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .env_remove("KUBECONFIG")
+        .envs(&env)
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .spawn()
+        .unwrap();
+    let mut controller = Controller { child, log };
+    eprintln!("controller: {args:?}, log {}", controller.log.display());
+
+    wait_for(
+        &mut controller,
+        "the controller to take the Lease",
+        Duration::from_secs(60),
+        || {
+            let leases = items(cp, &["leases", "--namespace", &namespace]);
+            let holder = leases
+                .iter()
+                .find(|l| l["metadata"]["name"] == lease_name.as_str())
+                .map(|l| l["spec"]["holderIdentity"].clone());
+            (holder == Some(json!(IDENTITY)))
+                .then_some(())
+                .ok_or(format!("Lease {namespace}/{lease_name} holder {holder:?}"))
+        },
+    );
+
+    // 4. A NodePool of nodes of at most 4 vCPUs (several are needed) that consolidates empty nodes at once.
+    apply(
+        cp,
+        &json!({
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "role": "KarpenterNodeRole-real-cluster-test",
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "real-cluster-test"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "real-cluster-test"}}],
+            },
+        }),
+    );
+    apply(
+        cp,
+        &json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "template": {"spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "requirements": [
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                        {"key": "karpenter.k8s.aws/instance-cpu", "operator": "Lt", "values": ["5"]},
+                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                    ],
+                }},
+                "disruption": {
+                    "consolidationPolicy": "WhenEmptyOrUnderutilized",
+                    "consolidateAfter": "5s",
+                    "budgets": [{"nodes": "100%"}],
+                },
+            },
+        }),
+    );
+    apply(
+        cp,
+        &json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": APP, "namespace": APP_NAMESPACE},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": APP}},
+                "template": {
+                    "metadata": {"labels": {"app": APP}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [{
+                            "name": APP,
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}},
+                        }],
+                    },
+                },
+            },
+        }),
+    );
+
+    // Scale up: NodeClaims launched, their kwok Nodes Ready, every pod Running on them.
+    output(cp.kubectl().args([
+        "scale",
+        "deployment",
+        APP,
+        "--namespace",
+        APP_NAMESPACE,
+        &format!("--replicas={REPLICAS}"),
+    ]));
+    let scale_up = wait_for(
+        &mut controller,
+        &format!("{REPLICAS} pods Running on kwok nodes"),
+        Duration::from_secs(600),
+        || {
+            let claims = items(cp, &["nodeclaims"]);
+            let nodes = items(cp, &["nodes", "--selector", "karpenter.sh/kwok=true"]);
+            let ready = nodes.iter().filter(|n| is_ready(n)).count();
+            let pods = items(
+                cp,
+                &[
+                    "pods",
+                    "--namespace",
+                    APP_NAMESPACE,
+                    "--selector",
+                    &format!("app={APP}"),
+                ],
+            );
+            let running = pods
+                .iter()
+                .filter(|p| p["status"]["phase"] == "Running" && p["spec"]["nodeName"].is_string())
+                .count();
+            let state = format!(
+                "{} NodeClaims, {ready}/{} Nodes Ready, {running}/{REPLICAS} pods Running",
+                claims.len(),
+                nodes.len()
+            );
+            (running == REPLICAS && ready == claims.len() && !claims.is_empty())
+                .then_some(())
+                .ok_or(state)
+        },
+    );
+    let nodes = items(cp, &["nodes", "--selector", "karpenter.sh/kwok=true"]);
+    let claims = items(cp, &["nodeclaims"]);
+    eprintln!(
+        "scale-up: {REPLICAS} pods Running on {} kwok Nodes ({} NodeClaims) in {scale_up:.1?}",
+        nodes.len(),
+        claims.len()
+    );
+    assert!(
+        nodes.len() > 1,
+        "{REPLICAS} pods of 250m on nodes of at most 4 vCPUs need several nodes, got {}",
+        nodes.len()
+    );
+    for node in &nodes {
+        let cpus: f64 = node["metadata"]["labels"]["karpenter.k8s.aws/instance-cpu"]
+            .as_str()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(f64::MAX);
+        assert!(cpus <= 4.0, "a node outside the NodePool's requirements: {node}");
+        assert_eq!(
+            node["metadata"]["annotations"]["kwok.x-k8s.io/node"], "fake",
+            "kwok plays the kubelet of the provider's Nodes"
+        );
+    }
+
+    // Scale down: the empty nodes are consolidated away, NodeClaims and Nodes gone.
+    output(cp.kubectl().args([
+        "scale",
+        "deployment",
+        APP,
+        "--namespace",
+        APP_NAMESPACE,
+        "--replicas=0",
+    ]));
+    let scale_down = wait_for(
+        &mut controller,
+        "the empty nodes to be consolidated away",
+        Duration::from_secs(600),
+        || {
+            let claims = items(cp, &["nodeclaims"]).len();
+            let nodes = items(cp, &["nodes", "--selector", "karpenter.sh/kwok=true"]).len();
+            let pods = items(
+                cp,
+                &[
+                    "pods",
+                    "--namespace",
+                    APP_NAMESPACE,
+                    "--selector",
+                    &format!("app={APP}"),
+                ],
+            )
+            .len();
+            (claims == 0 && nodes == 0)
+                .then_some(())
+                .ok_or(format!("{claims} NodeClaims, {nodes} Nodes, {pods} pods left"))
+        },
+    );
+    eprintln!(
+        "scale-down: {} nodes consolidated away in {scale_down:.1?}",
+        nodes.len()
+    );
+
+    // 5. Every call the controller made was allowed by the chart's RBAC; it stops cleanly on SIGTERM.
+    let status = controller.sigterm_and_wait(Duration::from_secs(30));
+    let log = controller.log();
+    let forbidden = forbidden_lines(&log);
+    assert!(
+        forbidden.is_empty(),
+        "the API server refused {} calls of the controller under the chart's RBAC ({}):\n{}",
+        forbidden.len(),
+        controller.log.display(),
+        forbidden.join("\n")
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the controller did not exit 0 within 30 s of SIGTERM: {status:?}"
+    );
+}
