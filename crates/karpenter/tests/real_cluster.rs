@@ -5,10 +5,12 @@
 //! controller runs as a local process (there is no container runtime) with a token of that ServiceAccount, the
 //! environment the chart's Deployment sets, and leader election on, in the chart's namespace.
 //!
-//! A Deployment scaled from 0 to hundreds of pods gets NodeClaims and kwok Nodes and every pod Running; scaled
-//! back to 0 its nodes are consolidated away. The controller's log must have no 403/Forbidden: the chart's RBAC
-//! covers everything these paths call. Needs Go (the control plane is built once), openssl, kubectl and python3
-//! with .ci/requirements.txt; fails, never skips, when one is missing.
+//! A Deployment scaled from 0 to 200 pods gets NodeClaims and kwok Nodes and every pod Running; a NodePool
+//! template change drifts every node, replaced at most the Drifted budget at once while the real Eviction API
+//! and disruption controller hold a PDB; midway the leader gets SIGTERM and the standby replica takes the Lease
+//! and finishes the drift; scaled back to 0 the empty nodes are consolidated away. Neither replica's log has a
+//! 403/Forbidden: the chart's RBAC covers everything these paths call. Needs Go (the control plane is built
+//! once), openssl, kubectl and python3 with .ci/requirements.txt; fails, never skips, when one is missing.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // test helpers outside #[test] fns
 
 use std::{
@@ -27,8 +29,14 @@ use serde_json::{Value, json};
 /// Pods of the test Deployment: 250m CPU each, on nodes of at most 4 vCPUs, so about 15 per node and over ten
 /// nodes. The whole scale-up and scale-down takes a few minutes on a 2-core machine.
 const REPLICAS: usize = 200;
-/// The identity this controller process takes in the Lease (the chart's POD_NAME).
-const IDENTITY: &str = "karpenter-real-cluster-test";
+/// The identities the two controller replicas take in the Lease (the chart's POD_NAME).
+const FIRST: &str = "karpenter-real-cluster-a";
+const SECOND: &str = "karpenter-real-cluster-b";
+/// How many old nodes drift may replace at once (the NodePool's Drifted budget).
+const DRIFT_BUDGET: usize = 3;
+/// The PDB's maxUnavailable over the Deployment's pods: evictions beyond it are refused with 429 by the real
+/// Eviction API, and the drain must wait.
+const MAX_UNAVAILABLE: usize = 10;
 const APP: &str = "inflate";
 const APP_NAMESPACE: &str = "default";
 
@@ -120,9 +128,9 @@ fn free_port() -> u16 {
 }
 
 /// The controller container's environment as the chart's Deployment sets it, with the downward-API values a
-/// pod named IDENTITY in `namespace` gets. MEMORY_LIMIT and CPU_REQUESTS come from the container's resources,
+/// pod named `identity` in `namespace` gets. MEMORY_LIMIT and CPU_REQUESTS come from the container's resources,
 /// which the chart leaves unset by default (the flags' defaults then hold).
-fn deployment_env(deployment: &Value, namespace: &str) -> BTreeMap<String, String> {
+fn deployment_env(deployment: &Value, namespace: &str, identity: &str) -> BTreeMap<String, String> {
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let mut env = BTreeMap::new();
     for var in container["env"].as_array().expect("the controller's env") {
@@ -132,7 +140,7 @@ fn deployment_env(deployment: &Value, namespace: &str) -> BTreeMap<String, Strin
         } else if let Some(path) = var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
             let value = match path {
                 "metadata.namespace" => namespace,
-                "metadata.name" => IDENTITY,
+                "metadata.name" => identity,
                 other => panic!("{name}: a fieldRef to {other} this test does not provide"),
             };
             env.insert(name, value.to_string());
@@ -163,8 +171,9 @@ fn service_account_kubeconfig(cp: &ControlPlane, namespace: &str, name: &str, di
     path
 }
 
-/// The controller process; killed however the test ends.
+/// A controller process; killed however the test ends.
 struct Controller {
+    identity: &'static str,
     child: Child,
     log: PathBuf,
 }
@@ -187,7 +196,8 @@ impl Controller {
             let log = self.log();
             let lines: Vec<&str> = log.lines().collect();
             panic!(
-                "the controller exited ({status}); {}:\n{}",
+                "the controller {} exited ({status}); {}:\n{}",
+                self.identity,
                 self.log.display(),
                 lines[lines.len().saturating_sub(40)..].join("\n")
             );
@@ -211,31 +221,95 @@ impl Controller {
     }
 }
 
-/// Polls `check` every second until it holds, the controller exits, or `within`; returns how long it took.
+/// Polls `check` every second until it holds, one of `controllers` exits, or `within`; returns how long it took.
 fn wait_for(
-    controller: &mut Controller,
+    controllers: &mut [&mut Controller],
     what: &str,
     within: Duration,
     mut check: impl FnMut() -> Result<(), String>,
 ) -> Duration {
     let started = Instant::now();
     loop {
-        controller.assert_running();
+        for controller in controllers.iter_mut() {
+            controller.assert_running();
+        }
         let last = match check() {
             Ok(()) => return started.elapsed(),
             Err(state) => state,
         };
         if started.elapsed() >= within {
-            let log = controller.log();
-            let lines: Vec<&str> = log.lines().collect();
+            let tails: Vec<String> = controllers
+                .iter()
+                .map(|c| {
+                    let log = c.log();
+                    let lines: Vec<&str> = log.lines().collect();
+                    format!(
+                        "the log's tail of {} ({}):\n{}",
+                        c.identity,
+                        c.log.display(),
+                        lines[lines.len().saturating_sub(60)..].join("\n")
+                    )
+                })
+                .collect();
             panic!(
-                "timed out after {within:?} waiting for {what}; last seen: {last}\nthe controller log's tail ({}):\n{}",
-                controller.log.display(),
-                lines[lines.len().saturating_sub(60)..].join("\n")
+                "timed out after {within:?} waiting for {what}; last seen: {last}\n{}",
+                tails.join("\n")
             );
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// Starts `karpenter` with the chart's arguments and environment as replica `identity`.
+fn spawn_controller(
+    identity: &'static str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    kubeconfig: &Path,
+) -> Controller {
+    // Outside the control plane's run directory, which the next start removes: the log outlives a failure.
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{identity}.log"));
+    let log_file = fs::File::create(&log).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env_remove("KUBECONFIG")
+        .envs(env)
+        .env("METRICS_PORT", free_port().to_string())
+        .env("HEALTH_PROBE_PORT", free_port().to_string())
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .spawn()
+        .unwrap();
+    eprintln!("controller {identity}: {args:?}, log {}", log.display());
+    Controller { identity, child, log }
+}
+
+/// The Lease's holder, if any.
+fn lease_holder(cp: &ControlPlane, namespace: &str, lease: &str) -> Option<String> {
+    items(cp, &["leases", "--namespace", namespace])
+        .iter()
+        .find(|l| l["metadata"]["name"] == lease)
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+}
+
+/// The app's pods: how many are Running on a node.
+fn running_pods(cp: &ControlPlane) -> usize {
+    items(
+        cp,
+        &[
+            "pods",
+            "--namespace",
+            APP_NAMESPACE,
+            "--selector",
+            &format!("app={APP}"),
+        ],
+    )
+    .iter()
+    .filter(|p| p["status"]["phase"] == "Running" && p["spec"]["nodeName"].is_string())
+    .count()
 }
 
 fn is_ready(node: &Value) -> bool {
@@ -244,15 +318,16 @@ fn is_ready(node: &Value) -> bool {
         .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
-/// Lines of the log that show the API server refusing a call.
+/// Lines of the log that show the API server refusing a call. A bare "403" is not enough: timestamps and
+/// ports contain it; kube's error carries `code: 403` and a `Forbidden` reason.
 fn forbidden_lines(log: &str) -> Vec<&str> {
     log.lines()
-        .filter(|l| l.contains("403") || l.contains("Forbidden") || l.contains("forbidden"))
+        .filter(|l| l.contains("code: 403") || l.contains("Forbidden") || l.contains("forbidden"))
         .collect()
 }
 
 #[test]
-fn with_the_charts_rbac_only_the_controller_scales_a_deployment_up_onto_kwok_nodes_and_consolidates_them_away()
+fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_budget_and_pdb_fail_over_and_consolidate()
  {
     let cp = control_plane();
     let dir = cp.run_dir.join("real-cluster-test");
@@ -334,10 +409,8 @@ fn with_the_charts_rbac_only_the_controller_scales_a_deployment_up_onto_kwok_nod
         "the token must be the ServiceAccount's, not the admin's"
     );
 
-    // 3. The controller as the chart's Deployment runs it, but kwok as the cloud and local ports.
-    let mut env = deployment_env(deployment, &namespace);
-    env.insert("METRICS_PORT".into(), free_port().to_string());
-    env.insert("HEALTH_PROBE_PORT".into(), free_port().to_string());
+    // 3. Two replicas as the chart's Deployment runs them, but kwok as the cloud and local ports.
+    let env = deployment_env(deployment, &namespace, FIRST);
     assert_eq!(
         env.get("DISABLE_LEADER_ELECTION").map(String::as_str),
         Some("false")
@@ -356,40 +429,27 @@ fn with_the_charts_rbac_only_the_controller_scales_a_deployment_up_onto_kwok_nod
         .expect("the chart passes --cloud-provider")
         + 1;
     args[cloud] = "kwok".into();
-    // Outside the control plane's run directory, which the next start removes: the log outlives a failure.
-    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("real-cluster-controller.log");
-    let log_file = fs::File::create(&log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
-        .args(&args)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .env_remove("KUBECONFIG")
-        .envs(&env)
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().unwrap())
-        .stderr(log_file)
-        .spawn()
-        .unwrap();
-    let mut controller = Controller { child, log };
-    eprintln!("controller: {args:?}, log {}", controller.log.display());
-
+    let mut first = spawn_controller(FIRST, &args, &env, &kubeconfig);
     wait_for(
-        &mut controller,
-        "the controller to take the Lease",
+        &mut [&mut first],
+        "the first replica to take the Lease",
         Duration::from_secs(60),
         || {
-            let leases = items(cp, &["leases", "--namespace", &namespace]);
-            let holder = leases
-                .iter()
-                .find(|l| l["metadata"]["name"] == lease_name.as_str())
-                .map(|l| l["spec"]["holderIdentity"].clone());
-            (holder == Some(json!(IDENTITY)))
+            let holder = lease_holder(cp, &namespace, &lease_name);
+            (holder.as_deref() == Some(FIRST))
                 .then_some(())
                 .ok_or(format!("Lease {namespace}/{lease_name} holder {holder:?}"))
         },
     );
+    let mut second = spawn_controller(
+        SECOND,
+        &args,
+        &deployment_env(deployment, &namespace, SECOND),
+        &kubeconfig,
+    );
 
-    // 4. A NodePool of nodes of at most 4 vCPUs (several are needed) that consolidates empty nodes at once.
+    // 4. A NodePool of nodes of at most 4 vCPUs (several are needed): drift replaces at most DRIFT_BUDGET nodes
+    // at once, empty nodes go at once.
     apply(
         cp,
         &json!({
@@ -404,29 +464,35 @@ fn with_the_charts_rbac_only_the_controller_scales_a_deployment_up_onto_kwok_nod
             },
         }),
     );
-    apply(
-        cp,
-        &json!({
+    let node_pool = |generation: &str| {
+        json!({
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodePool",
             "metadata": {"name": "default"},
             "spec": {
-                "template": {"spec": {
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                    "requirements": [
-                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                        {"key": "karpenter.k8s.aws/instance-cpu", "operator": "Lt", "values": ["5"]},
-                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                    ],
-                }},
+                "template": {
+                    "metadata": {"labels": {"example.com/generation": generation}},
+                    "spec": {
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                        "requirements": [
+                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                            {"key": "karpenter.k8s.aws/instance-cpu", "operator": "Lt", "values": ["5"]},
+                            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                        ],
+                    },
+                },
                 "disruption": {
-                    "consolidationPolicy": "WhenEmptyOrUnderutilized",
+                    "consolidationPolicy": "WhenEmpty",
                     "consolidateAfter": "5s",
-                    "budgets": [{"nodes": "100%"}],
+                    "budgets": [
+                        {"nodes": DRIFT_BUDGET.to_string(), "reasons": ["Drifted"]},
+                        {"nodes": "100%", "reasons": ["Empty"]},
+                    ],
                 },
             },
-        }),
-    );
+        })
+    };
+    apply(cp, &node_pool("1"));
     apply(
         cp,
         &json!({
@@ -450,8 +516,17 @@ fn with_the_charts_rbac_only_the_controller_scales_a_deployment_up_onto_kwok_nod
             },
         }),
     );
+    apply(
+        cp,
+        &json!({
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": APP, "namespace": APP_NAMESPACE},
+            "spec": {"maxUnavailable": MAX_UNAVAILABLE, "selector": {"matchLabels": {"app": APP}}},
+        }),
+    );
 
-    // Scale up: NodeClaims launched, their kwok Nodes Ready, every pod Running on them.
+    // 5. Scale up: NodeClaims launched, their kwok Nodes Ready, every pod Running on them.
     output(cp.kubectl().args([
         "scale",
         "deployment",
@@ -461,27 +536,14 @@ fn with_the_charts_rbac_only_the_controller_scales_a_deployment_up_onto_kwok_nod
         &format!("--replicas={REPLICAS}"),
     ]));
     let scale_up = wait_for(
-        &mut controller,
+        &mut [&mut first, &mut second],
         &format!("{REPLICAS} pods Running on kwok nodes"),
         Duration::from_secs(600),
         || {
             let claims = items(cp, &["nodeclaims"]);
             let nodes = items(cp, &["nodes", "--selector", "karpenter.sh/kwok=true"]);
             let ready = nodes.iter().filter(|n| is_ready(n)).count();
-            let pods = items(
-                cp,
-                &[
-                    "pods",
-                    "--namespace",
-                    APP_NAMESPACE,
-                    "--selector",
-                    &format!("app={APP}"),
-                ],
-            );
-            let running = pods
-                .iter()
-                .filter(|p| p["status"]["phase"] == "Running" && p["spec"]["nodeName"].is_string())
-                .count();
+            let running = running_pods(cp);
             let state = format!(
                 "{} NodeClaims, {ready}/{} Nodes Ready, {running}/{REPLICAS} pods Running",
                 claims.len(),
@@ -500,8 +562,8 @@ fn with_the_charts_rbac_only_the_controller_scales_a_deployment_up_onto_kwok_nod
         claims.len()
     );
     assert!(
-        nodes.len() > 1,
-        "{REPLICAS} pods of 250m on nodes of at most 4 vCPUs need several nodes, got {}",
+        nodes.len() > DRIFT_BUDGET,
+        "{REPLICAS} pods of 250m on nodes of at most 4 vCPUs need more nodes than the drift budget, got {}",
         nodes.len()
     );
     for node in &nodes {
@@ -516,7 +578,107 @@ fn with_the_charts_rbac_only_the_controller_scales_a_deployment_up_onto_kwok_nod
         );
     }
 
-    // Scale down: the empty nodes are consolidated away, NodeClaims and Nodes gone.
+    // 6. Drift: the NodePool's template changes, every old node is replaced, never more than DRIFT_BUDGET at
+    // once, and the real Eviction API holds the PDB throughout. Midway the leader gets SIGTERM: the standby
+    // takes the Lease and finishes the work the first left in flight.
+    apply(cp, &node_pool("2"));
+    let old_claims: Vec<String> = claims
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    let mut most_disrupted_at_once = 0;
+    let mut pdb_checks = 0;
+    let mut handed_over: Option<Duration> = None;
+    let drift = wait_for(
+        &mut [&mut second],
+        "every drifted node to be replaced",
+        Duration::from_secs(900),
+        || {
+            let claims = items(cp, &["nodeclaims"]);
+            let old: Vec<&Value> = claims
+                .iter()
+                .filter(|c| old_claims.iter().any(|o| c["metadata"]["name"] == o.as_str()))
+                .collect();
+            let disrupted = old
+                .iter()
+                .filter(|c| c["metadata"]["deletionTimestamp"].is_string())
+                .count();
+            most_disrupted_at_once = most_disrupted_at_once.max(disrupted);
+            assert!(
+                disrupted <= DRIFT_BUDGET,
+                "{disrupted} old NodeClaims are being deleted at once, over the Drifted budget of {DRIFT_BUDGET}"
+            );
+            let pdb =
+                output(
+                    cp.kubectl()
+                        .args(["get", "pdb", APP, "--namespace", APP_NAMESPACE, "-o", "json"]),
+                );
+            let pdb: Value = serde_json::from_str(&pdb).unwrap();
+            let (healthy, desired) = (
+                pdb["status"]["currentHealthy"].as_i64().unwrap_or_default(),
+                pdb["status"]["desiredHealthy"].as_i64().unwrap_or_default(),
+            );
+            assert!(
+                healthy >= desired,
+                "the PDB was broken: {healthy} healthy pods, {desired} desired"
+            );
+            pdb_checks += 1;
+
+            // The first replica leaves once drift is under way (a replacement launched or an old node going).
+            if handed_over.is_none() && (disrupted > 0 || claims.len() > old_claims.len()) {
+                let status = first.sigterm_and_wait(Duration::from_secs(30));
+                assert!(
+                    status.is_some_and(|s| s.success()),
+                    "the first replica did not exit 0 within 30 s of SIGTERM: {status:?}"
+                );
+                let left = Instant::now();
+                while lease_holder(cp, &namespace, &lease_name).as_deref() != Some(SECOND) {
+                    assert!(
+                        left.elapsed() < Duration::from_secs(60),
+                        "the standby did not take the Lease within 60 s of the leader's exit"
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                handed_over = Some(left.elapsed());
+                eprintln!(
+                    "failover: {SECOND} holds the Lease {:.1?} after {FIRST} exited mid-drift \
+                     ({disrupted} old NodeClaims being deleted, {} NodeClaims)",
+                    left.elapsed(),
+                    claims.len()
+                );
+            }
+            let nodes = items(cp, &["nodes", "--selector", "karpenter.sh/kwok=true"]);
+            let new_ready = nodes
+                .iter()
+                .filter(|n| is_ready(n) && n["metadata"]["labels"]["example.com/generation"] == "2")
+                .count();
+            let running = running_pods(cp);
+            let state = format!(
+                "{} old NodeClaims left ({disrupted} being deleted), {new_ready}/{} Nodes of the new template Ready, \
+                 {running}/{REPLICAS} pods Running",
+                old.len(),
+                nodes.len()
+            );
+            (old.is_empty() && new_ready == nodes.len() && running == REPLICAS)
+                .then_some(())
+                .ok_or(state)
+        },
+    );
+    assert!(
+        handed_over.is_some(),
+        "drift finished before the first replica could be stopped midway"
+    );
+    eprintln!(
+        "drift: {} nodes replaced in {drift:.1?}, at most {most_disrupted_at_once} at once (budget {DRIFT_BUDGET}), \
+         PDB held at {pdb_checks} checks",
+        old_claims.len()
+    );
+    assert!(
+        most_disrupted_at_once > 0,
+        "no old NodeClaim was ever seen being deleted"
+    );
+
+    // 7. Scale down: the empty nodes are consolidated away by the replica that took over.
     output(cp.kubectl().args([
         "scale",
         "deployment",
@@ -525,47 +687,38 @@ fn with_the_charts_rbac_only_the_controller_scales_a_deployment_up_onto_kwok_nod
         APP_NAMESPACE,
         "--replicas=0",
     ]));
+    let nodes_before = items(cp, &["nodes", "--selector", "karpenter.sh/kwok=true"]).len();
     let scale_down = wait_for(
-        &mut controller,
+        &mut [&mut second],
         "the empty nodes to be consolidated away",
         Duration::from_secs(600),
         || {
             let claims = items(cp, &["nodeclaims"]).len();
             let nodes = items(cp, &["nodes", "--selector", "karpenter.sh/kwok=true"]).len();
-            let pods = items(
-                cp,
-                &[
-                    "pods",
-                    "--namespace",
-                    APP_NAMESPACE,
-                    "--selector",
-                    &format!("app={APP}"),
-                ],
-            )
-            .len();
+            let pods = running_pods(cp);
             (claims == 0 && nodes == 0)
                 .then_some(())
-                .ok_or(format!("{claims} NodeClaims, {nodes} Nodes, {pods} pods left"))
+                .ok_or(format!("{claims} NodeClaims, {nodes} Nodes, {pods} pods Running"))
         },
     );
-    eprintln!(
-        "scale-down: {} nodes consolidated away in {scale_down:.1?}",
-        nodes.len()
-    );
+    eprintln!("scale-down: {nodes_before} nodes consolidated away in {scale_down:.1?}");
 
-    // 5. Every call the controller made was allowed by the chart's RBAC; it stops cleanly on SIGTERM.
-    let status = controller.sigterm_and_wait(Duration::from_secs(30));
-    let log = controller.log();
-    let forbidden = forbidden_lines(&log);
-    assert!(
-        forbidden.is_empty(),
-        "the API server refused {} calls of the controller under the chart's RBAC ({}):\n{}",
-        forbidden.len(),
-        controller.log.display(),
-        forbidden.join("\n")
-    );
+    // 8. Every call either replica made was allowed by the chart's RBAC; the second stops cleanly too.
+    let status = second.sigterm_and_wait(Duration::from_secs(30));
+    for controller in [&first, &second] {
+        let log = controller.log();
+        let forbidden = forbidden_lines(&log);
+        assert!(
+            forbidden.is_empty(),
+            "the API server refused {} calls of {} under the chart's RBAC ({}):\n{}",
+            forbidden.len(),
+            controller.identity,
+            controller.log.display(),
+            forbidden.join("\n")
+        );
+    }
     assert!(
         status.is_some_and(|s| s.success()),
-        "the controller did not exit 0 within 30 s of SIGTERM: {status:?}"
+        "the second replica did not exit 0 within 30 s of SIGTERM: {status:?}"
     );
 }
