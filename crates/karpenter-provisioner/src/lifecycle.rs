@@ -9,8 +9,11 @@
 //!   deletes the claim (the provider has marked those offerings unavailable, so the next provisioning round
 //!   picks others); another failure sets `Launched=False` with the error's category as reason and is retried.
 //! - **Registration**: once a Node with the claim's provider ID exists, it gets the claim's labels and
-//!   `karpenter.sh/registered=true`, loses the `karpenter.sh/unregistered` taint and is owned by the claim;
-//!   the claim records `status.nodeName` and `Registered=True`.
+//!   `karpenter.sh/registered=true`, loses the `karpenter.sh/unregistered` taint, is owned by the claim and
+//!   gets the `karpenter.sh/termination` finalizer, so `kubectl delete node` goes through the terminator
+//!   (which deletes the claim, drains the Node and deletes the instance before letting the Node go); the
+//!   claim records `status.nodeName` and `Registered=True`. A registered claim's Node that lacks the finalizer
+//!   (registered by an older version) gets it on a later pass, unless it is already being deleted.
 //! - **Initialization**: once that Node is Ready and none of the claim's startup taints remain, it is labelled
 //!   `karpenter.sh/initialized=true` and the claim gets `Initialized=True` and `Ready=True`.
 //!
@@ -168,6 +171,9 @@ impl Lifecycle {
                 .inc();
             done.registered.push(name);
             return Ok(());
+        }
+        if needs_finalizer(&node) {
+            self.add_node_finalizer(&node).await?;
         }
         if !is_true(conditions::INITIALIZED) && initialized(claim, &node) {
             let nodes: Api<Node> = Api::all(self.client.clone());
@@ -340,6 +346,9 @@ impl Lifecycle {
         nodes
             .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch))
             .await?;
+        if needs_finalizer(node) {
+            self.add_node_finalizer(node).await?;
+        }
         let existing = claim
             .status
             .as_ref()
@@ -357,11 +366,51 @@ impl Lifecycle {
         .await
     }
 
+    /// Adds the finalizer with a JSON patch that tests the list read from the cache first: a finalizer another
+    /// controller added meanwhile is kept (the patch fails and the next pass reads the list again).
+    async fn add_node_finalizer(&self, node: &Node) -> Result<(), ProvisionerError> {
+        let ops = finalizer_addition(node.metadata.finalizers.as_deref());
+        // The json-patch type is inferred: kube does not re-export the crate.
+        let patch = Patch::Json::<()>(serde_json::from_value(ops).map_err(kube::Error::SerdeError)?);
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .patch(&node.name_any(), &PatchParams::default(), &patch)
+            .await?;
+        Ok(())
+    }
+
     async fn patch_status(&self, name: &str, patch: serde_json::Value) -> Result<(), ProvisionerError> {
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
         Ok(())
+    }
+}
+
+/// The Node lacks the finalizer and can still take it: the API server refuses new finalizers on an object being
+/// deleted (such a Node, deleted before it registered, goes without draining, as it would without Karpenter).
+fn needs_finalizer(node: &Node) -> bool {
+    node.metadata.deletion_timestamp.is_none()
+        && !node
+            .finalizers()
+            .iter()
+            .any(|f| f == labels::TERMINATION_FINALIZER)
+}
+
+/// The JSON patch adding the finalizer to `current` (the list as read; `None` when the Node has none): a test of
+/// that list, then the addition.
+fn finalizer_addition(current: Option<&[String]>) -> serde_json::Value {
+    match current.filter(|c| !c.is_empty()) {
+        // The API server's `test` passes for a null value on an absent field (kube-runtime's finalizer helper
+        // relies on the same).
+        None => json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [labels::TERMINATION_FINALIZER]},
+        ]),
+        Some(list) => json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": list},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": labels::TERMINATION_FINALIZER},
+        ]),
     }
 }
 
@@ -417,6 +466,127 @@ fn with_conditions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Node;
+    use karpenter_core::catalog::CatalogFile;
+    use karpenter_sim::{ApiServer, SimCloudOptions, SimCloudProvider, SystemClock};
+    use kube::api::PostParams;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    const CATALOG: &str = include_str!("../../karpenter-sim/tests/fixtures/catalog.json");
+
+    /// A launched claim `name` (instance `sim:///test-zone-1/i-<name>`) and its Node `node-<name>` with
+    /// `node_meta` merged into the Node's metadata, in the API server and the cache; and a lifecycle over them.
+    async fn launched_with_node(
+        name: &str,
+        node_meta: serde_json::Value,
+    ) -> Result<(ApiServer, Lifecycle), Box<dyn std::error::Error>> {
+        let server = ApiServer::new(SystemClock);
+        let client = server.client();
+        let state = ClusterState::default();
+        let provider_id = format!("sim:///test-zone-1/i-{name}");
+        let claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "finalizers": [labels::TERMINATION_FINALIZER],
+                         "labels": {labels::NODEPOOL_LABEL: "default"}},
+            "spec": {"requirements": [],
+                     "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+        }))?;
+        let mut claim = Api::<NodeClaim>::all(client.clone())
+            .create(&PostParams::default(), &claim)
+            .await?;
+        claim.status = Some(serde_json::from_value(json!({
+            "providerID": provider_id,
+            "conditions": [{"type": "Launched", "status": "True", "reason": "Launched",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z", "message": ""}]
+        }))?);
+        let mut node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("node-{name}")},
+                              "spec": {"providerID": provider_id}});
+        if let (Some(meta), Some(extra)) = (node["metadata"].as_object_mut(), node_meta.as_object()) {
+            meta.extend(extra.clone());
+        }
+        let node = Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &serde_json::from_value(node)?)
+            .await?;
+        state.node_claims.apply(claim);
+        state.nodes.apply(node);
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let cloud = SimCloudProvider::new(
+            CatalogFile::from_json_str(CATALOG)?,
+            clock.clone(),
+            SimCloudOptions::default(),
+        );
+        let lifecycle = Lifecycle::new(client, state, cloud.as_dyn(), clock);
+        Ok((server, lifecycle))
+    }
+
+    async fn node_finalizers(lifecycle: &Lifecycle, name: &str) -> Result<Vec<String>, kube::Error> {
+        let node = Api::<Node>::all(lifecycle.client.clone()).get(name).await?;
+        Ok(node.finalizers().to_vec())
+    }
+
+    #[tokio::test]
+    async fn registration_puts_the_termination_finalizer_on_the_node_keeping_others() -> TestResult {
+        let (_server, lifecycle) =
+            launched_with_node("a", json!({"finalizers": ["example.com/keep"]})).await?;
+        let pass = lifecycle.pass().await;
+        assert_eq!(pass.registered, ["a"]);
+        assert_eq!(
+            node_finalizers(&lifecycle, "node-a").await?,
+            ["example.com/keep", labels::TERMINATION_FINALIZER]
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_registered_node_without_the_finalizer_gets_it_on_a_later_pass() -> TestResult {
+        let (_server, lifecycle) = launched_with_node("b", json!({})).await?;
+        // As an older version left it: registered, the Node without the finalizer.
+        let mut claim = (*lifecycle.state.node_claims.get("b").ok_or("no claim")?).clone();
+        let status = claim.status.get_or_insert_with(Default::default);
+        status.node_name = Some("node-b".to_string());
+        status.conditions = with_conditions(
+            &status.conditions,
+            &[(conditions::REGISTERED, ConditionStatus::True, "Registered")],
+            Timestamp::UNIX_EPOCH,
+        );
+        lifecycle.state.node_claims.apply(claim);
+        let pass = lifecycle.pass().await;
+        assert!(pass.registered.is_empty());
+        assert_eq!(
+            node_finalizers(&lifecycle, "node-b").await?,
+            [labels::TERMINATION_FINALIZER]
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_finalizer_is_added_only_to_the_list_it_read() -> TestResult {
+        let (_server, lifecycle) = launched_with_node("c", json!({})).await?;
+        // Another controller adds its finalizer after the cache read the Node: the test op fails, so that
+        // finalizer is not overwritten, and the next read (here: the cache refreshed) succeeds.
+        let nodes = Api::<Node>::all(lifecycle.client.clone());
+        nodes
+            .patch(
+                "node-c",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/other"]}})),
+            )
+            .await?;
+        let stale = lifecycle.state.nodes.get("node-c").ok_or("no node")?;
+        assert!(lifecycle.add_node_finalizer(&stale).await.is_err());
+        assert_eq!(
+            node_finalizers(&lifecycle, "node-c").await?,
+            ["example.com/other"]
+        );
+        lifecycle.state.nodes.apply(nodes.get("node-c").await?);
+        lifecycle.pass().await;
+        assert_eq!(
+            node_finalizers(&lifecycle, "node-c").await?,
+            ["example.com/other", labels::TERMINATION_FINALIZER]
+        );
+        Ok(())
+    }
 
     #[test]
     fn a_condition_keeps_its_transition_time_until_its_status_changes() {

@@ -209,6 +209,16 @@ impl CloudProvider for KwokCloudProvider {
             .delete(node_name(&provider_id), &DeleteParams::default())
             .await
         {
+            // The Node is this cloud's instance: once it is marked deleted, only finalizers (Karpenter's, which
+            // waits for this very answer) hold it, so the instance counts as gone, as `get` and `list` say.
+            Ok(pending)
+                if pending
+                    .as_ref()
+                    .left()
+                    .is_some_and(|node| node.metadata.deletion_timestamp.is_some()) =>
+            {
+                Err(CloudProviderError::NodeClaimNotFound(provider_id))
+            }
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 Err(CloudProviderError::NodeClaimNotFound(provider_id))
@@ -314,6 +324,45 @@ mod tests {
         assert_eq!(kwok.get(&provider_id).await?.name_any(), "default-abcde");
 
         kwok.delete(&launched).await?;
+        assert!(kwok.get(&provider_id).await.is_err_and(|e| e.is_not_found()));
+        assert!(kwok.delete(&launched).await.is_err_and(|e| e.is_not_found()));
+        Ok(())
+    }
+
+    /// Karpenter's finalizer on the Node (its instance here) holds it after the DELETE; the instance still counts
+    /// as gone, or the terminator, which lifts that finalizer only once the instance is gone, would wait forever.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_held_by_a_finalizer_is_a_terminated_instance() -> TestResult {
+        let catalog = CatalogFile::from_json_str(include_str!("../tests/fixtures/catalog.json"))?;
+        let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
+        let api = ApiServer::new(Arc::clone(&clock));
+        let kwok = KwokCloudProvider::new(api.client(), catalog, clock);
+        let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": "default-fghij", "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+        }))?;
+        let launched = kwok.create(&claim).await?;
+        let provider_id = launched
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        let nodes = Api::<Node>::all(api.client());
+        nodes
+            .patch(
+                node_name(&provider_id),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    serde_json::json!({"metadata": {"finalizers": [labels::TERMINATION_FINALIZER]}}),
+                ),
+            )
+            .await?;
+
+        assert!(kwok.delete(&launched).await.is_err_and(|e| e.is_not_found()));
+        let held = nodes.get(node_name(&provider_id)).await?;
+        assert!(held.metadata.deletion_timestamp.is_some());
         assert!(kwok.get(&provider_id).await.is_err_and(|e| e.is_not_found()));
         assert!(kwok.delete(&launched).await.is_err_and(|e| e.is_not_found()));
         Ok(())

@@ -11,12 +11,19 @@
 //!    annotation, which node repair sets to "now", brings the deadline forward);
 //! 3. waits until no VolumeAttachment names the node (skipped once the deadline has passed);
 //! 4. deletes the instance through the cloud provider and waits until the provider reports it gone, deletes
-//!    the Node, and removes the finalizer.
+//!    the Node, removes the Node's finalizer and then the NodeClaim's.
 //!
-//! Not here: a finalizer on the Node itself (deleting a Node directly does not drain it first).
+//! A Node that is not Ready and whose instance the provider no longer has skips steps 1 to 3: no kubelet is
+//! left to finish its pods, so it goes at once and the pod garbage collector removes them.
+//!
+//! The Node carries the same finalizer from its registration on (the lifecycle controller adds it), so
+//! `kubectl delete node` only marks it: the terminator then deletes its NodeClaim and the steps above run, the
+//! Node going last. A Node being deleted whose NodeClaim is already gone (or never existed) is released at
+//! once (see [`node_finalizer`]).
 
 mod drain;
 mod error;
+pub mod node_finalizer;
 pub mod taint;
 mod terminator;
 

@@ -1,6 +1,6 @@
 //! The terminator's loop: one step per deleted NodeClaim per pass (see the crate documentation).
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -20,7 +20,12 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::{TerminationError, drain::drain_plan, taint::add_disrupted_taint};
+use crate::{
+    TerminationError,
+    drain::drain_plan,
+    node_finalizer::{has_finalizer, remove_node_finalizer},
+    taint::add_disrupted_taint,
+};
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,6 +38,11 @@ pub struct TerminationPass {
     pub terminated: Vec<String>,
     /// `claim: volume attachments` of drained nodes waiting for their volumes to detach.
     pub awaiting_volumes: Vec<String>,
+    /// NodeClaims deleted because someone deleted their Node (`kubectl delete node`).
+    pub deleted_for_node: Vec<String>,
+    /// Nodes whose finalizer was removed: their instance is gone, or no NodeClaim of theirs is left to
+    /// terminate it.
+    pub released_nodes: Vec<String>,
 }
 
 /// The VolumeAttachments still naming `node` (their CSI driver has not detached the volume yet).
@@ -145,9 +155,28 @@ impl Terminator {
         }
     }
 
-    /// One step for every NodeClaim being deleted that still carries the finalizer.
+    /// One step for every Node being deleted that carries the finalizer, then for every NodeClaim being
+    /// deleted that still carries it.
     pub async fn pass(&self) -> TerminationPass {
         let mut done = TerminationPass::default();
+        let deleted_nodes = self
+            .state
+            .nodes
+            .filter(|n| n.metadata.deletion_timestamp.is_some() && has_finalizer(n));
+        if !deleted_nodes.is_empty() {
+            let by_provider_id: HashMap<String, Arc<NodeClaim>> = self
+                .state
+                .node_claims
+                .all()
+                .into_iter()
+                .filter_map(|c| Some((c.status.as_ref()?.provider_id.clone()?, c)))
+                .collect();
+            for node in deleted_nodes {
+                if let Err(error) = self.node_step(&node, &by_provider_id, &mut done).await {
+                    tracing::warn!(node = %node.name_any(), category = error.category(), %error, "node termination step failed");
+                }
+            }
+        }
         for claim in self.state.node_claims.all() {
             let ours = claim
                 .finalizers()
@@ -163,10 +192,79 @@ impl Terminator {
         done
     }
 
+    /// A Node deleted while it carries the finalizer (`kubectl delete node`): its NodeClaim is deleted, and the
+    /// claim's termination (drain, volumes, instance) releases the Node at its end. A Node whose NodeClaim is
+    /// gone, or is being deleted without the finalizer (so no termination of ours will run), is released now:
+    /// otherwise nothing ever would.
+    async fn node_step(
+        &self,
+        node: &Node,
+        by_provider_id: &HashMap<String, Arc<NodeClaim>>,
+        done: &mut TerminationPass,
+    ) -> Result<(), TerminationError> {
+        let cached = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_ref())
+            .and_then(|id| by_provider_id.get(id))
+            .cloned();
+        let claim = match cached {
+            Some(claim) => Some(claim),
+            None => self.owning_claim(node).await?,
+        };
+        match claim {
+            Some(claim) if claim.metadata.deletion_timestamp.is_none() => {
+                let claims: Api<NodeClaim> = Api::all(self.client.clone());
+                match claims.delete(&claim.name_any(), &DeleteParams::default()).await {
+                    Ok(_) => done.deleted_for_node.push(claim.name_any()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Some(claim)
+                if claim
+                    .finalizers()
+                    .iter()
+                    .any(|f| f == labels::TERMINATION_FINALIZER) => {}
+            _ => {
+                if remove_node_finalizer(&self.client, node).await? {
+                    done.released_nodes.push(node.name_any());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The NodeClaim the Node's owner reference names, read from the API server: the cache has no claim with
+    /// the Node's provider ID, and releasing the Node while its claim still exists would leave the instance
+    /// running behind an already deleted Node.
+    async fn owning_claim(&self, node: &Node) -> Result<Option<Arc<NodeClaim>>, TerminationError> {
+        let Some(owner) = node
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"))
+        else {
+            return Ok(None);
+        };
+        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        Ok(claims
+            .get_opt(&owner.name)
+            .await?
+            .filter(|c| c.metadata.uid.as_deref() == Some(owner.uid.as_str()))
+            .map(Arc::new))
+    }
+
     async fn step(&self, claim: &NodeClaim, done: &mut TerminationPass) -> Result<(), TerminationError> {
         let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
         let node = node_name.as_deref().and_then(|n| self.state.nodes.get(n));
-        if let Some(node) = &node {
+        // A Node whose kubelet stopped reporting and whose instance the provider no longer has cannot be
+        // drained (no kubelet will finish its pods' deletions): it goes without draining, its pods then removed
+        // by the pod garbage collector, as upstream does and kube-controller-manager's node lifecycle would.
+        let drainable = match &node {
+            Some(node) => !self.instance_gone(claim, node).await?,
+            None => false,
+        };
+        if let Some(node) = node.as_ref().filter(|_| drainable) {
             add_disrupted_taint(&self.client, node).await?;
             let node_name = node.name_any();
             let mut pods: Vec<Arc<CompactPod>> = self
@@ -219,6 +317,11 @@ impl Terminator {
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
+            // The instance is gone, so the Node may go too. Before the claim's own finalizer: were that removed
+            // first and this patch then failed, the Node would wait for the node pass's fallback instead.
+            if remove_node_finalizer(&self.client, node).await? {
+                done.released_nodes.push(node.name_any());
+            }
         }
         let finalizers: Vec<&String> = claim
             .finalizers()
@@ -236,6 +339,28 @@ impl Terminator {
         record_termination(claim, node.is_some(), self.clock.now());
         done.terminated.push(claim.name_any());
         Ok(())
+    }
+
+    /// The Node is not Ready and the cloud provider reports its instance gone. A Ready Node's kubelet still
+    /// runs whatever the provider says, so the provider is asked only about Nodes that are not Ready.
+    async fn instance_gone(&self, claim: &NodeClaim, node: &Node) -> Result<bool, TerminationError> {
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True");
+        let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+            return Ok(false);
+        };
+        if ready {
+            return Ok(false);
+        }
+        match self.cloud.get(provider_id).await {
+            Ok(_) => Ok(false),
+            Err(e) if e.is_not_found() => Ok(true),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Evicts a pod (deletes it once the grace period is over); a refusal because of a PodDisruptionBudget is
@@ -274,6 +399,200 @@ impl Terminator {
             }
             Err(e) => return Err(e.into()),
         }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_core::catalog::CatalogFile;
+    use karpenter_sim::{ApiServer, SimCloudOptions, SimCloudProvider, SystemClock};
+    use kube::api::PostParams;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    const CATALOG: &str = include_str!("../../karpenter-sim/tests/fixtures/catalog.json");
+
+    struct Fixture {
+        _server: ApiServer,
+        client: Client,
+        state: ClusterState,
+        cloud: SimCloudProvider,
+        terminator: Terminator,
+    }
+
+    fn fixture() -> Result<Fixture, Box<dyn std::error::Error>> {
+        let server = ApiServer::new(SystemClock);
+        let client = server.client();
+        let state = ClusterState::default();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let cloud = SimCloudProvider::new(
+            CatalogFile::from_json_str(CATALOG)?,
+            clock.clone(),
+            SimCloudOptions::default(),
+        );
+        let terminator = Terminator::new(client.clone(), state.clone(), cloud.as_dyn(), clock);
+        Ok(Fixture {
+            _server: server,
+            client,
+            state,
+            cloud,
+            terminator,
+        })
+    }
+
+    impl Fixture {
+        /// A NodeClaim `name` with the finalizer, launched at the simulated cloud; in the API server only.
+        async fn launched_claim(&self, name: &str) -> Result<NodeClaim, Box<dyn std::error::Error>> {
+            let claim: NodeClaim = serde_json::from_value(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": name, "finalizers": [labels::TERMINATION_FINALIZER]},
+                "spec": {"requirements": [],
+                         "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+            }))?;
+            let claims: Api<NodeClaim> = Api::all(self.client.clone());
+            let created = claims.create(&PostParams::default(), &claim).await?;
+            let launched = self.cloud.create(&created).await?;
+            let provider_id = launched.status.and_then(|s| s.provider_id);
+            let status = json!({"status": {"providerID": provider_id, "nodeName": format!("node-{name}")}});
+            Ok(claims
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+                .await?)
+        }
+
+        /// Node `name` with the finalizer, owned by `owner` when given, then deleted as `kubectl delete node`
+        /// does; in the API server only.
+        async fn deleted_node(
+            &self,
+            name: &str,
+            provider_id: &str,
+            owner: Option<&NodeClaim>,
+        ) -> Result<Node, Box<dyn std::error::Error>> {
+            let owners: Vec<_> = owner
+                .map(|c| {
+                    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                                "name": c.name_any(), "uid": c.uid().unwrap_or_default()})
+                })
+                .into_iter()
+                .collect();
+            let node: Node = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "finalizers": [labels::TERMINATION_FINALIZER], "ownerReferences": owners},
+                "spec": {"providerID": provider_id}
+            }))?;
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            nodes.create(&PostParams::default(), &node).await?;
+            nodes.delete(name, &DeleteParams::default()).await?;
+            Ok(nodes.get(name).await?)
+        }
+
+        /// The cache catches up with the API server on these objects.
+        async fn refresh(&self, node: &str, claim: &str) -> Result<(), kube::Error> {
+            match Api::<Node>::all(self.client.clone()).get_opt(node).await? {
+                Some(n) => self.state.nodes.apply(n),
+                None => self.state.nodes.delete(node),
+            }
+            match Api::<NodeClaim>::all(self.client.clone()).get_opt(claim).await? {
+                Some(c) => self.state.node_claims.apply(c),
+                None => self.state.node_claims.delete(claim),
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_node_has_its_claim_deleted_and_goes_only_after_the_instance() -> TestResult {
+        let f = fixture()?;
+        let claim = f.launched_claim("a").await?;
+        let provider_id = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .ok_or("no instance")?;
+        f.deleted_node("node-a", &provider_id, Some(&claim)).await?;
+        f.refresh("node-a", "a").await?;
+
+        let first = f.terminator.pass().await;
+        assert_eq!(first.deleted_for_node, ["a"]);
+        let claims: Api<NodeClaim> = Api::all(f.client.clone());
+        let nodes: Api<Node> = Api::all(f.client.clone());
+        let deleting = claims.get("a").await?;
+        assert!(deleting.metadata.deletion_timestamp.is_some());
+
+        // The claim's termination: the instance is asked to go; the Node waits for it.
+        f.refresh("node-a", "a").await?;
+        let second = f.terminator.pass().await;
+        assert!(second.deleted_for_node.is_empty(), "{second:?}");
+        assert!(second.released_nodes.is_empty(), "{second:?}");
+        assert!(f.cloud.instance(&provider_id).is_some_and(|i| !i.is_running()));
+        assert!(nodes.get_opt("node-a").await?.is_some());
+
+        // The provider reports the instance gone: the Node is released, then the claim.
+        f.refresh("node-a", "a").await?;
+        let third = f.terminator.pass().await;
+        assert_eq!(third.released_nodes, ["node-a"]);
+        assert_eq!(third.terminated, ["a"]);
+        assert!(nodes.get_opt("node-a").await?.is_none());
+        assert!(claims.get_opt("a").await?.is_none());
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_node_whose_claim_is_gone_or_never_was_is_released() -> TestResult {
+        let f = fixture()?;
+        let nodes: Api<Node> = Api::all(f.client.clone());
+        f.deleted_node("orphan", "sim:///test-zone-1/i-orphan", None)
+            .await?;
+        f.refresh("orphan", "none").await?;
+        // Owned by a claim the API server no longer has.
+        let gone = f.launched_claim("gone").await?;
+        let gone_id = gone
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        f.deleted_node("node-gone", &gone_id, Some(&gone)).await?;
+        let claims: Api<NodeClaim> = Api::all(f.client.clone());
+        claims
+            .patch(
+                "gone",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await?;
+        claims.delete("gone", &DeleteParams::default()).await?;
+        f.refresh("node-gone", "gone").await?;
+
+        let mut pass = f.terminator.pass().await;
+        pass.released_nodes.sort();
+        assert_eq!(pass.released_nodes, ["node-gone", "orphan"]);
+        assert!(pass.deleted_for_node.is_empty());
+        assert!(nodes.get_opt("orphan").await?.is_none());
+        assert!(nodes.get_opt("node-gone").await?.is_none());
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_node_whose_claim_the_cache_has_not_seen_is_held_for_it() -> TestResult {
+        let f = fixture()?;
+        let claim = f.launched_claim("unseen").await?;
+        let provider_id = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        f.deleted_node("node-unseen", &provider_id, Some(&claim)).await?;
+        // Only the Node is in the cache: the owner reference leads to the claim in the API server.
+        f.state
+            .nodes
+            .apply(Api::<Node>::all(f.client.clone()).get("node-unseen").await?);
+
+        let pass = f.terminator.pass().await;
+        assert_eq!(pass.deleted_for_node, ["unseen"]);
+        assert!(pass.released_nodes.is_empty());
+        let node = Api::<Node>::all(f.client.clone()).get("node-unseen").await?;
+        assert!(has_finalizer(&node));
         Ok(())
     }
 }
