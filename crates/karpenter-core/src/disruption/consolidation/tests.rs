@@ -257,6 +257,44 @@ fn replace_only_with_a_cheaper_worst_case_price() {
 }
 
 #[test]
+fn single_node_never_replaces_a_node_with_its_own_type_at_its_price() {
+    let mut fx = Fx::new();
+    let mut c = fx.cand(0, 0, 0.4, "on-demand", 1.0);
+    c.instance_type = "large".into();
+    let cs = vec![c];
+    // The pods fit only on another "large", on-demand at the node's own price: nothing is saved.
+    let large = fx.it("large", 0.4, None);
+    let claim = fx.claim(vec![large], &["on-demand"]);
+    let (cmd, rejected, _) = single_node(
+        &cs,
+        &[1],
+        &mut always(SimulationOutcome::Replace(vec![claim])),
+        &fx.settings,
+    );
+    assert!(
+        cmd.is_none(),
+        "a node is not replaced by its own instance type at its price"
+    );
+    assert!(
+        rejected[0].1.starts_with("replacement would not be cheaper"),
+        "{rejected:?}"
+    );
+
+    // The same type as spot is cheaper: upstream moves an on-demand node to spot capacity of its own type.
+    let large = fx.it("large", 0.4, Some(0.1));
+    let claim = fx.claim(vec![large], &["on-demand", "spot"]);
+    let (cmd, _, _) = single_node(
+        &cs,
+        &[1],
+        &mut always(SimulationOutcome::Replace(vec![claim])),
+        &fx.settings,
+    );
+    let cmd = cmd.unwrap();
+    assert_eq!(cmd.decision, Decision::Replace);
+    assert!((cmd.savings_per_hour - 0.3).abs() < 1e-9);
+}
+
+#[test]
 fn multi_node_finds_the_largest_prefix() {
     let mut fx = Fx::new();
     let cs: Vec<_> = (0..8)
