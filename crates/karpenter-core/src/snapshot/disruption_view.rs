@@ -155,6 +155,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             labels: pod_labels,
             node,
             daemon_or_mirror: daemon_set_owner(pod).is_some() || is_mirror(pod),
+            mirror: is_mirror(pod),
             terminal: is_terminal(pod),
             terminating: is_terminating(pod),
             ready,
