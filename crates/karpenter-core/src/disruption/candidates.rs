@@ -76,6 +76,9 @@ pub struct NodeView {
     pub initialized: bool,
     /// Being deleted, or tainted `karpenter.sh/disrupted` by a disruption in progress.
     pub deleting: bool,
+    /// Its NodeClaim's `InstanceTerminating` condition is True: drained, and its instance already being
+    /// terminated. Budgets no longer count it (as upstream).
+    pub instance_terminating: bool,
     pub ready: bool,
     /// `karpenter.sh/do-not-disrupt: "true"` on the node.
     pub do_not_disrupt: bool,
@@ -184,6 +187,7 @@ mod tests {
                 node_pool: Some("default".into()),
                 initialized: true,
                 deleting: false,
+                instance_terminating: false,
                 ready: true,
                 do_not_disrupt: false,
                 has_termination_grace_period: false,

@@ -130,13 +130,14 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
         for (r, reason) in REASONS.iter().enumerate() {
             let (n, errors) =
                 allowed_disruptions(pool.budgets.as_deref(), *reason, pool.nodes, pool.disrupting, now);
-            per_reason[r] = n;
             for e in errors {
                 result
                     .errors
                     .push(format!("NodePool {}: spec.disruption.{e}", pool.name));
             }
             let applies = budget_applies(pool.budgets.as_deref(), *reason, now);
+            // No budget limiting the reason leaves it unlimited, whatever is already disrupting (as upstream).
+            per_reason[r] = if applies { n } else { usize::MAX };
             result.budgets.push(BudgetEntry {
                 pool: p,
                 reason: *reason,
@@ -607,6 +608,18 @@ mod tests {
                 .unwrap()
                 .contains("allows no more disruptions for Empty")
         );
+    }
+
+    #[test]
+    fn a_reason_no_budget_limits_is_not_limited_by_disrupting_nodes() {
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        // n2 is NotReady: it uses up budgets that apply, but no budget limits Empty here.
+        let n2 = n2.replace("status: \"True\"}]", "status: \"False\"}]");
+        let p = pool("{consolidateAfter: 0s, budgets: [{nodes: \"0\", reasons: [Drifted]}]}");
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2]);
+        assert_eq!(r.commands.len(), 1, "{:?}", r.blocked);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n1", "n2"]);
     }
 
     #[test]

@@ -194,11 +194,12 @@ pub fn build_disruption_inputs(
         .map(|(i, p)| (p.name.clone(), i))
         .collect();
     for n in &view.nodes {
-        // Upstream counts managed, initialized nodes; NotReady or deleting ones are already disrupting.
+        // Upstream counts managed, initialized nodes whose instance is not already terminating; NotReady or
+        // deleting ones are already disrupting.
         let (Some(_), Some(pool)) = (&n.node_claim, &n.node_pool) else {
             continue;
         };
-        if !n.initialized {
+        if !n.initialized || n.instance_terminating {
             continue;
         }
         if let Some(&i) = pool_index.get(pool) {
@@ -549,6 +550,17 @@ mod tests {
             ),
             &managed("starting", NOW, true, false, ""),
             &node("unmanaged", "", ""),
+            &managed(
+                "terminating",
+                NOW,
+                true,
+                true,
+                "  deletionTimestamp: \"2026-06-01T11:00:00Z\"\n  finalizers: [karpenter.sh/termination]\n",
+            )
+            .replace(
+                "reason: Launched}",
+                &format!("reason: Launched}}, {{type: InstanceTerminating, status: \"True\", lastTransitionTime: \"{NOW}\", reason: InstanceTerminating}}"),
+            ),
         ]);
         assert_eq!(d.pools.len(), 1);
         let p = &d.pools[0];
@@ -557,8 +569,14 @@ mod tests {
         assert!(p.consolidate_after_never);
         assert!(!p.is_static);
         assert_eq!(p.budgets.as_ref().map(Vec::len), Some(1));
-        assert_eq!(p.nodes, 3, "managed, initialized nodes");
-        assert_eq!(p.disrupting, 2, "the NotReady and the deleting node");
+        assert_eq!(
+            p.nodes, 3,
+            "managed, initialized nodes whose instance is not terminating"
+        );
+        assert_eq!(
+            p.disrupting, 2,
+            "the NotReady and the deleting node, not the one whose instance is terminating"
+        );
         assert_eq!(d.existing_of[2], None, "a deleting node takes no pods");
         assert!(d.claims[2].is_some());
     }
