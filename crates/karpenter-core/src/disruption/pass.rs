@@ -224,53 +224,8 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
 
     let commands = 'methods: {
         // 1. Emptiness.
-        let mut cmds = Vec::new();
-        for (p, pool) in inputs.pools.iter().enumerate() {
-            if pool.is_static {
-                continue;
-            }
-            let mut left = allowed[p][0];
-            let mut chosen = Vec::new();
-            for (n, info) in inputs.claims.iter().enumerate() {
-                let Some(info) = info.as_ref().filter(|i| i.pool == p) else {
-                    continue;
-                };
-                if graceful_blocked[n].is_some() || !info.consolidatable || !is_empty(&inputs.view, n) {
-                    continue;
-                }
-                if left == 0 {
-                    block(
-                        &mut result,
-                        &mut explained,
-                        n,
-                        format!(
-                            "empty, but NodePool {} allows no more disruptions for Empty now (budget)",
-                            pool.name
-                        ),
-                    );
-                    continue;
-                }
-                left -= 1;
-                chosen.push(n);
-            }
-            if !chosen.is_empty() {
-                let savings = chosen
-                    .iter()
-                    .filter_map(|&n| inputs.claims[n].as_ref())
-                    .map(|i| i.price)
-                    .sum();
-                cmds.push(DisruptionCommand {
-                    method: Method::Emptiness,
-                    reason: DisruptionReason::Empty,
-                    decision: Decision::Delete,
-                    candidates: chosen,
-                    replacements: Vec::new(),
-                    savings_per_hour: savings,
-                });
-            }
-        }
-        if !cmds.is_empty() {
-            break 'methods cmds;
+        if let Some(cmd) = emptiness(inputs, &allowed, &graceful_blocked, &mut result, &mut explained) {
+            break 'methods vec![cmd];
         }
 
         // 2. Static drift: static NodePools keep their replica count themselves, so a drifted node is deleted and
@@ -426,6 +381,55 @@ fn idle_reason(inputs: &DisruptionInputs, info: &ClaimInfo, winner: Option<Metho
         }
         _ => "no cheaper placement of its pods was found".to_string(),
     }
+}
+
+/// Emptiness: every consolidatable, empty node of a dynamic NodePool within its NodePool's Empty budget, the
+/// cheapest to disrupt first, in one command across NodePools (as upstream's emptiness method).
+fn emptiness(
+    inputs: &DisruptionInputs,
+    allowed: &[[usize; 3]],
+    graceful_blocked: &[Option<String>],
+    result: &mut PassResult,
+    explained: &mut [bool],
+) -> Option<DisruptionCommand> {
+    let mut empty: Vec<&ClaimInfo> = inputs
+        .claims
+        .iter()
+        .flatten()
+        .filter(|i| {
+            !inputs.pools[i.pool].is_static
+                && graceful_blocked[i.node].is_none()
+                && i.consolidatable
+                && is_empty(&inputs.view, i.node)
+        })
+        .collect();
+    empty.sort_by(|a, b| {
+        a.disruption_cost
+            .total_cmp(&b.disruption_cost)
+            .then_with(|| a.node.cmp(&b.node))
+    });
+    let mut left: Vec<usize> = allowed.iter().map(|a| a[0]).collect();
+    let mut chosen = Vec::new();
+    for info in empty {
+        if left[info.pool] == 0 {
+            let why = format!(
+                "empty, but NodePool {} allows no more disruptions for Empty now (budget)",
+                inputs.pools[info.pool].name
+            );
+            block(result, explained, info.node, why);
+            continue;
+        }
+        left[info.pool] -= 1;
+        chosen.push(info);
+    }
+    (!chosen.is_empty()).then(|| DisruptionCommand {
+        method: Method::Emptiness,
+        reason: DisruptionReason::Empty,
+        decision: Decision::Delete,
+        candidates: chosen.iter().map(|i| i.node).collect(),
+        replacements: Vec::new(),
+        savings_per_hour: chosen.iter().map(|i| i.price).sum(),
+    })
 }
 
 /// Drifted NodeClaims of a pool the eventual methods may take, empty ones first.
@@ -608,6 +612,39 @@ mod tests {
                 .unwrap()
                 .contains("allows no more disruptions for Empty")
         );
+    }
+
+    #[test]
+    fn emptiness_deletes_the_empty_nodes_of_every_nodepool_in_one_command() {
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        let to_other = |s: &str| s.replace("karpenter.sh/nodepool: default", "karpenter.sh/nodepool: other");
+        let (n2, c2) = (to_other(&n2), to_other(&c2));
+        let p = pool("{consolidateAfter: 0s}");
+        let other = p.replace("name: default", "name: other");
+        let (inputs, r) = run(&[&p, &other, &n1, &c1, &n2, &c2]);
+        assert_eq!(r.commands.len(), 1, "one emptiness command across NodePools");
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n1", "n2"]);
+        assert!((r.commands[0].savings_per_hour - 0.8).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_empty_node_waits_for_consolidate_after() {
+        let [n1, c1] = managed("n1");
+        // The node was initialized a minute before NOW; consolidateAfter is an hour.
+        let c1 = c1.replace(
+            "{type: Initialized, status: \"True\", lastTransitionTime: \"2026-12-01T00:01:00Z\"}",
+            "{type: Initialized, status: \"True\", lastTransitionTime: \"2026-12-02T09:59:00Z\"}",
+        );
+        let p = pool("{consolidateAfter: 1h}");
+        let (inputs, r) = run(&[&p, &n1, &c1]);
+        assert!(r.commands.is_empty(), "not Consolidatable yet");
+        assert_eq!(
+            blocked(&inputs, &r, "n1"),
+            Some("consolidateAfter has not elapsed since the last pod event")
+        );
+        let (_, r) = run(&[&pool("{consolidateAfter: 1m}"), &n1, &c1]);
+        assert_eq!(r.commands[0].method, Method::Emptiness, "Consolidatable at NOW");
     }
 
     #[test]
