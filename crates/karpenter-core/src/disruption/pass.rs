@@ -790,6 +790,24 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_budget_is_not_bypassed_by_consolidation() {
+        let [n1, c1] = managed("n1");
+        let p = pool(
+            "{consolidateAfter: 0s, budgets: [{nodes: \"0\", reasons: [Empty]}, {nodes: \"5\", reasons: [Underutilized]}]}",
+        );
+        let (inputs, r) = run(&[&p, &n1, &c1]);
+        assert!(
+            r.commands.is_empty(),
+            "the empty node is held by the Empty budget"
+        );
+        assert!(
+            blocked(&inputs, &r, "n1")
+                .unwrap()
+                .contains("allows no more disruptions for Empty")
+        );
+    }
+
+    #[test]
     fn pending_pods_keep_the_room_they_need_from_consolidation() {
         let [n1, c1] = managed("n1");
         let [n2, c2] = managed("n2");

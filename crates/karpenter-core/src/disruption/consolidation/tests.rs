@@ -650,38 +650,44 @@ fn a_replacement_launched_into_a_reservation_stays_reserved() {
 }
 
 #[test]
-fn when_empty_only_consolidates_empty_nodes() {
+fn consolidation_leaves_empty_nodes_to_emptiness() {
     let mut fx = Fx::new();
     let mut busy = fx.cand(0, 0, 0.5, "on-demand", 0.5);
     busy.policy = ConsolidationPolicy::WhenEmpty;
     let mut empty = fx.cand(1, 0, 0.5, "on-demand", 1.0);
-    empty.policy = ConsolidationPolicy::WhenEmpty;
     empty.pod_count = 0;
     let other = fx.cand(2, 0, 0.5, "on-demand", 2.0);
-    let cs = vec![busy, empty, other];
+    let third = fx.cand(3, 0, 0.5, "on-demand", 3.0);
+    let cs = vec![busy, empty, other, third];
 
     let simulated = RefCell::new(Vec::new());
     let mut sim = |c: &[&ConsolidationCandidate]| {
         simulated.borrow_mut().extend(c.iter().map(|c| c.index));
         SimulationOutcome::Delete
     };
-    let (cmd, rejected, evaluated) = single_node(&cs, &[3], &mut sim, &fx.settings);
-    assert_eq!(cmd.unwrap().candidates, vec![1]);
+    let (cmd, rejected, evaluated) = single_node(&cs, &[4], &mut sim, &fx.settings);
+    assert_eq!(cmd.unwrap().candidates, vec![2]);
     assert_eq!(
         rejected,
-        vec![(0, "NodePool policy WhenEmpty: the node is not empty".to_string())]
+        vec![
+            (0, "NodePool policy WhenEmpty: the node is not empty".to_string()),
+            (
+                1,
+                "empty: only emptiness removes it, within the Empty budget".to_string()
+            ),
+        ]
     );
     assert_eq!(evaluated, 1);
-    assert_eq!(*simulated.borrow(), vec![1]);
+    assert_eq!(*simulated.borrow(), vec![2]);
 
     let cmd = multi_node(
         &cs,
-        &mut [3],
+        &mut [4],
         &mut always(SimulationOutcome::Delete),
         &fx.settings,
     )
     .unwrap();
-    assert_eq!(cmd.candidates, vec![1, 2]);
+    assert_eq!(cmd.candidates, vec![2, 3]);
 }
 
 #[test]
