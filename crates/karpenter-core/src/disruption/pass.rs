@@ -247,46 +247,9 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
             }
         }
 
-        // 3. Drift: one candidate per command, empty nodes first, then the oldest.
-        let mut drifted: Vec<usize> = Vec::new();
-        for (p, pool) in inputs.pools.iter().enumerate() {
-            if pool.is_static {
-                continue;
-            }
-            if allowed[p][1] == 0 {
-                for n in drifted_candidates(inputs, p, now) {
-                    block(
-                        &mut result,
-                        &mut explained,
-                        n,
-                        format!(
-                            "drifted, but NodePool {} allows no more disruptions for Drifted now (budget)",
-                            pool.name
-                        ),
-                    );
-                }
-                continue;
-            }
-            drifted.extend(drifted_candidates(inputs, p, now));
-        }
-        drifted.sort_by_key(|&n| {
-            (
-                !is_empty(&inputs.view, n),
-                inputs.claims[n].as_ref().and_then(|i| i.created),
-            )
-        });
-        for n in drifted {
-            match simulate_removal(inputs, &[n]) {
-                SimulationOutcome::Delete => {
-                    break 'methods vec![drift_command(inputs, n, Decision::Delete, Vec::new())];
-                }
-                SimulationOutcome::Replace(claims) => {
-                    break 'methods vec![drift_command(inputs, n, Decision::Replace, claims)];
-                }
-                SimulationOutcome::Unschedulable(why) => {
-                    block(&mut result, &mut explained, n, format!("drifted, but {why}"));
-                }
-            }
+        // 3. Drift.
+        if let Some(cmd) = drift(inputs, &allowed, now, &mut result, &mut explained) {
+            break 'methods vec![cmd];
         }
 
         // 4 and 5. Consolidation.
@@ -430,6 +393,65 @@ fn emptiness(
         replacements: Vec::new(),
         savings_per_hour: chosen.iter().map(|i| i.price).sum(),
     })
+}
+
+/// Drift: one drifted node per command, within each NodePool's Drifted budget, in [`drift_order`]; a node whose
+/// pods cannot all be placed is passed over for the next.
+fn drift(
+    inputs: &mut DisruptionInputs,
+    allowed: &[[usize; 3]],
+    now: Timestamp,
+    result: &mut PassResult,
+    explained: &mut [bool],
+) -> Option<DisruptionCommand> {
+    let mut drifted: Vec<usize> = Vec::new();
+    for (p, pool) in inputs.pools.iter().enumerate() {
+        if pool.is_static {
+            continue;
+        }
+        let nodes = drifted_candidates(inputs, p, now);
+        if allowed[p][1] > 0 {
+            drifted.extend(nodes);
+            continue;
+        }
+        for n in nodes {
+            let why = format!(
+                "drifted, but NodePool {} allows no more disruptions for Drifted now (budget)",
+                pool.name
+            );
+            block(result, explained, n, why);
+        }
+    }
+    drifted.sort_by_key(|&n| drift_order(inputs, n, now));
+    for n in drifted {
+        match simulate_removal(inputs, &[n]) {
+            SimulationOutcome::Delete => return Some(drift_command(inputs, n, Decision::Delete, Vec::new())),
+            SimulationOutcome::Replace(claims) => {
+                return Some(drift_command(inputs, n, Decision::Replace, claims));
+            }
+            SimulationOutcome::Unschedulable(why) => {
+                block(result, explained, n, format!("drifted, but {why}"))
+            }
+        }
+    }
+    None
+}
+
+/// The order drift takes nodes in, as upstream: empty ones first, then the longest drifted (the Drifted
+/// condition's lastTransitionTime; a drift first found this pass counts from `now`); the oldest NodeClaim, then
+/// the node's position, break ties.
+fn drift_order(
+    inputs: &DisruptionInputs,
+    n: usize,
+    now: Timestamp,
+) -> (bool, Timestamp, Option<Timestamp>, usize) {
+    let info = inputs.claims[n].as_ref();
+    (
+        !is_empty(&inputs.view, n),
+        info.and_then(|i| i.drifted_since).unwrap_or(now),
+        info.and_then(|i| i.created),
+        n,
+    )
 }
 
 /// Drifted NodeClaims of a pool the eventual methods may take, empty ones first.
@@ -787,6 +809,81 @@ mod tests {
         assert_eq!(cmd.decision, Decision::Replace, "its pod needs a new node");
         assert_eq!(names(&inputs, &cmd.candidates), ["n1"]);
         assert_eq!(cmd.replacements.len(), 1);
+    }
+
+    /// `managed(name)`, drifted (a stale NodePool hash), its claim created at `created`, with the Drifted condition
+    /// True since `since` when given.
+    fn drifted(name: &str, created: &str, since: Option<&str>) -> [String; 2] {
+        let [node, claim] = managed(name);
+        let mut claim = claim.replace(
+            "  creationTimestamp: \"2026-12-01T00:00:00Z\"",
+            &format!("  annotations: {{karpenter.sh/nodepool-hash: \"1\", karpenter.sh/nodepool-hash-version: v3-rs1}}\n  creationTimestamp: \"{created}\""),
+        );
+        if let Some(since) = since {
+            claim += &format!(
+                "  - {{type: Drifted, status: \"True\", reason: NodePoolDrifted, lastTransitionTime: \"{since}\"}}\n"
+            );
+        }
+        [node, claim]
+    }
+
+    #[test]
+    fn drift_takes_the_longest_drifted_node_first() {
+        let p = pool("{consolidateAfter: Never}");
+        let a = bound_pod("default", "a", "n1", "1", "");
+        let b = bound_pod("default", "b", "n2", "1", "");
+        // n1 is the older NodeClaim, n2 drifted first.
+        let [n1, c1] = drifted("n1", "2026-11-20T00:00:00Z", Some("2026-12-02T09:00:00Z"));
+        let [n2, c2] = drifted("n2", "2026-11-25T00:00:00Z", Some("2026-12-01T12:00:00Z"));
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b]);
+        assert_eq!(r.commands[0].method, Method::Drift);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n2"]);
+        // Without Drifted conditions (drift found this pass), the older NodeClaim goes first.
+        let [n1, c1] = drifted("n1", "2026-11-20T00:00:00Z", None);
+        let [n2, c2] = drifted("n2", "2026-11-25T00:00:00Z", None);
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b]);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n1"]);
+    }
+
+    #[test]
+    fn drift_passes_over_a_node_it_cannot_replace() {
+        let p = pool("{consolidateAfter: Never}");
+        // n1's pod needs 9 cpu: no instance type fits it.
+        let a = bound_pod("default", "a", "n1", "9", "");
+        let b = bound_pod("default", "b", "n2", "1", "");
+        let [n1, c1] = drifted("n1", "2026-11-20T00:00:00Z", None);
+        let [n2, c2] = drifted("n2", "2026-11-25T00:00:00Z", None);
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b]);
+        assert_eq!(r.commands.len(), 1, "{:?}", r.blocked);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n2"]);
+        assert!(
+            blocked(&inputs, &r, "n1").unwrap().starts_with("drifted, but "),
+            "{:?}",
+            r.blocked
+        );
+    }
+
+    #[test]
+    fn drift_proceeds_past_do_not_disrupt_with_a_termination_grace_period() {
+        let p = pool("{consolidateAfter: Never}");
+        let a = bound_pod("default", "a", "n1", "1", "").replace(
+            "labels: {app: a}",
+            "labels: {app: a}, annotations: {karpenter.sh/do-not-disrupt: \"true\"}",
+        );
+        let [n1, c1] = drifted("n1", "2026-11-20T00:00:00Z", None);
+        let (inputs, r) = run(&[&p, &n1, &c1, &a]);
+        assert!(r.commands.is_empty());
+        assert_eq!(
+            blocked(&inputs, &r, "n1"),
+            Some("pod default/a has karpenter.sh/do-not-disrupt")
+        );
+        let c1 = c1.replace(
+            "spec:\n  requirements: []\n",
+            "spec:\n  requirements: []\n  terminationGracePeriod: 1h\n",
+        );
+        let (inputs, r) = run(&[&p, &n1, &c1, &a]);
+        assert_eq!(r.commands[0].method, Method::Drift, "{:?}", r.blocked);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n1"]);
     }
 
     #[test]

@@ -11,8 +11,9 @@ use std::{
 use super::compact_pod::CompactPod;
 use jiff::Timestamp;
 use karpenter_api::{
+    common::{ConditionStatus, find_condition},
     labels,
-    nodeclaim::NodeClaim,
+    nodeclaim::{NodeClaim, conditions},
     nodepool::{Budget, ConsolidationPolicy, NodePool},
 };
 
@@ -73,6 +74,8 @@ pub struct ClaimInfo {
     pub price: f64,
     pub created: Option<Timestamp>,
     pub drift: Option<DriftReason>,
+    /// Since when the NodeClaim's Drifted condition has been True; `None` when it is not (yet) set.
+    pub drifted_since: Option<Timestamp>,
     pub consolidatable: bool,
     /// `creationTimestamp + expireAfter`; `None` for `expireAfter: Never`.
     pub expires_at: Option<Timestamp>,
@@ -346,6 +349,7 @@ pub fn build_disruption_inputs(
             price,
             created,
             drift,
+            drifted_since: drifted_since(claim),
             consolidatable: is_consolidatable(claim, pool, now),
             expires_at: expiry(claim),
             expired: is_expired(claim, now),
@@ -408,6 +412,14 @@ fn convert_catalog_type(
         .filter(|it| it.name == name)
         .find_map(|it| instance_type::from_catalog(it, interner, table).ok())
         .map(Arc::new)
+}
+
+/// When the NodeClaim's Drifted condition last turned True, if it is True.
+fn drifted_since(claim: &NodeClaim) -> Option<Timestamp> {
+    let status = claim.status.as_ref()?;
+    find_condition(&status.conditions, conditions::DRIFTED)
+        .filter(|c| c.status == ConditionStatus::True)
+        .map(|c| c.last_transition_time.0)
 }
 
 #[cfg(test)]
