@@ -1,10 +1,11 @@
 //! Which nodes a disruption pass may consider, and why the others are left alone.
 //!
 //! A candidate is a managed node (it has a NodeClaim and a NodePool), initialized, not already being deleted,
-//! not nominated for a pending pod (`status.nominatedNodeName`: the pod is on its way there), not annotated `karpenter.sh/do-not-disrupt: "true"`, and holding no pod that blocks eviction. A pod blocks
-//! when its own do-not-disrupt protection is active, or when a PodDisruptionBudget would refuse its eviction now
-//! (several PDBs on one pod always refuse). DaemonSet, mirror, terminating and terminal pods never block, and
-//! neither do pods that tolerate the `karpenter.sh/disrupted` taint (they are not drained). For the eventual
+//! not nominated for a pending pod (`status.nominatedNodeName`: the pod is on its way there), not annotated `karpenter.sh/do-not-disrupt: "true"`, and holding no pod that blocks eviction. As upstream, any
+//! active (neither terminal nor terminating) pod whose do-not-disrupt protection is active blocks, DaemonSet and
+//! mirror pods included; then a PodDisruptionBudget blocks when it would refuse the eviction of a pod Karpenter
+//! evicts (active, not a mirror pod, not tolerating the `karpenter.sh/disrupted` taint; DaemonSet pods are
+//! evicted, last) — several PDBs on one pod always refuse. For the eventual
 //! methods (drift), a NodeClaim with a terminationGracePeriod stays a candidate despite blocking pods: draining
 //! honours the protections until the grace period ends. A node running CapacityBuffer placeholder pods is not a
 //! candidate for emptiness or consolidation.
@@ -27,8 +28,10 @@ pub struct PodView {
     pub labels: Labels,
     /// Index into `ClusterView::nodes`.
     pub node: usize,
-    /// Owned by a DaemonSet, or a static (mirror) pod: never drained by Karpenter.
+    /// Owned by a DaemonSet, or a static (mirror) pod: needs no new place when its node goes.
     pub daemon_or_mirror: bool,
+    /// A static (mirror) pod: the API server cannot evict it.
+    pub mirror: bool,
     /// Succeeded or Failed.
     pub terminal: bool,
     /// Has a deletionTimestamp.
@@ -48,7 +51,17 @@ impl PodView {
 
     /// Whether draining the node would evict this pod (and so whether it must find a place elsewhere).
     pub fn is_reschedulable(&self) -> bool {
-        !self.daemon_or_mirror && !self.terminal && !self.terminating && !self.tolerates_disrupted
+        !self.daemon_or_mirror && self.is_active() && !self.tolerates_disrupted
+    }
+
+    /// Neither terminal nor terminating: its do-not-disrupt annotation counts.
+    pub fn is_active(&self) -> bool {
+        !self.terminal && !self.terminating
+    }
+
+    /// Whether draining calls the Eviction API for it, so that PodDisruptionBudgets apply (DaemonSet pods too).
+    pub fn is_evictable(&self) -> bool {
+        self.is_active() && !self.mirror && !self.tolerates_disrupted
     }
 }
 
@@ -63,6 +76,9 @@ pub struct NodeView {
     pub initialized: bool,
     /// Being deleted, or tainted `karpenter.sh/disrupted` by a disruption in progress.
     pub deleting: bool,
+    /// Its NodeClaim's `InstanceTerminating` condition is True: drained, and its instance already being
+    /// terminated. Budgets no longer count it (as upstream).
+    pub instance_terminating: bool,
     pub ready: bool,
     /// `karpenter.sh/do-not-disrupt: "true"` on the node.
     pub do_not_disrupt: bool,
@@ -117,20 +133,23 @@ pub fn blocked_reason(view: &ClusterView, node: usize, class: MethodClass, now: 
         // Draining will honour the pods' protections until the NodeClaim's terminationGracePeriod ends.
         return None;
     }
-    let limits = PdbLimits::new(&view.pdbs);
-    for &p in &n.pods {
-        let pod = &view.pods[p];
-        if !pod.is_reschedulable() {
-            continue;
-        }
-        if pod.do_not_disrupt.blocks(now) {
-            return Some(format!("pod {} has karpenter.sh/do-not-disrupt", pod.id()));
-        }
-        if let Err(block) = limits.check(&view.pdbs, pod.namespace, &pod.labels, pod.ready) {
-            return Some(format!("pod {} {block}", pod.id()));
-        }
+    pod_blocker(view, node, now)
+}
+
+/// The first pod that blocks a voluntary disruption of the node, as upstream checks them: do-not-disrupt on any
+/// active pod first, then the PodDisruptionBudgets of the pods eviction would call on.
+fn pod_blocker(view: &ClusterView, node: usize, now: Timestamp) -> Option<String> {
+    let pods = || view.nodes[node].pods.iter().map(|&p| &view.pods[p]);
+    if let Some(pod) = pods().find(|p| p.is_active() && p.do_not_disrupt.blocks(now)) {
+        return Some(format!("pod {} has karpenter.sh/do-not-disrupt", pod.id()));
     }
-    None
+    let limits = PdbLimits::new(&view.pdbs);
+    pods().filter(|p| p.is_evictable()).find_map(|pod| {
+        let block = limits
+            .check(&view.pdbs, pod.namespace, &pod.labels, pod.ready)
+            .err()?;
+        Some(format!("pod {} {block}", pod.id()))
+    })
 }
 
 /// Whether a node's pods all leave with it and it runs no CapacityBuffer placeholder: what emptiness removes.
@@ -168,6 +187,7 @@ mod tests {
                 node_pool: Some("default".into()),
                 initialized: true,
                 deleting: false,
+                instance_terminating: false,
                 ready: true,
                 do_not_disrupt: false,
                 has_termination_grace_period: false,
@@ -188,6 +208,7 @@ mod tests {
                 labels: Labels::new(vec![(self.i.intern_key("app"), self.i.intern("web"))]),
                 node: 0,
                 daemon_or_mirror: false,
+                mirror: false,
                 terminal: false,
                 terminating: false,
                 ready: true,
@@ -278,21 +299,61 @@ mod tests {
     }
 
     #[test]
-    fn daemonset_mirror_terminating_and_terminal_pods_do_not_block() {
+    fn terminating_and_terminal_pods_do_not_block() {
         let mut fx = Fx::new();
         fx.pdb(0);
-        for edit in [
-            (|p: &mut PodView| p.daemon_or_mirror = true) as fn(&mut PodView),
-            |p| p.terminal = true,
-            |p| p.terminating = true,
-            |p| p.tolerates_disrupted = true,
-        ] {
+        for edit in [(|p: &mut PodView| p.terminal = true) as fn(&mut PodView), |p| {
+            p.terminating = true
+        }] {
             let p = fx.pod("x");
             fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Always;
             edit(&mut fx.view.pods[p]);
         }
         assert_eq!(blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)), None);
         assert!(is_empty(&fx.view, 0), "none of those pods needs a new place");
+    }
+
+    #[test]
+    fn do_not_disrupt_on_daemonset_and_mirror_pods_blocks_as_upstream() {
+        for edit in [
+            (|p: &mut PodView| p.daemon_or_mirror = true) as fn(&mut PodView),
+            |p| {
+                p.daemon_or_mirror = true;
+                p.mirror = true;
+            },
+            |p| p.tolerates_disrupted = true,
+        ] {
+            let mut fx = Fx::new();
+            let p = fx.pod("agent");
+            edit(&mut fx.view.pods[p]);
+            assert!(is_empty(&fx.view, 0), "the pod needs no new place");
+            assert_eq!(blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)), None);
+            fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Always;
+            assert_eq!(
+                blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)).as_deref(),
+                Some("pod default/agent has karpenter.sh/do-not-disrupt"),
+                "an active pod's do-not-disrupt blocks whatever owns it"
+            );
+        }
+    }
+
+    #[test]
+    fn pdbs_apply_to_daemonset_pods_but_not_to_pods_eviction_skips() {
+        let mut fx = Fx::new();
+        fx.pdb(0);
+        let p = fx.pod("agent");
+        fx.view.pods[p].daemon_or_mirror = true;
+        let why = blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)).unwrap();
+        assert!(why.contains("PodDisruptionBudget default/web"), "{why}");
+        for edit in [(|p: &mut PodView| p.mirror = true) as fn(&mut PodView), |p| {
+            p.tolerates_disrupted = true
+        }] {
+            let mut pod = fx.view.pods[p].clone();
+            edit(&mut pod);
+            let mut view = fx.view.clone();
+            view.pods[p] = pod;
+            assert_eq!(blocked_reason(&view, 0, MethodClass::Graceful, at(NOW)), None);
+        }
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! scheduler without the candidates and reports what it took.
 //!
 //! Upstream's rules (`consolidation.go`, `multinodeconsolidation.go`, `singlenodeconsolidation.go`):
-//! - candidates are tried in ascending disruption cost; a NodePool with policy `WhenEmpty` offers only its empty
-//!   nodes;
+//! - candidates are tried in ascending disruption cost; empty nodes are left to emptiness (and its budget), so a
+//!   NodePool with policy `WhenEmpty` offers none;
 //! - a move is a delete when every pod fits on nodes that stay, a replace when exactly one new node is needed and
 //!   it is cheaper; instance types of the replacement whose worst launch price (most expensive offering its
 //!   requirements allow) is not below the removed nodes' price are dropped, and minValues must still hold;
@@ -150,9 +150,17 @@ enum Method {
     Multi,
 }
 
-/// Whether a candidate may be consolidated at all under its NodePool's policy.
-fn qualifies(c: &ConsolidationCandidate) -> bool {
-    c.policy != ConsolidationPolicy::WhenEmpty || c.pod_count == 0
+/// Why a candidate is not consolidated at all, before any simulation: an empty node is emptiness's alone, within
+/// the Empty budget (upstream leaves it out of consolidation, so a budget for `Empty` holds it), and a `WhenEmpty`
+/// NodePool consolidates nothing else.
+fn disqualified(c: &ConsolidationCandidate) -> Option<&'static str> {
+    if c.pod_count == 0 {
+        Some("empty: only emptiness removes it, within the Empty budget")
+    } else if c.policy == ConsolidationPolicy::WhenEmpty {
+        Some("NodePool policy WhenEmpty: the node is not empty")
+    } else {
+        None
+    }
 }
 
 /// Multi-node consolidation: the longest prefix of the candidates (by ascending disruption cost, within budgets,
@@ -175,7 +183,7 @@ pub fn multi_node(
             break;
         }
         let c = &candidates[i];
-        if !qualifies(c) {
+        if disqualified(c).is_some() {
             continue;
         }
         match budgets.get_mut(c.node_pool) {
@@ -234,11 +242,8 @@ pub fn single_node(
             ));
             continue;
         }
-        if !qualifies(c) {
-            rejected.push((
-                c.index,
-                "NodePool policy WhenEmpty: the node is not empty".to_string(),
-            ));
+        if let Some(why) = disqualified(c) {
+            rejected.push((c.index, why.to_string()));
             continue;
         }
         evaluated += 1;

@@ -130,13 +130,14 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
         for (r, reason) in REASONS.iter().enumerate() {
             let (n, errors) =
                 allowed_disruptions(pool.budgets.as_deref(), *reason, pool.nodes, pool.disrupting, now);
-            per_reason[r] = n;
             for e in errors {
                 result
                     .errors
                     .push(format!("NodePool {}: spec.disruption.{e}", pool.name));
             }
             let applies = budget_applies(pool.budgets.as_deref(), *reason, now);
+            // No budget limiting the reason leaves it unlimited, whatever is already disrupting (as upstream).
+            per_reason[r] = if applies { n } else { usize::MAX };
             result.budgets.push(BudgetEntry {
                 pool: p,
                 reason: *reason,
@@ -223,53 +224,8 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
 
     let commands = 'methods: {
         // 1. Emptiness.
-        let mut cmds = Vec::new();
-        for (p, pool) in inputs.pools.iter().enumerate() {
-            if pool.is_static {
-                continue;
-            }
-            let mut left = allowed[p][0];
-            let mut chosen = Vec::new();
-            for (n, info) in inputs.claims.iter().enumerate() {
-                let Some(info) = info.as_ref().filter(|i| i.pool == p) else {
-                    continue;
-                };
-                if graceful_blocked[n].is_some() || !info.consolidatable || !is_empty(&inputs.view, n) {
-                    continue;
-                }
-                if left == 0 {
-                    block(
-                        &mut result,
-                        &mut explained,
-                        n,
-                        format!(
-                            "empty, but NodePool {} allows no more disruptions for Empty now (budget)",
-                            pool.name
-                        ),
-                    );
-                    continue;
-                }
-                left -= 1;
-                chosen.push(n);
-            }
-            if !chosen.is_empty() {
-                let savings = chosen
-                    .iter()
-                    .filter_map(|&n| inputs.claims[n].as_ref())
-                    .map(|i| i.price)
-                    .sum();
-                cmds.push(DisruptionCommand {
-                    method: Method::Emptiness,
-                    reason: DisruptionReason::Empty,
-                    decision: Decision::Delete,
-                    candidates: chosen,
-                    replacements: Vec::new(),
-                    savings_per_hour: savings,
-                });
-            }
-        }
-        if !cmds.is_empty() {
-            break 'methods cmds;
+        if let Some(cmd) = emptiness(inputs, &allowed, &graceful_blocked, &mut result, &mut explained) {
+            break 'methods vec![cmd];
         }
 
         // 2. Static drift: static NodePools keep their replica count themselves, so a drifted node is deleted and
@@ -291,46 +247,9 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
             }
         }
 
-        // 3. Drift: one candidate per command, empty nodes first, then the oldest.
-        let mut drifted: Vec<usize> = Vec::new();
-        for (p, pool) in inputs.pools.iter().enumerate() {
-            if pool.is_static {
-                continue;
-            }
-            if allowed[p][1] == 0 {
-                for n in drifted_candidates(inputs, p, now) {
-                    block(
-                        &mut result,
-                        &mut explained,
-                        n,
-                        format!(
-                            "drifted, but NodePool {} allows no more disruptions for Drifted now (budget)",
-                            pool.name
-                        ),
-                    );
-                }
-                continue;
-            }
-            drifted.extend(drifted_candidates(inputs, p, now));
-        }
-        drifted.sort_by_key(|&n| {
-            (
-                !is_empty(&inputs.view, n),
-                inputs.claims[n].as_ref().and_then(|i| i.created),
-            )
-        });
-        for n in drifted {
-            match simulate_removal(inputs, &[n]) {
-                SimulationOutcome::Delete => {
-                    break 'methods vec![drift_command(inputs, n, Decision::Delete, Vec::new())];
-                }
-                SimulationOutcome::Replace(claims) => {
-                    break 'methods vec![drift_command(inputs, n, Decision::Replace, claims)];
-                }
-                SimulationOutcome::Unschedulable(why) => {
-                    block(&mut result, &mut explained, n, format!("drifted, but {why}"));
-                }
-            }
+        // 3. Drift.
+        if let Some(cmd) = drift(inputs, &allowed, now, &mut result, &mut explained) {
+            break 'methods vec![cmd];
         }
 
         // 4 and 5. Consolidation.
@@ -425,6 +344,114 @@ fn idle_reason(inputs: &DisruptionInputs, info: &ClaimInfo, winner: Option<Metho
         }
         _ => "no cheaper placement of its pods was found".to_string(),
     }
+}
+
+/// Emptiness: every consolidatable, empty node of a dynamic NodePool within its NodePool's Empty budget, the
+/// cheapest to disrupt first, in one command across NodePools (as upstream's emptiness method).
+fn emptiness(
+    inputs: &DisruptionInputs,
+    allowed: &[[usize; 3]],
+    graceful_blocked: &[Option<String>],
+    result: &mut PassResult,
+    explained: &mut [bool],
+) -> Option<DisruptionCommand> {
+    let mut empty: Vec<&ClaimInfo> = inputs
+        .claims
+        .iter()
+        .flatten()
+        .filter(|i| {
+            !inputs.pools[i.pool].is_static
+                && graceful_blocked[i.node].is_none()
+                && i.consolidatable
+                && is_empty(&inputs.view, i.node)
+        })
+        .collect();
+    empty.sort_by(|a, b| {
+        a.disruption_cost
+            .total_cmp(&b.disruption_cost)
+            .then_with(|| a.node.cmp(&b.node))
+    });
+    let mut left: Vec<usize> = allowed.iter().map(|a| a[0]).collect();
+    let mut chosen = Vec::new();
+    for info in empty {
+        if left[info.pool] == 0 {
+            let why = format!(
+                "empty, but NodePool {} allows no more disruptions for Empty now (budget)",
+                inputs.pools[info.pool].name
+            );
+            block(result, explained, info.node, why);
+            continue;
+        }
+        left[info.pool] -= 1;
+        chosen.push(info);
+    }
+    (!chosen.is_empty()).then(|| DisruptionCommand {
+        method: Method::Emptiness,
+        reason: DisruptionReason::Empty,
+        decision: Decision::Delete,
+        candidates: chosen.iter().map(|i| i.node).collect(),
+        replacements: Vec::new(),
+        savings_per_hour: chosen.iter().map(|i| i.price).sum(),
+    })
+}
+
+/// Drift: one drifted node per command, within each NodePool's Drifted budget, in [`drift_order`]; a node whose
+/// pods cannot all be placed is passed over for the next.
+fn drift(
+    inputs: &mut DisruptionInputs,
+    allowed: &[[usize; 3]],
+    now: Timestamp,
+    result: &mut PassResult,
+    explained: &mut [bool],
+) -> Option<DisruptionCommand> {
+    let mut drifted: Vec<usize> = Vec::new();
+    for (p, pool) in inputs.pools.iter().enumerate() {
+        if pool.is_static {
+            continue;
+        }
+        let nodes = drifted_candidates(inputs, p, now);
+        if allowed[p][1] > 0 {
+            drifted.extend(nodes);
+            continue;
+        }
+        for n in nodes {
+            let why = format!(
+                "drifted, but NodePool {} allows no more disruptions for Drifted now (budget)",
+                pool.name
+            );
+            block(result, explained, n, why);
+        }
+    }
+    drifted.sort_by_key(|&n| drift_order(inputs, n, now));
+    for n in drifted {
+        match simulate_removal(inputs, &[n]) {
+            SimulationOutcome::Delete => return Some(drift_command(inputs, n, Decision::Delete, Vec::new())),
+            SimulationOutcome::Replace(claims) => {
+                return Some(drift_command(inputs, n, Decision::Replace, claims));
+            }
+            SimulationOutcome::Unschedulable(why) => {
+                block(result, explained, n, format!("drifted, but {why}"))
+            }
+        }
+    }
+    None
+}
+
+/// The order drift takes nodes in, as upstream: empty ones first, then the longest drifted (the Drifted
+/// condition's lastTransitionTime; a drift first found this pass counts from `now`); the oldest NodeClaim, then
+/// the node's position, break ties.
+fn drift_order(
+    inputs: &DisruptionInputs,
+    n: usize,
+    now: Timestamp,
+) -> (bool, Timestamp, Option<Timestamp>, usize) {
+    let info = inputs.claims[n].as_ref();
+    (
+        !is_empty(&inputs.view, n),
+        info.and_then(|i| i.drifted_since).unwrap_or(now),
+        info.and_then(|i| i.created),
+        n,
+    )
 }
 
 /// Drifted NodeClaims of a pool the eventual methods may take, empty ones first.
@@ -610,6 +637,51 @@ mod tests {
     }
 
     #[test]
+    fn emptiness_deletes_the_empty_nodes_of_every_nodepool_in_one_command() {
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        let to_other = |s: &str| s.replace("karpenter.sh/nodepool: default", "karpenter.sh/nodepool: other");
+        let (n2, c2) = (to_other(&n2), to_other(&c2));
+        let p = pool("{consolidateAfter: 0s}");
+        let other = p.replace("name: default", "name: other");
+        let (inputs, r) = run(&[&p, &other, &n1, &c1, &n2, &c2]);
+        assert_eq!(r.commands.len(), 1, "one emptiness command across NodePools");
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n1", "n2"]);
+        assert!((r.commands[0].savings_per_hour - 0.8).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_empty_node_waits_for_consolidate_after() {
+        let [n1, c1] = managed("n1");
+        // The node was initialized a minute before NOW; consolidateAfter is an hour.
+        let c1 = c1.replace(
+            "{type: Initialized, status: \"True\", lastTransitionTime: \"2026-12-01T00:01:00Z\"}",
+            "{type: Initialized, status: \"True\", lastTransitionTime: \"2026-12-02T09:59:00Z\"}",
+        );
+        let p = pool("{consolidateAfter: 1h}");
+        let (inputs, r) = run(&[&p, &n1, &c1]);
+        assert!(r.commands.is_empty(), "not Consolidatable yet");
+        assert_eq!(
+            blocked(&inputs, &r, "n1"),
+            Some("consolidateAfter has not elapsed since the last pod event")
+        );
+        let (_, r) = run(&[&pool("{consolidateAfter: 1m}"), &n1, &c1]);
+        assert_eq!(r.commands[0].method, Method::Emptiness, "Consolidatable at NOW");
+    }
+
+    #[test]
+    fn a_reason_no_budget_limits_is_not_limited_by_disrupting_nodes() {
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        // n2 is NotReady: it uses up budgets that apply, but no budget limits Empty here.
+        let n2 = n2.replace("status: \"True\"}]", "status: \"False\"}]");
+        let p = pool("{consolidateAfter: 0s, budgets: [{nodes: \"0\", reasons: [Drifted]}]}");
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2]);
+        assert_eq!(r.commands.len(), 1, "{:?}", r.blocked);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n1", "n2"]);
+    }
+
+    #[test]
     fn consolidation_deletes_nodes_whose_pods_fit_elsewhere() {
         let [n1, c1] = managed("n1");
         let [n2, c2] = managed("n2");
@@ -737,6 +809,99 @@ mod tests {
         assert_eq!(cmd.decision, Decision::Replace, "its pod needs a new node");
         assert_eq!(names(&inputs, &cmd.candidates), ["n1"]);
         assert_eq!(cmd.replacements.len(), 1);
+    }
+
+    /// `managed(name)`, drifted (a stale NodePool hash), its claim created at `created`, with the Drifted condition
+    /// True since `since` when given.
+    fn drifted(name: &str, created: &str, since: Option<&str>) -> [String; 2] {
+        let [node, claim] = managed(name);
+        let mut claim = claim.replace(
+            "  creationTimestamp: \"2026-12-01T00:00:00Z\"",
+            &format!("  annotations: {{karpenter.sh/nodepool-hash: \"1\", karpenter.sh/nodepool-hash-version: v3-rs1}}\n  creationTimestamp: \"{created}\""),
+        );
+        if let Some(since) = since {
+            claim += &format!(
+                "  - {{type: Drifted, status: \"True\", reason: NodePoolDrifted, lastTransitionTime: \"{since}\"}}\n"
+            );
+        }
+        [node, claim]
+    }
+
+    #[test]
+    fn drift_takes_the_longest_drifted_node_first() {
+        let p = pool("{consolidateAfter: Never}");
+        let a = bound_pod("default", "a", "n1", "1", "");
+        let b = bound_pod("default", "b", "n2", "1", "");
+        // n1 is the older NodeClaim, n2 drifted first.
+        let [n1, c1] = drifted("n1", "2026-11-20T00:00:00Z", Some("2026-12-02T09:00:00Z"));
+        let [n2, c2] = drifted("n2", "2026-11-25T00:00:00Z", Some("2026-12-01T12:00:00Z"));
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b]);
+        assert_eq!(r.commands[0].method, Method::Drift);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n2"]);
+        // Without Drifted conditions (drift found this pass), the older NodeClaim goes first.
+        let [n1, c1] = drifted("n1", "2026-11-20T00:00:00Z", None);
+        let [n2, c2] = drifted("n2", "2026-11-25T00:00:00Z", None);
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b]);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n1"]);
+    }
+
+    #[test]
+    fn drift_passes_over_a_node_it_cannot_replace() {
+        let p = pool("{consolidateAfter: Never}");
+        // n1's pod needs 9 cpu: no instance type fits it.
+        let a = bound_pod("default", "a", "n1", "9", "");
+        let b = bound_pod("default", "b", "n2", "1", "");
+        let [n1, c1] = drifted("n1", "2026-11-20T00:00:00Z", None);
+        let [n2, c2] = drifted("n2", "2026-11-25T00:00:00Z", None);
+        let (inputs, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b]);
+        assert_eq!(r.commands.len(), 1, "{:?}", r.blocked);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n2"]);
+        assert!(
+            blocked(&inputs, &r, "n1").unwrap().starts_with("drifted, but "),
+            "{:?}",
+            r.blocked
+        );
+    }
+
+    #[test]
+    fn drift_proceeds_past_do_not_disrupt_with_a_termination_grace_period() {
+        let p = pool("{consolidateAfter: Never}");
+        let a = bound_pod("default", "a", "n1", "1", "").replace(
+            "labels: {app: a}",
+            "labels: {app: a}, annotations: {karpenter.sh/do-not-disrupt: \"true\"}",
+        );
+        let [n1, c1] = drifted("n1", "2026-11-20T00:00:00Z", None);
+        let (inputs, r) = run(&[&p, &n1, &c1, &a]);
+        assert!(r.commands.is_empty());
+        assert_eq!(
+            blocked(&inputs, &r, "n1"),
+            Some("pod default/a has karpenter.sh/do-not-disrupt")
+        );
+        let c1 = c1.replace(
+            "spec:\n  requirements: []\n",
+            "spec:\n  requirements: []\n  terminationGracePeriod: 1h\n",
+        );
+        let (inputs, r) = run(&[&p, &n1, &c1, &a]);
+        assert_eq!(r.commands[0].method, Method::Drift, "{:?}", r.blocked);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n1"]);
+    }
+
+    #[test]
+    fn an_empty_budget_is_not_bypassed_by_consolidation() {
+        let [n1, c1] = managed("n1");
+        let p = pool(
+            "{consolidateAfter: 0s, budgets: [{nodes: \"0\", reasons: [Empty]}, {nodes: \"5\", reasons: [Underutilized]}]}",
+        );
+        let (inputs, r) = run(&[&p, &n1, &c1]);
+        assert!(
+            r.commands.is_empty(),
+            "the empty node is held by the Empty budget"
+        );
+        assert!(
+            blocked(&inputs, &r, "n1")
+                .unwrap()
+                .contains("allows no more disruptions for Empty")
+        );
     }
 
     #[test]

@@ -11,8 +11,9 @@ use std::{
 use super::compact_pod::CompactPod;
 use jiff::Timestamp;
 use karpenter_api::{
+    common::{ConditionStatus, find_condition},
     labels,
-    nodeclaim::NodeClaim,
+    nodeclaim::{NodeClaim, conditions},
     nodepool::{Budget, ConsolidationPolicy, NodePool},
 };
 
@@ -73,6 +74,8 @@ pub struct ClaimInfo {
     pub price: f64,
     pub created: Option<Timestamp>,
     pub drift: Option<DriftReason>,
+    /// Since when the NodeClaim's Drifted condition has been True; `None` when it is not (yet) set.
+    pub drifted_since: Option<Timestamp>,
     pub consolidatable: bool,
     /// `creationTimestamp + expireAfter`; `None` for `expireAfter: Never`.
     pub expires_at: Option<Timestamp>,
@@ -194,11 +197,12 @@ pub fn build_disruption_inputs(
         .map(|(i, p)| (p.name.clone(), i))
         .collect();
     for n in &view.nodes {
-        // Upstream counts managed, initialized nodes; NotReady or deleting ones are already disrupting.
+        // Upstream counts managed, initialized nodes whose instance is not already terminating; NotReady or
+        // deleting ones are already disrupting.
         let (Some(_), Some(pool)) = (&n.node_claim, &n.node_pool) else {
             continue;
         };
-        if !n.initialized {
+        if !n.initialized || n.instance_terminating {
             continue;
         }
         if let Some(&i) = pool_index.get(pool) {
@@ -345,6 +349,7 @@ pub fn build_disruption_inputs(
             price,
             created,
             drift,
+            drifted_since: drifted_since(claim),
             consolidatable: is_consolidatable(claim, pool, now),
             expires_at: expiry(claim),
             expired: is_expired(claim, now),
@@ -407,6 +412,14 @@ fn convert_catalog_type(
         .filter(|it| it.name == name)
         .find_map(|it| instance_type::from_catalog(it, interner, table).ok())
         .map(Arc::new)
+}
+
+/// When the NodeClaim's Drifted condition last turned True, if it is True.
+fn drifted_since(claim: &NodeClaim) -> Option<Timestamp> {
+    let status = claim.status.as_ref()?;
+    find_condition(&status.conditions, conditions::DRIFTED)
+        .filter(|c| c.status == ConditionStatus::True)
+        .map(|c| c.last_transition_time.0)
 }
 
 #[cfg(test)]
@@ -549,6 +562,17 @@ mod tests {
             ),
             &managed("starting", NOW, true, false, ""),
             &node("unmanaged", "", ""),
+            &managed(
+                "terminating",
+                NOW,
+                true,
+                true,
+                "  deletionTimestamp: \"2026-06-01T11:00:00Z\"\n  finalizers: [karpenter.sh/termination]\n",
+            )
+            .replace(
+                "reason: Launched}",
+                &format!("reason: Launched}}, {{type: InstanceTerminating, status: \"True\", lastTransitionTime: \"{NOW}\", reason: InstanceTerminating}}"),
+            ),
         ]);
         assert_eq!(d.pools.len(), 1);
         let p = &d.pools[0];
@@ -557,8 +581,14 @@ mod tests {
         assert!(p.consolidate_after_never);
         assert!(!p.is_static);
         assert_eq!(p.budgets.as_ref().map(Vec::len), Some(1));
-        assert_eq!(p.nodes, 3, "managed, initialized nodes");
-        assert_eq!(p.disrupting, 2, "the NotReady and the deleting node");
+        assert_eq!(
+            p.nodes, 3,
+            "managed, initialized nodes whose instance is not terminating"
+        );
+        assert_eq!(
+            p.disrupting, 2,
+            "the NotReady and the deleting node, not the one whose instance is terminating"
+        );
         assert_eq!(d.existing_of[2], None, "a deleting node takes no pods");
         assert!(d.claims[2].is_some());
     }

@@ -33,6 +33,14 @@ fn annotation<'a>(
     annotations.and_then(|a| a.get(key)).map(String::as_str)
 }
 
+/// Whether the NodeClaim's condition `kind` is True.
+fn has_true_condition(claim: &karpenter_api::nodeclaim::NodeClaim, kind: &str) -> bool {
+    claim.status.as_ref().is_some_and(|s| {
+        karpenter_api::common::find_condition(&s.conditions, kind)
+            .is_some_and(|c| c.status == karpenter_api::common::ConditionStatus::True)
+    })
+}
+
 /// Builds the view. Pods bound to nodes missing from the snapshot are left out (they block nothing here).
 pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> ClusterView {
     let pools: std::collections::HashSet<&str> = snapshot
@@ -59,10 +67,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             .filter(|p| pools.contains(p))
             .map(str::to_string);
         let initialized = label(node_labels, labels::INITIALIZED_LABEL) == Some("true")
-            || claim.and_then(|c| c.status.as_ref()).is_some_and(|s| {
-                karpenter_api::common::find_condition(&s.conditions, conditions::INITIALIZED)
-                    .is_some_and(|c| c.status == karpenter_api::common::ConditionStatus::True)
-            });
+            || claim.is_some_and(|c| has_true_condition(c, conditions::INITIALIZED));
         let ready = node
             .status
             .as_ref()
@@ -76,6 +81,8 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             node_pool,
             initialized,
             deleting: is_deleting(node) || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
+            instance_terminating: claim
+                .is_some_and(|c| has_true_condition(c, conditions::INSTANCE_TERMINATING)),
             ready,
             do_not_disrupt: DoNotDisrupt::for_node(annotation(
                 node.metadata.annotations.as_ref(),
@@ -155,6 +162,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             labels: pod_labels,
             node,
             daemon_or_mirror: daemon_set_owner(pod).is_some() || is_mirror(pod),
+            mirror: is_mirror(pod),
             terminal: is_terminal(pod),
             terminating: is_terminating(pod),
             ready,

@@ -257,6 +257,44 @@ fn replace_only_with_a_cheaper_worst_case_price() {
 }
 
 #[test]
+fn single_node_never_replaces_a_node_with_its_own_type_at_its_price() {
+    let mut fx = Fx::new();
+    let mut c = fx.cand(0, 0, 0.4, "on-demand", 1.0);
+    c.instance_type = "large".into();
+    let cs = vec![c];
+    // The pods fit only on another "large", on-demand at the node's own price: nothing is saved.
+    let large = fx.it("large", 0.4, None);
+    let claim = fx.claim(vec![large], &["on-demand"]);
+    let (cmd, rejected, _) = single_node(
+        &cs,
+        &[1],
+        &mut always(SimulationOutcome::Replace(vec![claim])),
+        &fx.settings,
+    );
+    assert!(
+        cmd.is_none(),
+        "a node is not replaced by its own instance type at its price"
+    );
+    assert!(
+        rejected[0].1.starts_with("replacement would not be cheaper"),
+        "{rejected:?}"
+    );
+
+    // The same type as spot is cheaper: upstream moves an on-demand node to spot capacity of its own type.
+    let large = fx.it("large", 0.4, Some(0.1));
+    let claim = fx.claim(vec![large], &["on-demand", "spot"]);
+    let (cmd, _, _) = single_node(
+        &cs,
+        &[1],
+        &mut always(SimulationOutcome::Replace(vec![claim])),
+        &fx.settings,
+    );
+    let cmd = cmd.unwrap();
+    assert_eq!(cmd.decision, Decision::Replace);
+    assert!((cmd.savings_per_hour - 0.3).abs() < 1e-9);
+}
+
+#[test]
 fn multi_node_finds_the_largest_prefix() {
     let mut fx = Fx::new();
     let cs: Vec<_> = (0..8)
@@ -612,38 +650,44 @@ fn a_replacement_launched_into_a_reservation_stays_reserved() {
 }
 
 #[test]
-fn when_empty_only_consolidates_empty_nodes() {
+fn consolidation_leaves_empty_nodes_to_emptiness() {
     let mut fx = Fx::new();
     let mut busy = fx.cand(0, 0, 0.5, "on-demand", 0.5);
     busy.policy = ConsolidationPolicy::WhenEmpty;
     let mut empty = fx.cand(1, 0, 0.5, "on-demand", 1.0);
-    empty.policy = ConsolidationPolicy::WhenEmpty;
     empty.pod_count = 0;
     let other = fx.cand(2, 0, 0.5, "on-demand", 2.0);
-    let cs = vec![busy, empty, other];
+    let third = fx.cand(3, 0, 0.5, "on-demand", 3.0);
+    let cs = vec![busy, empty, other, third];
 
     let simulated = RefCell::new(Vec::new());
     let mut sim = |c: &[&ConsolidationCandidate]| {
         simulated.borrow_mut().extend(c.iter().map(|c| c.index));
         SimulationOutcome::Delete
     };
-    let (cmd, rejected, evaluated) = single_node(&cs, &[3], &mut sim, &fx.settings);
-    assert_eq!(cmd.unwrap().candidates, vec![1]);
+    let (cmd, rejected, evaluated) = single_node(&cs, &[4], &mut sim, &fx.settings);
+    assert_eq!(cmd.unwrap().candidates, vec![2]);
     assert_eq!(
         rejected,
-        vec![(0, "NodePool policy WhenEmpty: the node is not empty".to_string())]
+        vec![
+            (0, "NodePool policy WhenEmpty: the node is not empty".to_string()),
+            (
+                1,
+                "empty: only emptiness removes it, within the Empty budget".to_string()
+            ),
+        ]
     );
     assert_eq!(evaluated, 1);
-    assert_eq!(*simulated.borrow(), vec![1]);
+    assert_eq!(*simulated.borrow(), vec![2]);
 
     let cmd = multi_node(
         &cs,
-        &mut [3],
+        &mut [4],
         &mut always(SimulationOutcome::Delete),
         &fx.settings,
     )
     .unwrap();
-    assert_eq!(cmd.candidates, vec![1, 2]);
+    assert_eq!(cmd.candidates, vec![2, 3]);
 }
 
 #[test]
