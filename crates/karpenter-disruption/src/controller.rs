@@ -249,6 +249,7 @@ impl DisruptionController {
         let now = self.clock.now();
         let started = std::time::Instant::now();
         let result = self.pass(&mut inputs);
+        crate::pass_metrics::record_pass(&result, |p| inputs.pools[p].name.as_str());
         let (rss_mib, peak_mib) = crate::process_memory::resident_mib();
         tracing::debug!(
             pass_seconds = started.elapsed().as_secs_f64(),

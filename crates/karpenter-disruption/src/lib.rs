@@ -23,6 +23,7 @@ pub mod blocked_events;
 pub mod claim_conditions;
 mod controller;
 mod error;
+mod pass_metrics;
 mod process_memory;
 pub mod validation;
 

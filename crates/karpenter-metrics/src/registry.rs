@@ -30,7 +30,11 @@ const NODES_ALLOCATABLE: (&str, &str) = (
 );
 const NODES_TOTAL_POD_REQUESTS: (&str, &str) = (
     "karpenter_nodes_total_pod_requests",
-    "Sum of the requests of the pods bound to a node, by node and resource type.",
+    "Sum of the requests of the pods bound to a node, DaemonSet pods excepted, by node and resource type.",
+);
+const NODES_TOTAL_DAEMON_REQUESTS: (&str, &str) = (
+    "karpenter_nodes_total_daemon_requests",
+    "Sum of the requests of the DaemonSet pods bound to a node, by node and resource type.",
 );
 
 /// Controller-runtime style duration buckets, 5 ms to 10 minutes.
@@ -89,6 +93,7 @@ pub struct Metrics {
     pub nodepools_allowed_disruptions: Family<NodePoolReasonLabels, Gauge>,
     pub scheduler_scheduling_duration_seconds: HistogramFamily<ControllerLabels>,
     pub scheduler_unschedulable_pods_count: Family<ControllerLabels, Gauge>,
+    pub scheduler_queue_depth: Family<ControllerLabels, Gauge>,
     pub interruption_received_messages: Family<MessageTypeLabels, Counter>,
     pub interruption_deleted_messages: Counter,
     /// Seconds from an interruption event to its message's deletion (one series, no labels).
@@ -107,6 +112,7 @@ pub struct Metrics {
     pub nodepools_limit: Family<NodePoolResourceLabels, FloatGauge>,
     pub nodes_allocatable: NodeResourceGauge,
     pub nodes_total_pod_requests: NodeResourceGauge,
+    pub nodes_total_daemon_requests: NodeResourceGauge,
     pub cluster_utilization_percent: Family<ResourceTypeLabels, FloatGauge>,
     pub reconcile_total: Family<ReconcileLabels, Counter>,
     pub reconcile_errors: Family<ControllerLabels, Counter>,
@@ -154,6 +160,7 @@ impl Metrics {
             nodepools_allowed_disruptions: Family::default(),
             scheduler_scheduling_duration_seconds: histograms(),
             scheduler_unschedulable_pods_count: Family::default(),
+            scheduler_queue_depth: Family::default(),
             interruption_received_messages: Family::default(),
             interruption_deleted_messages: Counter::default(),
             interruption_message_queue_duration_seconds: histograms(),
@@ -173,6 +180,7 @@ impl Metrics {
             nodepools_limit: Family::default(),
             nodes_allocatable: NodeResourceGauge::default(),
             nodes_total_pod_requests: NodeResourceGauge::default(),
+            nodes_total_daemon_requests: NodeResourceGauge::default(),
             cluster_utilization_percent: Family::default(),
             reconcile_total: Family::default(),
             reconcile_errors: Family::default(),
@@ -271,6 +279,11 @@ impl Metrics {
             &m.scheduler_unschedulable_pods_count,
         );
         b.add(
+            "karpenter_scheduler_queue_depth",
+            "Number of pods the scheduling simulation in progress has still to decide, by controller (0 between rounds).",
+            &m.scheduler_queue_depth,
+        );
+        b.add(
             "karpenter_interruption_received_messages",
             "Number of interruption messages received, by message type.",
             &m.interruption_received_messages,
@@ -348,6 +361,7 @@ impl Metrics {
         // Written by `encode_chunks` itself, streamed, not through the registry.
         b.describe::<NodeResourceGauge>(NODES_ALLOCATABLE.0, NODES_ALLOCATABLE.1);
         b.describe::<NodeResourceGauge>(NODES_TOTAL_POD_REQUESTS.0, NODES_TOTAL_POD_REQUESTS.1);
+        b.describe::<NodeResourceGauge>(NODES_TOTAL_DAEMON_REQUESTS.0, NODES_TOTAL_DAEMON_REQUESTS.1);
         b.add("karpenter_cluster_utilization_percent", "Requests of bound pods as a percentage of the allocatable of Karpenter's nodes, by resource type.", &m.cluster_utilization_percent);
         b.add(
             "controller_runtime_reconcile",
@@ -402,9 +416,13 @@ impl Metrics {
         let requests = self
             .nodes_total_pod_requests
             .text(NODES_TOTAL_POD_REQUESTS.0, NODES_TOTAL_POD_REQUESTS.1);
+        let daemon_requests = self
+            .nodes_total_daemon_requests
+            .text(NODES_TOTAL_DAEMON_REQUESTS.0, NODES_TOTAL_DAEMON_REQUESTS.1);
         std::iter::once(head)
             .chain(allocatable)
             .chain(requests)
+            .chain(daemon_requests)
             .chain(std::iter::once("# EOF\n".to_string()))
     }
 

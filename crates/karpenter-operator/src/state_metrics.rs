@@ -57,7 +57,9 @@ pub fn refresh(state: &ClusterState) {
         .set(i64::try_from(nodes.len()).unwrap_or(i64::MAX));
 
     let mut table = ResourceTable::new();
+    // Upstream splits a node's pod requests: DaemonSet pods' go to the daemon gauge, the others' to the pod gauge.
     let mut requests: HashMap<std::sync::Arc<str>, Resources> = HashMap::new();
+    let mut daemon_requests: HashMap<std::sync::Arc<str>, Resources> = HashMap::new();
     for pod in state.pods.all() {
         let Some(spec) = pod.spec.as_ref() else { continue };
         let Some(node) = spec.node_name.as_ref() else {
@@ -71,16 +73,27 @@ pub fn refresh(state: &ClusterState) {
         if done {
             continue;
         }
+        let daemon = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "DaemonSet");
+        let into = if daemon {
+            &mut daemon_requests
+        } else {
+            &mut requests
+        };
         if let Ok(r) = pod_requests(spec, &mut table) {
-            requests
-                .entry(node.clone())
+            into.entry(node.clone())
                 .or_insert_with(Resources::zero)
                 .add_assign(&r);
         }
     }
 
     let mut shared = SharedStrings::default();
-    let (mut allocatable_series, mut requests_series) = (Vec::new(), Vec::new());
+    let (mut allocatable_series, mut requests_series, mut daemon_series) =
+        (Vec::new(), Vec::new(), Vec::new());
     let mut pool_usage: BTreeMap<String, Resources> = BTreeMap::new();
     let (mut managed_allocatable, mut managed_requests) = (Resources::zero(), Resources::zero());
     for node in &nodes {
@@ -100,6 +113,10 @@ pub fn refresh(state: &ClusterState) {
             .get(name.as_str())
             .cloned()
             .unwrap_or_else(Resources::zero);
+        let daemons = daemon_requests
+            .get(name.as_str())
+            .cloned()
+            .unwrap_or_else(Resources::zero);
         if !nodepool.is_empty() {
             pool_usage
                 .entry(nodepool.to_string())
@@ -107,6 +124,7 @@ pub fn refresh(state: &ClusterState) {
                 .add_assign(&capacity);
             managed_allocatable.add_assign(&allocatable);
             managed_requests.add_assign(&used);
+            managed_requests.add_assign(&daemons);
         }
         let mut label = |key: &str| shared.get(labels.get(key).map_or("", String::as_str));
         let node_labels = [
@@ -129,7 +147,14 @@ pub fn refresh(state: &ClusterState) {
                 })
                 .collect()
         };
-        let (allocatable_values, used_values) = (values(&allocatable), values(&used));
+        let (allocatable_values, used_values, daemon_values) =
+            (values(&allocatable), values(&used), values(&daemons));
+        if !daemon_values.is_empty() {
+            daemon_series.push(NodeSeries {
+                labels: node_labels.clone(),
+                values: daemon_values,
+            });
+        }
         if !allocatable_values.is_empty() {
             allocatable_series.push(NodeSeries {
                 labels: node_labels.clone(),
@@ -145,6 +170,7 @@ pub fn refresh(state: &ClusterState) {
     }
     m.nodes_allocatable.replace(allocatable_series);
     m.nodes_total_pod_requests.replace(requests_series);
+    m.nodes_total_daemon_requests.replace(daemon_series);
 
     m.nodepools_usage.clear();
     m.nodepools_limit.clear();
@@ -244,19 +270,33 @@ mod tests {
         Api::<Pod>::namespaced(client.clone(), "default")
             .create(&PostParams::default(), &pod)
             .await?;
+        let daemon: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "agent-x1", "namespace": "default",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "d1"}]},
+            "spec": {"nodeName": "managed-1", "containers": [{"name": "agent", "resources": {"requests": {"cpu": "100m"}}}]},
+            "status": {"phase": "Running"},
+        }))?;
+        Api::<Pod>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &daemon)
+            .await?;
 
         let state = ClusterState::new(Watched::default());
         let watching = tokio::spawn({
             let (state, client) = (state.clone(), client.clone());
             async move { state.watch(client).await }
         });
-        cache_holds(&state, 2, 1).await?;
+        cache_holds(&state, 2, 2).await?;
 
         refresh(&state);
         let m = metrics();
         assert_eq!(m.nodes_allocatable.get("managed-1", "cpu"), Some(1.93));
         assert_eq!(m.nodes_allocatable.get("unmanaged-1", "pods"), Some(29.0));
-        assert_eq!(m.nodes_total_pod_requests.get("managed-1", "cpu"), Some(0.5));
+        assert_eq!(
+            m.nodes_total_pod_requests.get("managed-1", "cpu"),
+            Some(0.5),
+            "the DaemonSet pod is not counted with the other pods"
+        );
+        assert_eq!(m.nodes_total_daemon_requests.get("managed-1", "cpu"), Some(0.1));
         assert_eq!(
             m.nodes_total_pod_requests.get("unmanaged-1", "cpu"),
             None,
@@ -271,7 +311,7 @@ mod tests {
         assert!(text.contains("managed=\"false\""), "{text}");
 
         nodes.delete("managed-1", &DeleteParams::default()).await?;
-        cache_holds(&state, 1, 1).await?;
+        cache_holds(&state, 1, 2).await?;
         refresh(&state);
         assert_eq!(
             m.nodes_allocatable.get("managed-1", "cpu"),

@@ -141,8 +141,12 @@ impl Provisioner {
             controller: "provisioner".into(),
         };
         let started = std::time::Instant::now();
+        let queue_depth = metrics.scheduler_queue_depth.get_or_create(&controller).clone();
+        queue_depth.set(i64::try_from(pending).unwrap_or(i64::MAX));
         let mut inputs = build_schedule_inputs(&snapshot, &catalog, &self.settings.build);
         let results = schedule(&inputs.input, &mut inputs.interner, &inputs.table);
+        // The simulation decides every pod in one call: nothing is left queued once it returns.
+        queue_depth.set(0);
         metrics
             .scheduler_scheduling_duration_seconds
             .get_or_create(&controller)

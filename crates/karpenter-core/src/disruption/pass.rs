@@ -37,6 +37,32 @@ impl Method {
             Self::SingleNodeConsolidation => "single-node-consolidation",
         }
     }
+
+    /// The disruption reason the method acts for (upstream's `reason` metric label, lower-cased there).
+    pub fn reason(self) -> DisruptionReason {
+        match self {
+            Self::Emptiness => DisruptionReason::Empty,
+            Self::StaticDrift | Self::Drift => DisruptionReason::Drifted,
+            Self::MultiNodeConsolidation | Self::SingleNodeConsolidation => DisruptionReason::Underutilized,
+        }
+    }
+
+    /// Upstream's `consolidation_type` metric label: `multi`, `single`, or empty for the other methods.
+    pub fn consolidation_type(self) -> &'static str {
+        match self {
+            Self::MultiNodeConsolidation => "multi",
+            Self::SingleNodeConsolidation => "single",
+            _ => "",
+        }
+    }
+}
+
+/// One method the pass ran and how long it took (upstream's decision-evaluation histogram). Methods after the
+/// one whose command ended the pass did not run and have no entry.
+#[derive(Debug, Clone)]
+pub struct MethodEvaluation {
+    pub method: Method,
+    pub duration: std::time::Duration,
 }
 
 /// What the pass would carry out.
@@ -92,6 +118,24 @@ pub struct PassResult {
     pub errors: Vec<String>,
     /// Re-simulations consolidation ran (multi-node prefixes and single-node candidates together).
     pub candidates_evaluated: usize,
+    /// The methods that ran, in order.
+    pub evaluations: Vec<MethodEvaluation>,
+    /// Nodes the methods that ran could disrupt for each reason, before budgets (upstream's eligible-nodes gauge).
+    pub eligible: Vec<(DisruptionReason, usize)>,
+}
+
+impl PassResult {
+    /// Records a method's run: its time, and its eligible nodes added to its reason's count.
+    fn evaluated(&mut self, method: Method, started: std::time::Instant, eligible: usize) {
+        self.evaluations.push(MethodEvaluation {
+            method,
+            duration: started.elapsed(),
+        });
+        match self.eligible.iter_mut().find(|(r, _)| *r == method.reason()) {
+            Some((_, n)) => *n += eligible,
+            None => self.eligible.push((method.reason(), eligible)),
+        }
+    }
 }
 
 /// The pass's settings.
@@ -224,17 +268,26 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
 
     let commands = 'methods: {
         // 1. Emptiness.
-        if let Some(cmd) = emptiness(inputs, &allowed, &graceful_blocked, &mut result, &mut explained) {
+        let started = std::time::Instant::now();
+        let (cmd, eligible) = emptiness(inputs, &allowed, &graceful_blocked, &mut result, &mut explained);
+        result.evaluated(Method::Emptiness, started, eligible);
+        if let Some(cmd) = cmd {
             break 'methods vec![cmd];
         }
 
         // 2. Static drift: static NodePools keep their replica count themselves, so a drifted node is deleted and
         // the static provisioner launches its replacement.
-        for (p, pool) in inputs.pools.iter().enumerate() {
-            if !pool.is_static || allowed[p][1] == 0 {
+        let started = std::time::Instant::now();
+        let static_drifted: Vec<(usize, Vec<usize>)> = (0..inputs.pools.len())
+            .filter(|&p| inputs.pools[p].is_static)
+            .map(|p| (p, drifted_candidates(inputs, p, now)))
+            .collect();
+        let eligible = static_drifted.iter().map(|(_, d)| d.len()).sum();
+        result.evaluated(Method::StaticDrift, started, eligible);
+        for (p, drifted) in static_drifted {
+            if allowed[p][1] == 0 {
                 continue;
             }
-            let drifted = drifted_candidates(inputs, p, now);
             if let Some(&n) = drifted.first() {
                 break 'methods vec![DisruptionCommand {
                     method: Method::StaticDrift,
@@ -248,11 +301,15 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
         }
 
         // 3. Drift.
-        if let Some(cmd) = drift(inputs, &allowed, now, &mut result, &mut explained) {
+        let started = std::time::Instant::now();
+        let (cmd, eligible) = drift(inputs, &allowed, now, &mut result, &mut explained);
+        result.evaluated(Method::Drift, started, eligible);
+        if let Some(cmd) = cmd {
             break 'methods vec![cmd];
         }
 
         // 4 and 5. Consolidation.
+        let started = std::time::Instant::now();
         let candidates = consolidation_candidates(inputs, &graceful_blocked, &mut result, &mut explained);
         let mut settings_c = ConsolidationSettings::new(&mut inputs.base.interner, settings.spot_to_spot);
         settings_c.pool_totals = pool_totals(inputs);
@@ -273,11 +330,16 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
             }
         }
         let mut sim = SchedulerResimulator::new(inputs);
-        if let Some(cmd) = multi_node(&candidates, &mut budgets_left.clone(), &mut sim, &settings_c) {
+        let multi = multi_node(&candidates, &mut budgets_left.clone(), &mut sim, &settings_c);
+        result.evaluated(Method::MultiNodeConsolidation, started, candidates.len());
+        if let Some(cmd) = multi {
             result.candidates_evaluated = sim.simulations();
             break 'methods vec![consolidation_command(Method::MultiNodeConsolidation, cmd)];
         }
+        let started = std::time::Instant::now();
         let (cmd, rejected, _) = single_node(&candidates, &budgets_left, &mut sim, &settings_c);
+        // The same candidates multi-node consolidation counted: not counted twice.
+        result.evaluated(Method::SingleNodeConsolidation, started, 0);
         result.candidates_evaluated = sim.simulations();
         for (n, why) in rejected {
             block(&mut result, &mut explained, n, why);
@@ -354,7 +416,7 @@ fn emptiness(
     graceful_blocked: &[Option<String>],
     result: &mut PassResult,
     explained: &mut [bool],
-) -> Option<DisruptionCommand> {
+) -> (Option<DisruptionCommand>, usize) {
     let mut empty: Vec<&ClaimInfo> = inputs
         .claims
         .iter()
@@ -371,6 +433,7 @@ fn emptiness(
             .total_cmp(&b.disruption_cost)
             .then_with(|| a.node.cmp(&b.node))
     });
+    let eligible = empty.len();
     let mut left: Vec<usize> = allowed.iter().map(|a| a[0]).collect();
     let mut chosen = Vec::new();
     for info in empty {
@@ -385,14 +448,15 @@ fn emptiness(
         left[info.pool] -= 1;
         chosen.push(info);
     }
-    (!chosen.is_empty()).then(|| DisruptionCommand {
+    let command = (!chosen.is_empty()).then(|| DisruptionCommand {
         method: Method::Emptiness,
         reason: DisruptionReason::Empty,
         decision: Decision::Delete,
         candidates: chosen.iter().map(|i| i.node).collect(),
         replacements: Vec::new(),
         savings_per_hour: chosen.iter().map(|i| i.price).sum(),
-    })
+    });
+    (command, eligible)
 }
 
 /// Drift: one drifted node per command, within each NodePool's Drifted budget, in [`drift_order`]; a node whose
@@ -403,13 +467,15 @@ fn drift(
     now: Timestamp,
     result: &mut PassResult,
     explained: &mut [bool],
-) -> Option<DisruptionCommand> {
+) -> (Option<DisruptionCommand>, usize) {
     let mut drifted: Vec<usize> = Vec::new();
+    let mut eligible = 0;
     for (p, pool) in inputs.pools.iter().enumerate() {
         if pool.is_static {
             continue;
         }
         let nodes = drifted_candidates(inputs, p, now);
+        eligible += nodes.len();
         if allowed[p][1] > 0 {
             drifted.extend(nodes);
             continue;
@@ -425,16 +491,24 @@ fn drift(
     drifted.sort_by_key(|&n| drift_order(inputs, n, now));
     for n in drifted {
         match simulate_removal(inputs, &[n]) {
-            SimulationOutcome::Delete => return Some(drift_command(inputs, n, Decision::Delete, Vec::new())),
+            SimulationOutcome::Delete => {
+                return (
+                    Some(drift_command(inputs, n, Decision::Delete, Vec::new())),
+                    eligible,
+                );
+            }
             SimulationOutcome::Replace(claims) => {
-                return Some(drift_command(inputs, n, Decision::Replace, claims));
+                return (
+                    Some(drift_command(inputs, n, Decision::Replace, claims)),
+                    eligible,
+                );
             }
             SimulationOutcome::Unschedulable(why) => {
                 block(result, explained, n, format!("drifted, but {why}"))
             }
         }
     }
-    None
+    (None, eligible)
 }
 
 /// The order drift takes nodes in, as upstream: empty ones first, then the longest drifted (the Drifted
@@ -633,6 +707,61 @@ mod tests {
             blocked(&inputs, &r, left)
                 .unwrap()
                 .contains("allows no more disruptions for Empty")
+        );
+    }
+
+    #[test]
+    fn eligible_nodes_and_evaluated_methods_are_reported_up_to_the_method_that_acted() {
+        // Two empty nodes and a budget of one: both are eligible for Empty, emptiness acts, nothing after it runs.
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        let p = pool("{consolidateAfter: 0s, budgets: [{nodes: \"1\"}]}");
+        let (_, r) = run(&[&p, &n1, &c1, &n2, &c2]);
+        assert_eq!(r.eligible, [(DisruptionReason::Empty, 2)]);
+        let ran: Vec<Method> = r.evaluations.iter().map(|e| e.method).collect();
+        assert_eq!(ran, [Method::Emptiness]);
+
+        // One drifted node holding a pod, one busy node: nothing empty; drift finds one and acts.
+        let [n1, c1] = drifted("n1", "2026-12-01T00:00:00Z", None);
+        let [n2, c2] = managed("n2");
+        let p = pool("{consolidateAfter: Never}");
+        let a = bound_pod("default", "a", "n1", "1", "");
+        let b = bound_pod("default", "b", "n2", "1", "");
+        let (_, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b]);
+        assert_eq!(r.commands[0].method, Method::Drift);
+        assert_eq!(
+            r.eligible,
+            [(DisruptionReason::Empty, 0), (DisruptionReason::Drifted, 1)]
+        );
+        let ran: Vec<Method> = r.evaluations.iter().map(|e| e.method).collect();
+        assert_eq!(ran, [Method::Emptiness, Method::StaticDrift, Method::Drift]);
+
+        // Nothing drifted or empty: every method runs and consolidation's candidates count once.
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        let p = pool("{consolidateAfter: 0s}");
+        let a = bound_pod("default", "a", "n1", "3", "");
+        let b = bound_pod("default", "b", "n2", "3", "");
+        let (_, r) = run(&[&p, &n1, &c1, &n2, &c2, &a, &b]);
+        assert!(r.commands.is_empty(), "{:?}", r.blocked);
+        assert_eq!(
+            r.eligible,
+            [
+                (DisruptionReason::Empty, 0),
+                (DisruptionReason::Drifted, 0),
+                (DisruptionReason::Underutilized, 2)
+            ]
+        );
+        let ran: Vec<&str> = r.evaluations.iter().map(|e| e.method.as_str()).collect();
+        assert_eq!(
+            ran,
+            [
+                "emptiness",
+                "static-drift",
+                "drift",
+                "multi-node-consolidation",
+                "single-node-consolidation"
+            ]
         );
     }
 
