@@ -21,12 +21,14 @@
 //! Node going last. A Node being deleted whose NodeClaim is already gone (or never existed) is released at
 //! once (see [`node_finalizer`]).
 
+mod claim_conditions;
 mod drain;
 mod error;
+pub mod events;
 pub mod node_finalizer;
 pub mod taint;
 mod terminator;
 
-pub use drain::{DrainPlan, drain_plan};
+pub use drain::{DrainPlan, PodDeletion, drain_plan};
 pub use error::TerminationError;
 pub use terminator::{TerminationPass, Terminator};
