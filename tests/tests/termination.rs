@@ -713,3 +713,60 @@ async fn termination_writes_its_conditions_and_metrics() -> TestResult {
     }
     Ok(())
 }
+
+/// The instance does not wait for the volume of a pod the drain leaves on the node (here one tolerating the
+/// disrupted taint), nor for an attachment of an inline volume: nothing would detach them before it goes.
+#[tokio::test(start_paused = true)]
+async fn the_instance_does_not_wait_for_volumes_of_pods_left_on_the_node() -> TestResult {
+    use k8s_openapi::api::{core::v1::PersistentVolumeClaim, storage::v1::VolumeAttachment};
+
+    let h = Harness::start()?;
+    let client = h.client();
+    apply_nodepool(&client, "default", &["on-demand"], Value::Null).await?;
+    apply_deployment(&client, "web", 1, "500m").await?;
+    until_running(&client, "app=web", 1, 300).await?;
+    let (claim, node, _) = only_claim(&client).await?;
+
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "logs-data", "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-logs",
+                 "resources": {"requests": {"storage": "1Gi"}}}
+    }))?;
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &pvc)
+        .await?;
+    let logs: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "logs", "namespace": "default", "labels": {"app": "logs"}},
+        "spec": {"nodeName": node,
+            "tolerations": [{"key": "karpenter.sh/disrupted", "operator": "Exists"}],
+            "containers": [{"name": "c", "image": "sim", "resources": {"requests": {"cpu": "10m"}}}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "logs-data"}}]}
+    }))?;
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &logs)
+        .await?;
+    until_running(&client, "app=logs", 1, 60).await?;
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    for (name, source) in [
+        ("csi-logs", json!({"persistentVolumeName": "pv-logs"})),
+        (
+            "csi-inline",
+            json!({"inlineVolumeSpec": {"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"}}}),
+        ),
+    ] {
+        let va: VolumeAttachment = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": name},
+            "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node, "source": source}
+        }))?;
+        attachments.create(&PostParams::default(), &va).await?;
+    }
+
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    claims.delete(&claim.name_any(), &DeleteParams::default()).await?;
+    until_gone(&claims, &claim.name_any(), 120).await?;
+    assert!(
+        attachments.get_opt("csi-logs").await?.is_some(),
+        "the attachment was still there when the instance went"
+    );
+    Ok(())
+}

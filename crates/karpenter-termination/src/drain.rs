@@ -145,9 +145,15 @@ fn do_not_disrupt(pod: &CompactPod, now: Timestamp) -> bool {
     DoNotDisrupt::for_pod(value, started).blocks(now)
 }
 
-/// Whether the drain waits for the pod to go.
+/// Whether the drain moves the pod off the node at all: not a mirror pod, not one tolerating the disrupted
+/// taint, not one stuck terminating.
+pub fn is_drainable(pod: &CompactPod, now: Timestamp) -> bool {
+    !tolerates_disrupted(pod) && !is_mirror(pod) && !is_stuck_terminating(pod, now)
+}
+
+/// Whether the drain waits for the pod to go: drainable and not finished.
 pub fn is_waited_for(pod: &CompactPod, now: Timestamp) -> bool {
-    !is_terminal(pod) && !tolerates_disrupted(pod) && !is_mirror(pod) && !is_stuck_terminating(pod, now)
+    !is_terminal(pod) && is_drainable(pod, now)
 }
 
 /// The eviction group of a pod: lower goes first.

@@ -31,6 +31,7 @@ use crate::{
     events,
     node_finalizer::{has_finalizer, remove_node_finalizer},
     taint::add_disrupted_taint,
+    volumes::blocking_attachments,
 };
 
 /// `karpenter_pods_drained_total`'s reason for pods drained without a disruption decision behind it.
@@ -52,19 +53,6 @@ pub struct TerminationPass {
     /// Nodes whose finalizer was removed: their instance is gone, or no NodeClaim of theirs is left to
     /// terminate it.
     pub released_nodes: Vec<String>,
-}
-
-/// The VolumeAttachments still naming `node` (their CSI driver has not detached the volume yet).
-async fn attached_volumes(client: &Client, node: &str) -> Result<Vec<String>, TerminationError> {
-    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
-    Ok(attachments
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|va| va.spec.node_name == node && va.metadata.deletion_timestamp.is_none())
-        .map(|va| va.name_any())
-        .collect())
 }
 
 /// The terminator's context.
@@ -416,7 +404,7 @@ impl Terminator {
         }
         // Volumes detach before the instance goes (so a StatefulSet's volume can attach elsewhere), unless the
         // node's deadline has passed.
-        let attached = attached_volumes(&self.client, &node_name).await?;
+        let attached = self.attached_volumes(&node_name, &pods, now).await?;
         let volumes = if attached.is_empty() {
             &claim_conditions::VOLUMES_DETACHED
         } else if deadline.is_some_and(|d| now >= d) {
@@ -439,6 +427,33 @@ impl Terminator {
             return Ok(None);
         }
         Ok(Some(claim))
+    }
+
+    /// The VolumeAttachments still naming `node` (their CSI driver has not detached the volume yet) that the
+    /// instance waits for: not those of the pods the drain leaves on the node.
+    async fn attached_volumes(
+        &self,
+        node: &str,
+        pods: &[Arc<CompactPod>],
+        now: jiff::Timestamp,
+    ) -> Result<Vec<String>, TerminationError> {
+        let attachments = Api::<VolumeAttachment>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let volume_of_claim = |namespace: &str, claim: &str| {
+            self.state
+                .pvcs
+                .get(&format!("{namespace}/{claim}"))
+                .and_then(|pvc| pvc.spec.as_ref()?.volume_name.clone())
+        };
+        Ok(blocking_attachments(
+            &attachments,
+            node,
+            pods,
+            volume_of_claim,
+            now,
+        ))
     }
 
     /// Writes `wanted` into the claim's status unless it holds already, conditional on the claim's
