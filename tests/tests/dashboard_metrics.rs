@@ -21,7 +21,6 @@ const DASHBOARD: &str = include_str!("../../charts/karpenter/dashboards/karpente
 const NOT_EXPORTED_YET: &[&str] = &[
     "karpenter_nodepools_cost_total",
     "karpenter_nodes_lifetime_duration_seconds_bucket",
-    "karpenter_nodes_termination_duration_seconds",
     "karpenter_pods_provisioning_bound_duration_seconds_bucket",
     "karpenter_pods_startup_duration_seconds",
     "karpenter_pods_state",

@@ -28,6 +28,15 @@ pub struct Descriptor {
 pub trait Describe {
     fn kind() -> MetricType;
     fn label_names() -> Vec<String>;
+    /// The type as the reference names it; only a summary, which prometheus-client has no type for, differs.
+    fn kind_name() -> &'static str {
+        match Self::kind() {
+            MetricType::Counter => "counter",
+            MetricType::Gauge => "gauge",
+            MetricType::Histogram => "histogram",
+            _ => "unknown",
+        }
+    }
 }
 
 impl<L, M, C> Describe for Family<L, M, C>
@@ -88,6 +97,20 @@ impl Describe for crate::node_gauges::NodeResourceGauge {
     }
 }
 
+impl Describe for crate::summary::NodePoolSummary {
+    fn kind() -> MetricType {
+        MetricType::Unknown
+    }
+
+    fn kind_name() -> &'static str {
+        "summary"
+    }
+
+    fn label_names() -> Vec<String> {
+        vec!["nodepool".to_string()]
+    }
+}
+
 /// Registers metrics and remembers their descriptors.
 #[derive(Default)]
 pub(crate) struct Builder {
@@ -120,12 +143,7 @@ impl Builder {
         };
         self.descriptors.push(Descriptor {
             name: exported,
-            kind: match kind {
-                MetricType::Counter => "counter",
-                MetricType::Gauge => "gauge",
-                MetricType::Histogram => "histogram",
-                _ => "unknown",
-            },
+            kind: M::kind_name(),
             help,
             labels: M::label_names(),
         });

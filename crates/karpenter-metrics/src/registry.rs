@@ -18,6 +18,7 @@ use crate::{
     describe::{Builder, Descriptor},
     labels::*,
     node_gauges::NodeResourceGauge,
+    summary::NodePoolSummary,
 };
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -35,6 +36,12 @@ const NODES_TOTAL_POD_REQUESTS: (&str, &str) = (
 const NODES_TOTAL_DAEMON_REQUESTS: (&str, &str) = (
     "karpenter_nodes_total_daemon_requests",
     "Sum of the requests of the DaemonSet pods bound to a node, by node and resource type.",
+);
+
+/// Name and help of the node termination summary, which [`Metrics::encode_chunks`] writes itself.
+const NODES_TERMINATION_DURATION_SECONDS: (&str, &str) = (
+    "karpenter_nodes_termination_duration_seconds",
+    "The time taken between a node's deletion request and the removal of its finalizer, by nodepool.",
 );
 
 /// Controller-runtime style duration buckets, 5 ms to 10 minutes.
@@ -79,6 +86,7 @@ pub struct Metrics {
     pub nodes_created: Family<NodeLabels, Counter>,
     pub nodes_terminated: Family<NodeLabels, Counter>,
     pub nodes_drained: Family<NodePoolLabels, Counter>,
+    pub nodes_termination_duration_seconds: NodePoolSummary,
     pub pods_eviction_requests: Family<CodeLabels, Counter>,
     pub pods_drained: Family<ReasonLabels, Counter>,
     pub cloudprovider_duration_seconds: HistogramFamily<CloudProviderLabels>,
@@ -146,6 +154,7 @@ impl Metrics {
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
             nodes_drained: Family::default(),
+            nodes_termination_duration_seconds: NodePoolSummary::default(),
             pods_eviction_requests: Family::default(),
             pods_drained: Family::default(),
             cloudprovider_duration_seconds: histograms(),
@@ -223,6 +232,11 @@ impl Metrics {
             "karpenter_nodes_drained",
             "Number of nodes drained in total by Karpenter, by nodepool.",
             &m.nodes_drained,
+        );
+        // Written by `encode_chunks` itself: prometheus-client has no summary type.
+        b.describe::<NodePoolSummary>(
+            NODES_TERMINATION_DURATION_SECONDS.0,
+            NODES_TERMINATION_DURATION_SECONDS.1,
         );
         b.add(
             "karpenter_pods_eviction_requests",
@@ -419,7 +433,12 @@ impl Metrics {
         let daemon_requests = self
             .nodes_total_daemon_requests
             .text(NODES_TOTAL_DAEMON_REQUESTS.0, NODES_TOTAL_DAEMON_REQUESTS.1);
+        let termination = self.nodes_termination_duration_seconds.text(
+            NODES_TERMINATION_DURATION_SECONDS.0,
+            NODES_TERMINATION_DURATION_SECONDS.1,
+        );
         std::iter::once(head)
+            .chain(std::iter::once(termination))
             .chain(allocatable)
             .chain(requests)
             .chain(daemon_requests)
@@ -532,6 +551,24 @@ mod tests {
         assert!(
             text.contains("karpenter_interruption_message_queue_duration_seconds_count 1"),
             "{text}"
+        );
+        m.nodes_termination_duration_seconds.observe("default", 42.0);
+        let text = m.encode();
+        assert!(
+            text.contains("# TYPE karpenter_nodes_termination_duration_seconds summary\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("karpenter_nodes_termination_duration_seconds_count{nodepool=\"default\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+        assert!(
+            m.descriptors()
+                .iter()
+                .any(|d| d.name == "karpenter_nodes_termination_duration_seconds"
+                    && d.kind == "summary"
+                    && d.labels == ["nodepool"])
         );
         assert!(m.descriptors().iter().any(|d| d.name
             == "karpenter_cloudprovider_instance_launch_failures_total"

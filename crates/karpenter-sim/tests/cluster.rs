@@ -533,6 +533,29 @@ async fn a_daemonset_runs_one_pod_per_matching_node() -> TestResult {
     ready_node(api, "n4", json!({}), json!([]), "4")?;
     sleep(5).await;
     assert_eq!(api.list_internal(&pods(), Some("kube-system")).len(), 3);
+
+    // A NoSchedule taint added later (Karpenter's disrupted taint) leaves the running pod to the drain; an
+    // untolerated NoExecute taint removes it.
+    let on_node = |node: &str| {
+        api.list_internal(&pods(), Some("kube-system"))
+            .iter()
+            .filter(|p| p["spec"]["nodeName"] == node && p["metadata"]["deletionTimestamp"].is_null())
+            .count()
+    };
+    for (node, effect) in [("n1", "NoSchedule"), ("n4", "NoExecute")] {
+        api.apply_internal(
+            &nodes(),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                   "spec": {"taints": [{"key": "karpenter.sh/disrupted", "effect": effect}]}}),
+        )?;
+    }
+    sleep(5).await;
+    assert_eq!(
+        on_node("n1"),
+        1,
+        "a NoSchedule taint does not remove a running daemon pod"
+    );
+    assert_eq!(on_node("n4"), 0, "an untolerated NoExecute taint does");
     sim.shutdown().await;
     Ok(())
 }

@@ -9,7 +9,8 @@
 //!    whose own terminationGracePeriodSeconds would overrun that deadline is deleted early, its grace clamped
 //!    to the time left, so it is gone by the deadline (the `karpenter.sh/nodeclaim-termination-timestamp`
 //!    annotation, which node repair sets to "now", brings the deadline forward);
-//! 3. waits until no VolumeAttachment names the node (skipped once the deadline has passed);
+//! 3. waits until no VolumeAttachment names the node (skipped once the deadline has passed), except those of
+//!    pods the drain leaves behind (see [`volumes`]);
 //! 4. deletes the instance through the cloud provider and waits until the provider reports it gone, deletes
 //!    the Node, removes the Node's finalizer and then the NodeClaim's.
 //!
@@ -21,12 +22,15 @@
 //! Node going last. A Node being deleted whose NodeClaim is already gone (or never existed) is released at
 //! once (see [`node_finalizer`]).
 
+mod claim_conditions;
 mod drain;
 mod error;
+pub mod events;
 pub mod node_finalizer;
 pub mod taint;
 mod terminator;
+mod volumes;
 
-pub use drain::{DrainPlan, drain_plan};
+pub use drain::{DrainPlan, PodDeletion, drain_plan};
 pub use error::TerminationError;
 pub use terminator::{TerminationPass, Terminator};

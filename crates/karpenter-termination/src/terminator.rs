@@ -2,30 +2,40 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use k8s_openapi::api::{
-    core::v1::{Node, Pod},
-    storage::v1::VolumeAttachment,
+use k8s_openapi::{
+    api::{
+        core::v1::{Node, ObjectReference, Pod},
+        storage::v1::VolumeAttachment,
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
 };
-use karpenter_api::{labels, nodeclaim::NodeClaim};
+use karpenter_api::{
+    common::{Condition, ConditionStatus},
+    labels,
+    nodeclaim::{NodeClaim, conditions},
+};
 use karpenter_core::{
-    clock::Clock,
-    cloudprovider::CloudProvider,
-    disruption::expiration::{clamped_pod_grace_seconds, pod_delete_at, termination_deadline},
+    clock::Clock, cloudprovider::CloudProvider, disruption::expiration::termination_deadline,
     snapshot::CompactPod,
 };
-use karpenter_state::ClusterState;
+use karpenter_state::{ClusterState, events::DedupedRecorder};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams},
 };
 use serde_json::json;
 
 use crate::{
-    TerminationError,
-    drain::drain_plan,
+    TerminationError, claim_conditions,
+    drain::{DEFAULT_POD_GRACE_SECONDS, PodDeletion, drain_plan},
+    events,
     node_finalizer::{has_finalizer, remove_node_finalizer},
     taint::add_disrupted_taint,
+    volumes::blocking_attachments,
 };
+
+/// `karpenter_pods_drained_total`'s reason for pods drained without a disruption decision behind it.
+const FORCEFUL_TERMINATION: &str = "Forceful Termination";
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,31 +55,16 @@ pub struct TerminationPass {
     pub released_nodes: Vec<String>,
 }
 
-/// The VolumeAttachments still naming `node` (their CSI driver has not detached the volume yet).
-async fn attached_volumes(client: &Client, node: &str) -> Result<Vec<String>, TerminationError> {
-    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
-    Ok(attachments
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|va| va.spec.node_name == node && va.metadata.deletion_timestamp.is_none())
-        .map(|va| va.name_any())
-        .collect())
-}
-
 /// The terminator's context.
 pub struct Terminator {
     client: Client,
     state: ClusterState,
     cloud: Arc<dyn CloudProvider>,
     clock: Arc<dyn Clock>,
+    events: DedupedRecorder,
     /// How often deleted NodeClaims are looked at (tokio time).
     pub interval: Duration,
 }
-
-/// Kubernetes' default `terminationGracePeriodSeconds`.
-const DEFAULT_POD_GRACE_SECONDS: i64 = 30;
 
 /// When the node must be empty: the earlier of deletion + the claim's terminationGracePeriod and the
 /// `karpenter.sh/nodeclaim-termination-timestamp` annotation (node repair sets it to "now" to drain at once).
@@ -120,6 +115,22 @@ fn record_termination(claim: &NodeClaim, had_node: bool, now: jiff::Timestamp) {
     }
 }
 
+/// `karpenter_nodes_termination_duration_seconds`, once a Node's finalizer is gone: from the Node's deletion, or
+/// for a Node deleted only once drained (its NodeClaim was deleted, not the Node), from the claim's.
+fn record_node_termination(node: &Node, claim_deleted: Option<&Time>, now: jiff::Timestamp) {
+    let Some(deleted) = node.metadata.deletion_timestamp.as_ref().or(claim_deleted) else {
+        return;
+    };
+    let nodepool = node
+        .labels()
+        .get(labels::NODEPOOL_LABEL)
+        .cloned()
+        .unwrap_or_default();
+    karpenter_metrics::metrics()
+        .nodes_termination_duration_seconds
+        .observe(&nodepool, now.duration_since(deleted.0).as_secs_f64().max(0.0));
+}
+
 fn key(pod: &CompactPod) -> String {
     format!(
         "{}/{}",
@@ -136,6 +147,7 @@ impl Terminator {
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
+            events: DedupedRecorder::new(client.clone(), Arc::clone(&clock)),
             client,
             state,
             cloud,
@@ -228,6 +240,7 @@ impl Terminator {
                     .any(|f| f == labels::TERMINATION_FINALIZER) => {}
             _ => {
                 if remove_node_finalizer(&self.client, node).await? {
+                    record_node_termination(node, None, self.clock.now());
                     done.released_nodes.push(node.name_any());
                 }
             }
@@ -264,51 +277,34 @@ impl Terminator {
             Some(node) => !self.instance_gone(claim, node).await?,
             None => false,
         };
+        let mut claim = claim.clone();
         if let Some(node) = node.as_ref().filter(|_| drainable) {
-            add_disrupted_taint(&self.client, node).await?;
-            let node_name = node.name_any();
-            let mut pods: Vec<Arc<CompactPod>> = self
-                .state
-                .pods
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str()));
-            // In name order, so evictions go out in the same order every run.
-            pods.sort_unstable_by_key(|p| key(p));
-            let plan = drain_plan(&pods);
-            if plan.remaining > 0 {
-                let deadline = drain_deadline(claim);
-                let now = self.clock.now();
-                for pod in &plan.evict {
-                    // A pod whose own grace period would overrun the node's deadline is deleted directly, with
-                    // its grace clamped to the time left, so it is gone by the deadline whatever its PDB says.
-                    let own_grace = pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.termination_grace_period_seconds)
-                        .unwrap_or(DEFAULT_POD_GRACE_SECONDS);
-                    let delete_with = deadline
-                        .filter(|d| now >= pod_delete_at(*d, own_grace))
-                        .map(|d| clamped_pod_grace_seconds(d, now, own_grace));
-                    self.evict(pod, delete_with, done).await?;
-                }
-                return Ok(());
-            }
-            // Volumes detach before the instance goes (so a StatefulSet's volume can attach elsewhere), unless
-            // the node's deadline has passed.
-            let past_deadline = drain_deadline(claim).is_some_and(|d| self.clock.now() >= d);
-            if !past_deadline {
-                let attached = attached_volumes(&self.client, &node.name_any()).await?;
-                if !attached.is_empty() {
-                    done.awaiting_volumes
-                        .push(format!("{}: {}", claim.name_any(), attached.join(", ")));
-                    return Ok(());
-                }
+            match self.drain(&claim, node, done).await? {
+                Some(drained) => claim = drained,
+                None => return Ok(()),
             }
         }
         // Drained (or never had a Node): the instance goes, and only once it is gone does the claim.
-        match self.cloud.delete(claim).await {
-            Ok(()) => return Ok(()),
-            Err(e) if e.is_not_found() => {}
+        let deleted = match self.cloud.delete(&claim).await {
+            Ok(()) => false,
+            Err(e) if e.is_not_found() => true,
             Err(e) => return Err(e.into()),
+        };
+        // The provider took the deletion (or the instance is gone already).
+        let has_instance = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_ref())
+            .is_some();
+        if has_instance
+            && self
+                .set_condition(&mut claim, &claim_conditions::INSTANCE_TERMINATING)
+                .await?
+        {
+            return Ok(());
+        }
+        if !deleted {
+            return Ok(());
         }
         if let Some(node) = &node {
             let nodes: Api<Node> = Api::all(self.client.clone());
@@ -320,6 +316,7 @@ impl Terminator {
             // The instance is gone, so the Node may go too. Before the claim's own finalizer: were that removed
             // first and this patch then failed, the Node would wait for the node pass's fallback instead.
             if remove_node_finalizer(&self.client, node).await? {
+                record_node_termination(node, claim.metadata.deletion_timestamp.as_ref(), self.clock.now());
                 done.released_nodes.push(node.name_any());
             }
         }
@@ -336,9 +333,159 @@ impl Terminator {
                 &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
             )
             .await?;
-        record_termination(claim, node.is_some(), self.clock.now());
+        record_termination(&claim, node.is_some(), self.clock.now());
         done.terminated.push(claim.name_any());
         Ok(())
+    }
+
+    /// Taints and drains the Node, then waits for its volumes to detach; the claim as last written once both
+    /// are done, `None` while either is still under way (or a condition write lost a race: the next pass
+    /// retries).
+    async fn drain(
+        &self,
+        claim: &NodeClaim,
+        node: &Node,
+        done: &mut TerminationPass,
+    ) -> Result<Option<NodeClaim>, TerminationError> {
+        add_disrupted_taint(&self.client, node).await?;
+        let node_ref = node.object_ref(&());
+        let node_name = node.name_any();
+        let deadline = drain_deadline(claim);
+        let now = self.clock.now();
+        if let Some(deadline) = deadline {
+            let message = format!("All pods will be deleted by {deadline}");
+            self.events
+                .warn(&node_ref, events::TERMINATION_GRACE_PERIOD_EXPIRING, &message)
+                .await;
+        }
+        let mut pods: Vec<Arc<CompactPod>> = self
+            .state
+            .pods
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str()));
+        // In name order, so evictions go out in the same order every run.
+        pods.sort_unstable_by_key(|p| key(p));
+        let plan = drain_plan(&pods, now, deadline);
+        let mut claim = claim.clone();
+        if !plan.drained() {
+            for deletion in &plan.delete {
+                self.delete_for_deadline(deletion, deadline.unwrap_or(now), done)
+                    .await?;
+            }
+            let reason = drain_reason(&claim);
+            for pod in &plan.evict {
+                self.evict(pod, &node_ref, &reason, done).await?;
+            }
+            let message = format!(
+                "Failed to drain node, {} pods are waiting to be evicted",
+                plan.waiting
+            );
+            self.events
+                .warn(&node_ref, events::FAILED_DRAINING, &message)
+                .await;
+            self.set_condition(&mut claim, &claim_conditions::DRAINING)
+                .await?;
+            return Ok(None);
+        }
+        let was_drained = claim_conditions::holds(status_conditions(&claim), &claim_conditions::DRAINED);
+        if !was_drained {
+            if self.set_condition(&mut claim, &claim_conditions::DRAINED).await? {
+                return Ok(None);
+            }
+            karpenter_metrics::metrics()
+                .nodes_drained
+                .get_or_create(&karpenter_metrics::NodePoolLabels {
+                    nodepool: node
+                        .labels()
+                        .get(labels::NODEPOOL_LABEL)
+                        .cloned()
+                        .unwrap_or_default(),
+                })
+                .inc();
+        }
+        // Volumes detach before the instance goes (so a StatefulSet's volume can attach elsewhere), unless the
+        // node's deadline has passed.
+        let attached = self.attached_volumes(&node_name, &pods, now).await?;
+        let volumes = if attached.is_empty() {
+            &claim_conditions::VOLUMES_DETACHED
+        } else if deadline.is_some_and(|d| now >= d) {
+            &claim_conditions::VOLUMES_LEFT_AT_DEADLINE
+        } else {
+            let message = format!(
+                "Awaiting deletion of {} VolumeAttachments bound to node",
+                attached.len()
+            );
+            self.events
+                .warn(&node_ref, events::AWAITING_VOLUME_DETACHMENT, &message)
+                .await;
+            done.awaiting_volumes
+                .push(format!("{}: {}", claim.name_any(), attached.join(", ")));
+            self.set_condition(&mut claim, &claim_conditions::AWAITING_VOLUME_DETACHMENT)
+                .await?;
+            return Ok(None);
+        };
+        if self.set_condition(&mut claim, volumes).await? {
+            return Ok(None);
+        }
+        Ok(Some(claim))
+    }
+
+    /// The VolumeAttachments still naming `node` (their CSI driver has not detached the volume yet) that the
+    /// instance waits for: not those of the pods the drain leaves on the node.
+    async fn attached_volumes(
+        &self,
+        node: &str,
+        pods: &[Arc<CompactPod>],
+        now: jiff::Timestamp,
+    ) -> Result<Vec<String>, TerminationError> {
+        let attachments = Api::<VolumeAttachment>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let volume_of_claim = |namespace: &str, claim: &str| {
+            self.state
+                .pvcs
+                .get(&format!("{namespace}/{claim}"))
+                .and_then(|pvc| pvc.spec.as_ref()?.volume_name.clone())
+        };
+        Ok(blocking_attachments(
+            &attachments,
+            node,
+            pods,
+            volume_of_claim,
+            now,
+        ))
+    }
+
+    /// Writes `wanted` into the claim's status unless it holds already, conditional on the claim's
+    /// resourceVersion so that a condition another controller wrote meanwhile is not overwritten. `claim`
+    /// becomes the written claim. `true` when the write lost that race (409) or the claim is gone (404): the
+    /// caller stops for this pass and the next one works from a fresh read.
+    async fn set_condition(
+        &self,
+        claim: &mut NodeClaim,
+        wanted: &claim_conditions::TerminationCondition,
+    ) -> Result<bool, TerminationError> {
+        let Some(conditions) =
+            claim_conditions::with_condition(status_conditions(claim), wanted, self.clock.now())
+        else {
+            return Ok(false);
+        };
+        let patch = json!({
+            "metadata": {"resourceVersion": claim.resource_version()},
+            "status": {"conditions": conditions},
+        });
+        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        match claims
+            .patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(written) => {
+                *claim = written;
+                Ok(false)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(true),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The Node is not Ready and the cloud provider reports its instance gone. A Ready Node's kubelet still
@@ -363,43 +510,124 @@ impl Terminator {
         }
     }
 
-    /// Evicts a pod (deletes it once the grace period is over); a refusal because of a PodDisruptionBudget is
-    /// recorded and retried on the next pass.
+    /// Deletes a pod whose own grace period would otherwise end after the node's `deadline`, with its grace
+    /// clamped to the time left; PodDisruptionBudgets and do-not-disrupt no longer hold it.
+    async fn delete_for_deadline(
+        &self,
+        deletion: &PodDeletion,
+        deadline: jiff::Timestamp,
+        done: &mut TerminationPass,
+    ) -> Result<(), TerminationError> {
+        let pod = &deletion.pod;
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let grace = u32::try_from(deletion.grace_seconds.max(0)).unwrap_or(u32::MAX);
+        match pods
+            .delete(name, &DeleteParams::default().grace_period(grace))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let own = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(DEFAULT_POD_GRACE_SECONDS);
+        let message = format!(
+            "Deleting the pod to accommodate the terminationTime {deadline} of the node. The pod was granted {grace} seconds of grace-period of its {own} terminationGracePeriodSeconds. This bypasses the PDB of the pod and the do-not-disrupt annotation."
+        );
+        self.events
+            .normal(&pod_ref(pod), events::DISRUPTED, &message)
+            .await;
+        done.evicted.push(key(pod));
+        Ok(())
+    }
+
+    /// Asks the Eviction API to evict a pod; a refusal because of a PodDisruptionBudget (429) is recorded and
+    /// retried on the next pass. A successful eviction counts in `karpenter_pods_drained_total` under `reason`.
     async fn evict(
         &self,
         pod: &CompactPod,
-        delete_with_grace: Option<i64>,
+        node: &ObjectReference,
+        reason: &str,
         done: &mut TerminationPass,
     ) -> Result<(), TerminationError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let result = if let Some(grace) = delete_with_grace {
-            let grace = u32::try_from(grace.max(0)).unwrap_or(u32::MAX);
-            pods.delete(name, &DeleteParams::default().grace_period(grace))
-                .await
-                .map(|_| ())
-        } else {
-            pods.evict(name, &EvictParams::default()).await.map(|_| ())
-        };
+        let result = pods.evict(name, &EvictParams::default()).await.map(|_| ());
         let code = match &result {
             Ok(()) => "200".to_string(),
             Err(kube::Error::Api(s)) => s.code.to_string(),
             Err(_) => "error".to_string(),
         };
-        karpenter_metrics::metrics()
+        let metrics = karpenter_metrics::metrics();
+        metrics
             .pods_eviction_requests
             .get_or_create(&karpenter_metrics::CodeLabels { code })
             .inc();
         match result {
-            Ok(()) => done.evicted.push(key(pod)),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Ok(()) => {
+                metrics
+                    .pods_drained
+                    .get_or_create(&karpenter_metrics::ReasonLabels {
+                        reason: reason.to_string(),
+                    })
+                    .inc();
+                self.events
+                    .normal(&pod_ref(pod), events::EVICTED, "Evicted pod")
+                    .await;
+                done.evicted.push(key(pod));
+            }
+            // Gone already, or a different pod of that name by now.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(kube::Error::Api(s)) if s.code == 429 => {
-                done.blocked.push(format!("{}: {}", key(pod), s.message))
+                let message = format!("Failed to drain node, evicting pod {} violates a PDB", key(pod));
+                self.events.warn(node, events::FAILED_DRAINING, &message).await;
+                done.blocked.push(format!("{}: {}", key(pod), s.message));
             }
             Err(e) => return Err(e.into()),
         }
         Ok(())
+    }
+}
+
+/// The claim's status conditions.
+fn status_conditions(claim: &NodeClaim) -> &[Condition] {
+    claim
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default()
+}
+
+/// The `reason` of `karpenter_pods_drained_total` for pods evicted from `claim`'s node: the reason of its
+/// DisruptionReason condition when that is True (the disruption that chose it), else upstream's
+/// `Forceful Termination` (an expiration, an interruption, a `kubectl delete`).
+fn drain_reason(claim: &NodeClaim) -> String {
+    status_conditions(claim)
+        .iter()
+        .find(|c| c.type_ == conditions::DISRUPTION_REASON && c.status == ConditionStatus::True)
+        .map(|c| {
+            if c.reason.is_empty() {
+                c.message.clone()
+            } else {
+                c.reason.clone()
+            }
+        })
+        .unwrap_or_else(|| FORCEFUL_TERMINATION.to_string())
+}
+
+fn pod_ref(pod: &CompactPod) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(pod.metadata.namespace.clone().unwrap_or_else(|| "default".into())),
+        name: pod.metadata.name.clone(),
+        ..ObjectReference::default()
     }
 }
 
@@ -527,6 +755,19 @@ mod tests {
         assert!(second.released_nodes.is_empty(), "{second:?}");
         assert!(f.cloud.instance(&provider_id).is_some_and(|i| !i.is_running()));
         assert!(nodes.get_opt("node-a").await?.is_some());
+        // Each step shows on the claim: drained (it had no pods), no volumes attached, instance going.
+        let terminating = claims.get("a").await?;
+        for wanted in [
+            claim_conditions::DRAINED,
+            claim_conditions::VOLUMES_DETACHED,
+            claim_conditions::INSTANCE_TERMINATING,
+        ] {
+            assert!(
+                claim_conditions::holds(status_conditions(&terminating), &wanted),
+                "{wanted:?} missing: {:?}",
+                terminating.status
+            );
+        }
 
         // The provider reports the instance gone: the Node is released, then the claim.
         f.refresh("node-a", "a").await?;

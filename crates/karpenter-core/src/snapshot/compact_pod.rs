@@ -133,6 +133,7 @@ struct PodSpecText {
     tolerations: Option<Vec<Toleration>>,
     topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
     priority: Option<i32>,
+    priority_class_name: Option<String>,
     host_network: Option<bool>,
     termination_grace_period_seconds: Option<i64>,
     containers: Vec<CompactContainer>,
@@ -153,6 +154,7 @@ impl From<PodSpecText> for CompactPodSpec {
                 tolerations: s.tolerations,
                 topology_spread_constraints: s.topology_spread_constraints,
                 priority: s.priority,
+                priority_class_name: s.priority_class_name,
                 host_network: s.host_network,
                 termination_grace_period_seconds: s.termination_grace_period_seconds,
                 containers: s.containers,
@@ -188,6 +190,8 @@ pub struct CompactPodTemplate {
     pub tolerations: Option<Vec<Toleration>>,
     pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
     pub priority: Option<i32>,
+    /// The drain moves pods of the system-*-critical classes last.
+    pub priority_class_name: Option<String>,
     /// Host-network pods use their container ports on the node.
     pub host_network: Option<bool>,
     /// How long the pod's containers get to stop (the drain clamps it to the node's deadline).
@@ -371,6 +375,7 @@ impl From<PodSpec> for CompactPodTemplate {
             tolerations: spec.tolerations,
             topology_spread_constraints: spec.topology_spread_constraints,
             priority: spec.priority,
+            priority_class_name: spec.priority_class_name,
             host_network: spec.host_network,
             termination_grace_period_seconds: spec.termination_grace_period_seconds,
             containers: compact_vec(spec.containers),

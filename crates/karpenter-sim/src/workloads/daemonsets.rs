@@ -1,4 +1,5 @@
-//! DaemonSets: a pod bound to every node the template selects and whose taints it tolerates.
+//! DaemonSets: a pod bound to every node the template selects and whose taints it tolerates; a pod already
+//! running stays through a NoSchedule taint added later (only an untolerated NoExecute taint removes it).
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -133,16 +134,27 @@ fn reconcile_one(api: &ApiServer, ds: &Value, nodes: &[Arc<Value>], pods: &[Arc<
     for node in nodes.iter().filter(|n| !objects::is_deleting(n)) {
         let node_name = objects::name(node);
         let taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
-        let should_run = selects(spec, node)
-            && taints
+        let tolerated = |effects: &[&str]| {
+            taints
                 .iter()
-                .filter(|t| matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute")))
-                .all(|t| tolerations.iter().any(|tol| tolerates(tol, t)));
+                .filter(|t| t["effect"].as_str().is_some_and(|e| effects.contains(&e)))
+                .all(|t| tolerations.iter().any(|tol| tolerates(tol, t)))
+        };
+        // As the DaemonSet controller: a new pod only where every NoSchedule and NoExecute taint is tolerated,
+        // but a running pod stays unless a NoExecute taint is not (a NoSchedule taint, such as
+        // karpenter.sh/disrupted, leaves it to the drain).
+        let selected = selects(spec, node);
+        let should_run = selected && tolerated(&["NoSchedule", "NoExecute"]);
         let here: Vec<&&Value> = owned
             .iter()
             .filter(|p| objects::node_name(p) == Some(node_name))
             .collect();
-        if should_run {
+        let should_continue = selected && tolerated(&["NoExecute"]) && !here.is_empty();
+        if should_continue && !should_run {
+            desired += 1;
+            scheduled += 1;
+            ready += here.iter().filter(|p| is_ready(p)).count();
+        } else if should_run {
             desired += 1;
             if here.is_empty() {
                 let mut pod = pod_from_template(ds, "apps/v1", "DaemonSet", &prefix);
