@@ -3,9 +3,12 @@
 //! A Node is skipped while being deleted (deletionTimestamp, or the `karpenter.sh/disrupted:NoSchedule` taint:
 //! its pods are placed again); a cordoned one is kept, so its pods count for topology, but takes no new pods.
 //! Its labels become single-value requirements; what is available is its allocatable minus the pods bound to it and minus the DaemonSet pods that will run there but are not bound yet;
-//! known ephemeral taints are ignored, and so are startup taints until the node is initialized. A NodeClaim with
-//! no Node yet is a node too: its labels and single-valued requirements, its allocatable (or its instance type's,
-//! from the catalog) minus DaemonSet overhead.
+//! known ephemeral taints are ignored, and so are startup taints until the node is initialized. Until a managed
+//! Node is initialized, a resource it reports as zero or not at all counts at its NodeClaim's allocatable: kubelet
+//! reports an extended resource (`nvidia.com/gpu`, `aws.amazon.com/neuron`, ...) as zero until its device plugin
+//! registers it, and without this the pods the node was launched for would look unplaceable and launch another
+//! node (upstream's state node does the same). A NodeClaim with no Node yet is a node too: its labels and
+//! single-valued requirements, its allocatable (or its instance type's, from the catalog) minus DaemonSet overhead.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -103,6 +106,13 @@ impl<'s> NodeSet<'s> {
             .map(std::sync::Arc::as_ref)
             .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
             .collect();
+        // A Node appears before the lifecycle records its name on the claim; the provider ID links them already.
+        let claims_by_provider_id: HashMap<&str, &NodeClaim> = snapshot
+            .node_claims
+            .iter()
+            .map(std::sync::Arc::as_ref)
+            .filter_map(|c| Some((c.status.as_ref()?.provider_id.as_deref()?, c)))
+            .collect();
         let csi_limits: HashMap<&str, Vec<(Symbol, u32)>> = snapshot
             .csi_nodes
             .iter()
@@ -135,7 +145,8 @@ impl<'s> NodeSet<'s> {
                 continue;
             };
             set.node_names.insert(name);
-            if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
+            let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            if let Some(id) = provider_id {
                 set.provider_ids.insert(id);
             }
             if is_deleting(node) {
@@ -143,7 +154,10 @@ impl<'s> NodeSet<'s> {
                 continue;
             }
             let pool = name_pool(node).and_then(|p| pools.get(p).copied());
-            let claim = claims_by_node.get(name).copied();
+            let claim = claims_by_node
+                .get(name)
+                .or_else(|| provider_id.and_then(|id| claims_by_provider_id.get(id)))
+                .copied();
             let mut existing = existing_node(cx, node, name, pool, claim, types, csi_limits.get(name));
             // A cordoned node takes no new pods, but its pods still count for topology.
             existing.schedulable = node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true);
@@ -331,6 +345,31 @@ impl<'s> NodeSet<'s> {
     }
 }
 
+/// A non-empty resource list read into a vector; `None` (with a note) when a quantity does not parse.
+fn resource_list(
+    cx: &mut Context,
+    object: &str,
+    field: &str,
+    list: Option<
+        &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+) -> Option<Resources> {
+    let list = list.filter(|l| !l.is_empty())?;
+    Resources::from_resource_list(list, &mut cx.table)
+        .map_err(|e| cx.note(object.to_string(), format!("{field}: {e}")))
+        .ok()
+}
+
+/// Takes `promised`'s amount for every resource `reported` has as zero (a missing resource and a zero one are the
+/// same); what the Node does report stays as reported.
+fn fill_unreported(reported: &mut Resources, promised: &Resources) {
+    for (id, amount) in promised.iter() {
+        if reported.get(id) == 0 {
+            reported.set(id, amount);
+        }
+    }
+}
+
 fn name_pool(node: &Node) -> Option<&str> {
     node.metadata
         .labels
@@ -357,16 +396,31 @@ fn existing_node(
             .map(|(k, v)| (k.as_str(), v.as_str())),
         &mut cx.interner,
     );
-    let allocatable = match node
-        .status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .filter(|a| !a.is_empty())
-    {
-        Some(a) => Resources::from_resource_list(a, &mut cx.table)
-            .map_err(|e| cx.note(object.clone(), format!("status.allocatable: {e}")))
-            .ok(),
+    let initialized = labels
+        .and_then(|l| l.get(labels::INITIALIZED_LABEL))
+        .is_some_and(|v| v == "true");
+    let reported = resource_list(
+        cx,
+        &object,
+        "status.allocatable",
+        node.status.as_ref().and_then(|s| s.allocatable.as_ref()),
+    );
+    // What the claim was launched with stands in for what the Node has not reported yet; once the Node is
+    // initialized, what it reports is all there is.
+    let promised = match claim.filter(|_| !initialized) {
+        Some(c) => {
+            let claim_object = describe("NodeClaim", None, c.metadata.name.as_deref());
+            let list = c.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            resource_list(cx, &claim_object, "status.allocatable", list)
+        }
         None => None,
+    };
+    let allocatable = match (reported, promised) {
+        (Some(mut reported), Some(promised)) => {
+            fill_unreported(&mut reported, &promised);
+            Some(reported)
+        }
+        (reported, promised) => reported.or(promised),
     };
     let available = allocatable
         .or_else(|| instance_type_of(labels, types).map(|it| it.allocatable.clone()))
@@ -378,9 +432,6 @@ fn existing_node(
             Resources::zero()
         });
     let nodepool = name_pool(node).map(str::to_string);
-    let initialized = labels
-        .and_then(|l| l.get(labels::INITIALIZED_LABEL))
-        .is_some_and(|v| v == "true");
     // Until a managed node is initialized, its startup taints are expected to go away.
     let startup: Vec<&karpenter_api::common::Taint> = if nodepool.is_some() && !initialized {
         pool.iter()
@@ -524,5 +575,64 @@ mod tests {
         assert_eq!(c.hostname, i.lookup("default-abc").unwrap());
         // The DaemonSet has no pod on n1 yet, so it is charged there too.
         assert_eq!(built.input.existing[0].available.cpu(), 3900);
+    }
+
+    /// A GPU NodeClaim launched as `i-gpu` with 4 GPUs, and its Node reporting `gpu` GPUs; `node_labels` are more
+    /// Node labels.
+    fn gpu_node_and_claim(gpu: &str, node_labels: &str) -> [String; 2] {
+        let claim = "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: gpu-claim\n  labels: {karpenter.sh/nodepool: default}\nspec:\n  requirements: []\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\nstatus:\n  providerID: sim:///test-zone-1/i-gpu\n  allocatable: {cpu: \"8\", memory: 16Gi, pods: \"20\", nvidia.com/gpu: \"4\"}\n".to_string();
+        let node = format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: gpu-node\n  labels: {{karpenter.sh/nodepool: default{node_labels}}}\nspec: {{providerID: sim:///test-zone-1/i-gpu}}\nstatus:\n  allocatable: {{cpu: 7900m, memory: 15Gi, pods: \"20\", nvidia.com/gpu: \"{gpu}\"}}\n"
+        );
+        [claim, node]
+    }
+
+    #[test]
+    fn an_uninitialized_node_offers_the_extended_resources_its_claim_promises_until_it_reports_them() {
+        let [claim, node] = gpu_node_and_claim("0", "");
+        let built = build(&[DEFAULT_POOL, &claim, &node]);
+        assert_eq!(
+            built.node_names,
+            vec!["gpu-node"],
+            "the claim is the Node's, not in flight"
+        );
+        let n = &built.input.existing[0];
+        let gpu = built.table.get("nvidia.com/gpu").unwrap();
+        assert_eq!(
+            n.available.get(gpu),
+            4000,
+            "the GPUs the device plugin has not registered yet"
+        );
+        assert_eq!(n.available.cpu(), 7900, "what the Node reports stands");
+    }
+
+    #[test]
+    fn an_initialized_node_offers_only_what_it_reports() {
+        let [claim, node] = gpu_node_and_claim("0", ", karpenter.sh/initialized: \"true\"");
+        let built = build(&[DEFAULT_POOL, &claim, &node]);
+        let gpu = built.table.get("nvidia.com/gpu").unwrap();
+        assert_eq!(built.input.existing[0].available.get(gpu), 0);
+    }
+
+    #[test]
+    fn a_resource_the_node_reports_is_not_raised_to_the_claims() {
+        let [claim, node] = gpu_node_and_claim("2", "");
+        let built = build(&[DEFAULT_POOL, &claim, &node]);
+        let gpu = built.table.get("nvidia.com/gpu").unwrap();
+        assert_eq!(built.input.existing[0].available.get(gpu), 2000);
+    }
+
+    #[test]
+    fn a_gpu_pod_goes_to_the_uninitialized_gpu_node_instead_of_a_new_one() {
+        let [claim, node] = gpu_node_and_claim("0", "");
+        let pod = pending_pod("default", "train", "1", "  tolerations: [{operator: Exists}]\n").replace(
+            "requests: {cpu: \"1\"}",
+            "requests: {cpu: \"1\", nvidia.com/gpu: \"2\"}",
+        );
+        let mut built = build(&[DEFAULT_POOL, &claim, &node, &pod]);
+        let results = crate::scheduling::schedule(&built.input, &mut built.interner, &built.table);
+        assert!(results.pod_errors.is_empty(), "{:?}", results.pod_errors);
+        assert!(results.new_node_claims.is_empty(), "no second GPU node");
+        assert_eq!(results.existing_nodes, vec![(0, vec![0])]);
     }
 }
