@@ -1,12 +1,13 @@
 //! End to end on karpenter-sim: a GPU node whose device plugin registers the GPUs only a while after the Node
 //! joins (kubelet reports `nvidia.com/gpu: 0` until then). Karpenter must neither call the node initialized early
-//! nor launch a second GPU node for pods that fit the first one.
+//! nor launch a second GPU node for pods that fit the first one, and tells those pods where they are going.
 
 use std::time::Duration;
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{Node, Pod},
+    events::v1::Event,
 };
 use karpenter_api::{
     common::{ConditionStatus, find_condition},
@@ -123,6 +124,12 @@ async fn a_gpu_node_initializes_once_its_gpus_register_and_takes_a_second_gpu_po
     );
 
     // A second GPU pod fits the node still waiting for its GPUs: no second node.
+    let first_pod = Api::<Pod>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().labels("app=train"))
+        .await?
+        .items
+        .first()
+        .map(ResourceExt::name_any);
     Api::<Deployment>::namespaced(client.clone(), "default")
         .patch(
             "train",
@@ -147,6 +154,31 @@ async fn a_gpu_node_initializes_once_its_gpus_register_and_takes_a_second_gpu_po
             .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none()),
         "no pod can bind before the GPUs register"
     );
+    // The second pod is told it is going to the node waiting for its GPUs, once however many rounds it waits.
+    let claim_name = claims[0].name_any();
+    let expected = format!("Pod should schedule on: nodeclaim/{claim_name}, node/{node_name}");
+    let events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await?;
+    let first_pod_events = events.items.iter().filter(|e| {
+        e.reason.as_deref() == Some("Nominated")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == first_pod.as_deref()
+    });
+    assert!(first_pod_events.count() >= 1);
+    let second_pod = pods
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .find(|n| Some(n.as_str()) != first_pod.as_deref())
+        .ok_or("no second pod")?;
+    let nominated: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Nominated"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(second_pod.as_str()))
+        .filter_map(|e| e.note.clone())
+        .collect();
+    assert_eq!(nominated, [expected]);
 
     // The device plugin registers the GPUs: the node initializes and both pods run on it.
     report_gpus(&client, &node_name, "4").await?;
