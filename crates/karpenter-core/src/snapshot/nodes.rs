@@ -3,11 +3,9 @@
 //! A Node is skipped while being deleted (deletionTimestamp, or the `karpenter.sh/disrupted:NoSchedule` taint:
 //! its pods are placed again); a cordoned one is kept, so its pods count for topology, but takes no new pods.
 //! Its labels become single-value requirements; what is available is its allocatable minus the pods bound to it and minus the DaemonSet pods that will run there but are not bound yet;
-//! known ephemeral taints are ignored, and so are startup taints until the node is initialized. Until a managed
-//! Node is initialized, a resource it reports as zero or not at all counts at its NodeClaim's allocatable: kubelet
-//! reports an extended resource (`nvidia.com/gpu`, `aws.amazon.com/neuron`, ...) as zero until its device plugin
-//! registers it, and without this the pods the node was launched for would look unplaceable and launch another
-//! node (upstream's state node does the same). A NodeClaim with no Node yet is a node too: its labels and
+//! known ephemeral taints are ignored, and so are startup taints until the node is initialized. Until then, too,
+//! a resource the Node reports as zero or not at all (a GPU whose device plugin has not registered) counts at its
+//! NodeClaim's allocatable ([`super::node_resources`]). A NodeClaim with no Node yet is a node too: its labels and
 //! single-valued requirements, its allocatable (or its instance type's, from the catalog) minus DaemonSet overhead.
 
 use std::{
@@ -31,6 +29,7 @@ use super::{
     Snapshot,
     context::{Context, describe},
     daemonsets::DaemonPods,
+    node_resources::{ResourceField, is_initialized, node_resources},
     pods::PodConverter,
     taints::{api_taint, is_ephemeral, node_taint, same_taint},
 };
@@ -84,6 +83,8 @@ pub(super) struct NodeSet<'s> {
     deleting: HashSet<&'s str>,
     /// Every Node's name and provider ID, to tell in-flight NodeClaims from registered ones.
     node_names: HashSet<&'s str>,
+    /// Every Node's NodeClaim, by Node name.
+    claims: HashMap<&'s str, &'s NodeClaim>,
     provider_ids: HashSet<&'s str>,
     /// Per usable node, the DaemonSets whose pod is already bound there.
     daemons_running: Vec<Vec<usize>>,
@@ -135,6 +136,7 @@ impl<'s> NodeSet<'s> {
             index: HashMap::with_capacity(snapshot.nodes.len()),
             deleting: HashSet::new(),
             node_names: HashSet::with_capacity(snapshot.nodes.len()),
+            claims: HashMap::with_capacity(snapshot.node_claims.len()),
             provider_ids: HashSet::with_capacity(snapshot.nodes.len()),
             daemons_running: Vec::with_capacity(snapshot.nodes.len()),
             volumes_seen: HashSet::new(),
@@ -149,15 +151,18 @@ impl<'s> NodeSet<'s> {
             if let Some(id) = provider_id {
                 set.provider_ids.insert(id);
             }
+            let claim = claims_by_node
+                .get(name)
+                .or_else(|| provider_id.and_then(|id| claims_by_provider_id.get(id)))
+                .copied();
+            if let Some(c) = claim {
+                set.claims.insert(name, c);
+            }
             if is_deleting(node) {
                 set.deleting.insert(name);
                 continue;
             }
             let pool = name_pool(node).and_then(|p| pools.get(p).copied());
-            let claim = claims_by_node
-                .get(name)
-                .or_else(|| provider_id.and_then(|id| claims_by_provider_id.get(id)))
-                .copied();
             let mut existing = existing_node(cx, node, name, pool, claim, types, csi_limits.get(name));
             // A cordoned node takes no new pods, but its pods still count for topology.
             existing.schedulable = node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true);
@@ -171,6 +176,11 @@ impl<'s> NodeSet<'s> {
 
     pub fn is_deleting(&self, name: &str) -> bool {
         self.deleting.contains(name)
+    }
+
+    /// The NodeClaim of the Node `name`, by its recorded node name or its provider ID.
+    pub fn claim_of(&self, name: &str) -> Option<&'s NodeClaim> {
+        self.claims.get(name).copied()
     }
 
     pub fn index_of(&self, name: &str) -> Option<usize> {
@@ -345,31 +355,6 @@ impl<'s> NodeSet<'s> {
     }
 }
 
-/// A non-empty resource list read into a vector; `None` (with a note) when a quantity does not parse.
-fn resource_list(
-    cx: &mut Context,
-    object: &str,
-    field: &str,
-    list: Option<
-        &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    >,
-) -> Option<Resources> {
-    let list = list.filter(|l| !l.is_empty())?;
-    Resources::from_resource_list(list, &mut cx.table)
-        .map_err(|e| cx.note(object.to_string(), format!("{field}: {e}")))
-        .ok()
-}
-
-/// Takes `promised`'s amount for every resource `reported` has as zero (a missing resource and a zero one are the
-/// same); what the Node does report stays as reported.
-fn fill_unreported(reported: &mut Resources, promised: &Resources) {
-    for (id, amount) in promised.iter() {
-        if reported.get(id) == 0 {
-            reported.set(id, amount);
-        }
-    }
-}
-
 fn name_pool(node: &Node) -> Option<&str> {
     node.metadata
         .labels
@@ -396,32 +381,8 @@ fn existing_node(
             .map(|(k, v)| (k.as_str(), v.as_str())),
         &mut cx.interner,
     );
-    let initialized = labels
-        .and_then(|l| l.get(labels::INITIALIZED_LABEL))
-        .is_some_and(|v| v == "true");
-    let reported = resource_list(
-        cx,
-        &object,
-        "status.allocatable",
-        node.status.as_ref().and_then(|s| s.allocatable.as_ref()),
-    );
-    // What the claim was launched with stands in for what the Node has not reported yet; once the Node is
-    // initialized, what it reports is all there is.
-    let promised = match claim.filter(|_| !initialized) {
-        Some(c) => {
-            let claim_object = describe("NodeClaim", None, c.metadata.name.as_deref());
-            let list = c.status.as_ref().and_then(|s| s.allocatable.as_ref());
-            resource_list(cx, &claim_object, "status.allocatable", list)
-        }
-        None => None,
-    };
-    let allocatable = match (reported, promised) {
-        (Some(mut reported), Some(promised)) => {
-            fill_unreported(&mut reported, &promised);
-            Some(reported)
-        }
-        (reported, promised) => reported.or(promised),
-    };
+    let initialized = is_initialized(node);
+    let allocatable = node_resources(cx, node, claim, ResourceField::Allocatable);
     let available = allocatable
         .or_else(|| instance_type_of(labels, types).map(|it| it.allocatable.clone()))
         .unwrap_or_else(|| {
@@ -575,64 +536,5 @@ mod tests {
         assert_eq!(c.hostname, i.lookup("default-abc").unwrap());
         // The DaemonSet has no pod on n1 yet, so it is charged there too.
         assert_eq!(built.input.existing[0].available.cpu(), 3900);
-    }
-
-    /// A GPU NodeClaim launched as `i-gpu` with 4 GPUs, and its Node reporting `gpu` GPUs; `node_labels` are more
-    /// Node labels.
-    fn gpu_node_and_claim(gpu: &str, node_labels: &str) -> [String; 2] {
-        let claim = "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: gpu-claim\n  labels: {karpenter.sh/nodepool: default}\nspec:\n  requirements: []\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\nstatus:\n  providerID: sim:///test-zone-1/i-gpu\n  allocatable: {cpu: \"8\", memory: 16Gi, pods: \"20\", nvidia.com/gpu: \"4\"}\n".to_string();
-        let node = format!(
-            "apiVersion: v1\nkind: Node\nmetadata:\n  name: gpu-node\n  labels: {{karpenter.sh/nodepool: default{node_labels}}}\nspec: {{providerID: sim:///test-zone-1/i-gpu}}\nstatus:\n  allocatable: {{cpu: 7900m, memory: 15Gi, pods: \"20\", nvidia.com/gpu: \"{gpu}\"}}\n"
-        );
-        [claim, node]
-    }
-
-    #[test]
-    fn an_uninitialized_node_offers_the_extended_resources_its_claim_promises_until_it_reports_them() {
-        let [claim, node] = gpu_node_and_claim("0", "");
-        let built = build(&[DEFAULT_POOL, &claim, &node]);
-        assert_eq!(
-            built.node_names,
-            vec!["gpu-node"],
-            "the claim is the Node's, not in flight"
-        );
-        let n = &built.input.existing[0];
-        let gpu = built.table.get("nvidia.com/gpu").unwrap();
-        assert_eq!(
-            n.available.get(gpu),
-            4000,
-            "the GPUs the device plugin has not registered yet"
-        );
-        assert_eq!(n.available.cpu(), 7900, "what the Node reports stands");
-    }
-
-    #[test]
-    fn an_initialized_node_offers_only_what_it_reports() {
-        let [claim, node] = gpu_node_and_claim("0", ", karpenter.sh/initialized: \"true\"");
-        let built = build(&[DEFAULT_POOL, &claim, &node]);
-        let gpu = built.table.get("nvidia.com/gpu").unwrap();
-        assert_eq!(built.input.existing[0].available.get(gpu), 0);
-    }
-
-    #[test]
-    fn a_resource_the_node_reports_is_not_raised_to_the_claims() {
-        let [claim, node] = gpu_node_and_claim("2", "");
-        let built = build(&[DEFAULT_POOL, &claim, &node]);
-        let gpu = built.table.get("nvidia.com/gpu").unwrap();
-        assert_eq!(built.input.existing[0].available.get(gpu), 2000);
-    }
-
-    #[test]
-    fn a_gpu_pod_goes_to_the_uninitialized_gpu_node_instead_of_a_new_one() {
-        let [claim, node] = gpu_node_and_claim("0", "");
-        let pod = pending_pod("default", "train", "1", "  tolerations: [{operator: Exists}]\n").replace(
-            "requests: {cpu: \"1\"}",
-            "requests: {cpu: \"1\", nvidia.com/gpu: \"2\"}",
-        );
-        let mut built = build(&[DEFAULT_POOL, &claim, &node, &pod]);
-        let results = crate::scheduling::schedule(&built.input, &mut built.interner, &built.table);
-        assert!(results.pod_errors.is_empty(), "{:?}", results.pod_errors);
-        assert!(results.new_node_claims.is_empty(), "no second GPU node");
-        assert_eq!(results.existing_nodes, vec![(0, vec![0])]);
     }
 }
