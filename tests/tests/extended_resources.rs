@@ -13,6 +13,7 @@ use karpenter_api::{
     common::{ConditionStatus, find_condition},
     labels,
     nodeclaim::{NodeClaim, conditions},
+    nodepool::NodePool,
 };
 use karpenter_core::catalog::CatalogFile;
 use karpenter_e2e::{CATALOG, Controllers, Harness, TestResult, apply_nodepool, until_running};
@@ -122,6 +123,14 @@ async fn a_gpu_node_initializes_once_its_gpus_register_and_takes_a_second_gpu_po
         "{}",
         initialized.message
     );
+    // The GPUs the node was launched with count for the NodePool already (its status and its limits).
+    let pool = Api::<NodePool>::all(client.clone()).get("default").await?;
+    let pool_gpus = pool
+        .status
+        .and_then(|s| s.resources)
+        .and_then(|r| r.get("nvidia.com/gpu").cloned())
+        .map(|q| q.0);
+    assert_eq!(pool_gpus.as_deref(), Some("4"));
 
     // A second GPU pod fits the node still waiting for its GPUs: no second node.
     let first_pod = Api::<Pod>::namespaced(client.clone(), "default")
