@@ -58,7 +58,15 @@ impl Harness {
         controllers: Controllers,
         settings: Settings,
     ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        let catalog = CatalogFile::from_json_str(CATALOG)?;
+        Self::start_with_catalog(controllers, settings, CatalogFile::from_json_str(CATALOG)?)
+    }
+
+    /// With instance types other than [`CATALOG`]'s (GPU types, say).
+    pub fn start_with_catalog(
+        controllers: Controllers,
+        settings: Settings,
+        catalog: CatalogFile,
+    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let well_known = catalog.well_known_labels.clone();
         let clock = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
         let sim = SimCluster::start(SimOptions::new(catalog, clock));

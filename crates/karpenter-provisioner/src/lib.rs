@@ -5,7 +5,8 @@
 //!   snapshot with the cloud provider's instance types, and creates the NodeClaims it asks for;
 //! - [`lifecycle`]: takes each NodeClaim through launch (the cloud provider's `create`), registration (its Node
 //!   appears: labels and taints synced, `karpenter.sh/unregistered` removed) and initialization (the Node is
-//!   Ready and its startup taints are gone), recording upstream's conditions on the NodeClaim;
+//!   Ready, its startup and ephemeral taints are gone and the requested extended resources registered:
+//!   [`initialization`]), recording upstream's conditions on the NodeClaim;
 //! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for;
 //! - [`pending`]: which pods the provisioner acts on;
 //! - [`nodepool_status`] and [`nodepool_hash`]: each NodePool's status, and its hash annotations with the
@@ -16,6 +17,7 @@ pub mod batcher;
 pub mod catalog;
 mod error;
 pub mod gc;
+pub mod initialization;
 pub mod lifecycle;
 pub mod nodepool_conditions;
 pub mod nodepool_hash;

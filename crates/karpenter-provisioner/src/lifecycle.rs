@@ -14,8 +14,10 @@
 //!   (which deletes the claim, drains the Node and deletes the instance before letting the Node go); the
 //!   claim records `status.nodeName` and `Registered=True`. A registered claim's Node that lacks the finalizer
 //!   (registered by an older version) gets it on a later pass, unless it is already being deleted.
-//! - **Initialization**: once that Node is Ready and none of the claim's startup taints remain, it is labelled
-//!   `karpenter.sh/initialized=true` and the claim gets `Initialized=True` and `Ready=True`.
+//! - **Initialization**: once that Node is Ready, none of the claim's startup taints nor the known ephemeral
+//!   taints remain, and its allocatable has every resource the claim's pods requested (a GPU's device plugin has
+//!   registered it), it is labelled `karpenter.sh/initialized=true` and the claim gets `Initialized=True` and
+//!   `Ready=True`; until then `Initialized` is Unknown with the reason it waits for ([`crate::initialization`]).
 //!
 //! - **Liveness**: a claim not launched 5 minutes after its creation, or whose Node has not registered 15
 //!   minutes after the launch, is deleted (the terminator removes any instance) and its pods are provisioned
@@ -45,7 +47,7 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::ProvisionerError;
+use crate::{ProvisionerError, initialization::awaiting_initialization};
 
 /// The lifecycle controller's context.
 pub struct Lifecycle {
@@ -175,7 +177,27 @@ impl Lifecycle {
         if needs_finalizer(&node) {
             self.add_node_finalizer(&node).await?;
         }
-        if !is_true(conditions::INITIALIZED) && initialized(claim, &node) {
+        if is_true(conditions::INITIALIZED) {
+            return Ok(());
+        }
+        if let Some(waiting) = awaiting_initialization(claim, &node) {
+            let current = find_condition(&status.conditions, conditions::INITIALIZED);
+            // Written only when it changes: a node waits through many passes.
+            if current.is_none_or(|c| {
+                c.status != ConditionStatus::Unknown
+                    || c.reason != waiting.reason
+                    || c.message != waiting.message
+            }) {
+                let conditions = with_condition_message(
+                    &status.conditions,
+                    (conditions::INITIALIZED, ConditionStatus::Unknown, waiting.reason),
+                    &waiting.message,
+                    now,
+                );
+                self.patch_status(&name, json!({"status": {"conditions": conditions}}))
+                    .await?;
+            }
+        } else {
             let nodes: Api<Node> = Api::all(self.client.clone());
             nodes
                 .patch(
@@ -414,53 +436,56 @@ fn finalizer_addition(current: Option<&[String]>) -> serde_json::Value {
     }
 }
 
-/// The Node is Ready and none of the claim's startup taints are left on it.
-fn initialized(claim: &NodeClaim, node: &Node) -> bool {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
-    let node_taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    let startup_left = claim
-        .spec
-        .startup_taints
-        .iter()
-        .any(|st| node_taints.iter().any(|t| t.key == st.key && t.value == st.value));
-    ready && !startup_left
-}
-
-/// `existing` with each `(type, status, reason)` set; the transition time moves only when the status does.
+/// `existing` with each `(type, status, reason)` set and its message cleared; the transition time moves only
+/// when the status does.
 fn with_conditions(
     existing: &[Condition],
     updates: &[(&str, ConditionStatus, &str)],
     now: Timestamp,
 ) -> Vec<Condition> {
     let mut out = existing.to_vec();
-    for &(type_, status, reason) in updates {
-        match out.iter_mut().find(|c| c.type_ == type_) {
-            Some(c) if c.status == status => c.reason = reason.to_string(),
-            Some(c) => {
-                c.status = status;
-                c.reason = reason.to_string();
-                c.last_transition_time = Time(now);
-            }
-            None => out.push(Condition {
-                type_: type_.to_string(),
-                status,
-                observed_generation: None,
-                last_transition_time: Time(now),
-                reason: reason.to_string(),
-                message: String::new(),
-            }),
-        }
+    for &update in updates {
+        set_condition(&mut out, update, "", now);
     }
     out
+}
+
+/// `existing` with one `(type, status, reason)` set, with `message`.
+fn with_condition_message(
+    existing: &[Condition],
+    update: (&str, ConditionStatus, &str),
+    message: &str,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let mut out = existing.to_vec();
+    set_condition(&mut out, update, message, now);
+    out
+}
+
+fn set_condition(
+    conditions: &mut Vec<Condition>,
+    (type_, status, reason): (&str, ConditionStatus, &str),
+    message: &str,
+    now: Timestamp,
+) {
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.status = status;
+                c.last_transition_time = Time(now);
+            }
+            c.reason = reason.to_string();
+            c.message = message.to_string();
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status,
+            observed_generation: None,
+            last_transition_time: Time(now),
+            reason: reason.to_string(),
+            message: message.to_string(),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -481,6 +506,15 @@ mod tests {
         name: &str,
         node_meta: serde_json::Value,
     ) -> Result<(ApiServer, Lifecycle), Box<dyn std::error::Error>> {
+        launched_requesting(name, node_meta, json!({})).await
+    }
+
+    /// As [`launched_with_node`], the claim's pods requesting `requests`.
+    async fn launched_requesting(
+        name: &str,
+        node_meta: serde_json::Value,
+        requests: serde_json::Value,
+    ) -> Result<(ApiServer, Lifecycle), Box<dyn std::error::Error>> {
         let server = ApiServer::new(SystemClock);
         let client = server.client();
         let state = ClusterState::default();
@@ -489,17 +523,19 @@ mod tests {
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": {"name": name, "finalizers": [labels::TERMINATION_FINALIZER],
                          "labels": {labels::NODEPOOL_LABEL: "default"}},
-            "spec": {"requirements": [],
+            "spec": {"requirements": [], "resources": {"requests": requests},
                      "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
         }))?;
-        let mut claim = Api::<NodeClaim>::all(client.clone())
-            .create(&PostParams::default(), &claim)
-            .await?;
-        claim.status = Some(serde_json::from_value(json!({
+        let claims = Api::<NodeClaim>::all(client.clone());
+        claims.create(&PostParams::default(), &claim).await?;
+        let status = json!({"status": {
             "providerID": provider_id,
             "conditions": [{"type": "Launched", "status": "True", "reason": "Launched",
                             "lastTransitionTime": "2026-01-01T00:00:00Z", "message": ""}]
-        }))?);
+        }});
+        let claim = claims
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+            .await?;
         let mut node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("node-{name}")},
                               "spec": {"providerID": provider_id}});
         if let (Some(meta), Some(extra)) = (node["metadata"].as_object_mut(), node_meta.as_object()) {
@@ -584,6 +620,68 @@ mod tests {
         assert_eq!(
             node_finalizers(&lifecycle, "node-c").await?,
             ["example.com/other", labels::TERMINATION_FINALIZER]
+        );
+        Ok(())
+    }
+
+    /// The cache as the watch would leave it: claim `name` and Node `node-<name>` read back from the API server.
+    async fn refresh(lifecycle: &Lifecycle, name: &str) -> TestResult {
+        let client = lifecycle.client.clone();
+        let claim = Api::<NodeClaim>::all(client.clone()).get(name).await?;
+        lifecycle.state.node_claims.apply(claim);
+        let node = Api::<Node>::all(client).get(&format!("node-{name}")).await?;
+        lifecycle.state.nodes.apply(node);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_ready_node_is_not_initialized_until_it_reports_the_requested_gpu() -> TestResult {
+        let (_server, lifecycle) =
+            launched_requesting("g", json!({}), json!({"cpu": "1", "nvidia.com/gpu": "1"})).await?;
+        assert_eq!(lifecycle.pass().await.registered, ["g"]);
+        let nodes = Api::<Node>::all(lifecycle.client.clone());
+        let report = |gpus: &str| {
+            json!({"status": {
+                "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "20", "nvidia.com/gpu": gpus},
+                "conditions": [{"type": "Ready", "status": "True"}]}})
+        };
+        // Ready, but the device plugin has not registered the GPU: kubelet reports 0.
+        nodes
+            .patch_status("node-g", &PatchParams::default(), &Patch::Merge(report("0")))
+            .await?;
+        refresh(&lifecycle, "g").await?;
+        assert!(lifecycle.pass().await.initialized.is_empty());
+        let claim = Api::<NodeClaim>::all(lifecycle.client.clone()).get("g").await?;
+        let status = claim.status.unwrap_or_default();
+        let initialized =
+            find_condition(&status.conditions, conditions::INITIALIZED).ok_or("no Initialized")?;
+        assert_eq!(initialized.status, ConditionStatus::Unknown);
+        assert_eq!(initialized.reason, "ResourceNotRegistered");
+        assert!(
+            initialized.message.contains("nvidia.com/gpu"),
+            "{}",
+            initialized.message
+        );
+        let node = nodes.get("node-g").await?;
+        assert!(!node.labels().contains_key(labels::INITIALIZED_LABEL));
+
+        nodes
+            .patch_status("node-g", &PatchParams::default(), &Patch::Merge(report("4")))
+            .await?;
+        refresh(&lifecycle, "g").await?;
+        assert_eq!(lifecycle.pass().await.initialized, ["g"]);
+        let claim = Api::<NodeClaim>::all(lifecycle.client.clone()).get("g").await?;
+        let status = claim.status.unwrap_or_default();
+        let initialized =
+            find_condition(&status.conditions, conditions::INITIALIZED).ok_or("no Initialized")?;
+        assert_eq!(
+            (initialized.status, initialized.message.as_str()),
+            (ConditionStatus::True, "")
+        );
+        let node = nodes.get("node-g").await?;
+        assert_eq!(
+            node.labels().get(labels::INITIALIZED_LABEL).map(String::as_str),
+            Some("true")
         );
         Ok(())
     }

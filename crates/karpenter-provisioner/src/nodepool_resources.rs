@@ -4,9 +4,10 @@
 //! A NodePool's nodes are its Nodes (label `karpenter.sh/nodepool`) and its launched NodeClaims whose Node has
 //! not registered yet, matched by provider ID so a node is counted once; the capacity is the Node's when it
 //! has registered and the NodeClaim's before. Counting claims that have not registered keeps `limits` and the
-//! status honest while instances boot.
+//! status honest while instances boot. Until a Node is initialized, a resource it reports as zero or not at all
+//! (a GPU whose device plugin has not registered yet) counts at its NodeClaim's capacity, as upstream.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::api::resource::Quantity};
 use karpenter_api::{
@@ -24,14 +25,26 @@ pub struct PoolResources {
     pub nodes: i64,
 }
 
-fn add(total: &mut BTreeMap<String, i64>, capacity: Option<&BTreeMap<String, Quantity>>) {
-    for (name, quantity) in capacity.into_iter().flatten() {
-        // A quantity that does not parse (no kubelet writes one) is left out rather than failing the count.
-        if let Ok(milli) = parse_milli(&quantity.0) {
-            let sum = total.entry(name.clone()).or_default();
-            *sum = sum.saturating_add(milli);
-        }
+/// A resource list in milli-units. A quantity that does not parse (no kubelet writes one) is left out rather than
+/// failing the count.
+fn milli_units(list: Option<&BTreeMap<String, Quantity>>) -> BTreeMap<String, i64> {
+    list.into_iter()
+        .flatten()
+        .filter_map(|(name, q)| Some((name.clone(), parse_milli(&q.0).ok()?)))
+        .collect()
+}
+
+fn add(total: &mut BTreeMap<String, i64>, capacity: BTreeMap<String, i64>) {
+    for (name, milli) in capacity {
+        let sum = total.entry(name).or_default();
+        *sum = sum.saturating_add(milli);
     }
+}
+
+fn is_initialized(node: &Node) -> bool {
+    node.labels()
+        .get(labels::INITIALIZED_LABEL)
+        .is_some_and(|v| v == "true")
 }
 
 fn in_pool(labels_: &BTreeMap<String, String>, pool: &str) -> bool {
@@ -44,18 +57,37 @@ pub fn pool_resources<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
     claims: impl IntoIterator<Item = &'a NodeClaim>,
 ) -> PoolResources {
+    let claims: Vec<&NodeClaim> = claims.into_iter().collect();
+    let claims_by_provider_id: HashMap<&str, &NodeClaim> = claims
+        .iter()
+        .filter_map(|c| Some((c.status.as_ref()?.provider_id.as_deref()?, *c)))
+        .collect();
     let mut milli: BTreeMap<String, i64> = BTreeMap::new();
     let mut count: i64 = 0;
     let mut registered: HashSet<String> = HashSet::new();
     for node in nodes {
-        if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.clone()) {
-            registered.insert(id);
+        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+        if let Some(id) = provider_id {
+            registered.insert(id.to_string());
         }
         if !in_pool(node.labels(), pool) {
             continue;
         }
         count += 1;
-        add(&mut milli, node.status.as_ref().and_then(|s| s.capacity.as_ref()));
+        let mut capacity = milli_units(node.status.as_ref().and_then(|s| s.capacity.as_ref()));
+        let claim = provider_id
+            .and_then(|id| claims_by_provider_id.get(id))
+            .filter(|_| !is_initialized(node));
+        if let Some(claim) = claim {
+            let promised = milli_units(claim.status.as_ref().and_then(|s| s.capacity.as_ref()));
+            for (name, amount) in promised {
+                let reported = capacity.entry(name).or_default();
+                if *reported == 0 {
+                    *reported = amount;
+                }
+            }
+        }
+        add(&mut milli, capacity);
     }
     for claim in claims {
         let Some(status) = claim.status.as_ref() else {
@@ -68,7 +100,7 @@ pub fn pool_resources<'a>(
             continue;
         }
         count += 1;
-        add(&mut milli, status.capacity.as_ref());
+        add(&mut milli, milli_units(status.capacity.as_ref()));
     }
     let mut resources: ResourceList = milli
         .into_iter()
@@ -153,5 +185,34 @@ mod tests {
         assert_eq!(r.nodes, 0);
         assert_eq!(r.resources.len(), 1);
         assert_eq!(get(&r, "nodes"), "0");
+    }
+
+    #[test]
+    fn a_gpu_not_registered_yet_counts_at_the_claims_capacity_until_the_node_is_initialized() {
+        let gpu_node = |gpus: &str, initialized: bool| -> Node {
+            let mut node_labels = json!({labels::NODEPOOL_LABEL: "p"});
+            if initialized {
+                node_labels[labels::INITIALIZED_LABEL] = json!("true");
+            }
+            serde_json::from_value(json!({
+                "metadata": {"name": "g", "labels": node_labels},
+                "spec": {"providerID": "sim:///g"},
+                "status": {"capacity": {"cpu": "8", "nvidia.com/gpu": gpus}}
+            }))
+            .unwrap()
+        };
+        let mut gpu_claim = claim("cg", "p", Some("sim:///g"));
+        if let Some(status) = gpu_claim.status.as_mut() {
+            status
+                .capacity
+                .get_or_insert_with(Default::default)
+                .insert("nvidia.com/gpu".into(), Quantity("4".into()));
+        }
+        let claims = [gpu_claim];
+        let starting = pool_resources("p", &[gpu_node("0", false)], &claims);
+        assert_eq!(get(&starting, "nvidia.com/gpu"), "4");
+        assert_eq!(get(&starting, "cpu"), "8", "what the Node reports stands");
+        let initialized = pool_resources("p", &[gpu_node("0", true)], &claims);
+        assert_eq!(get(&initialized, "nvidia.com/gpu"), "0");
     }
 }

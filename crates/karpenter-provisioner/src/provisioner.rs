@@ -1,6 +1,7 @@
 //! The provisioning loop: wait for a batch of pending pods, simulate, create the NodeClaims the simulation asks
 //! for. Pods that fit on existing nodes or on NodeClaims still launching get no new capacity: the snapshot holds
-//! both, and core's simulation places pods there first.
+//! both, and core's simulation places pods there first. Each placed pod is told where it goes
+//! ([`nominations`]).
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -22,7 +23,7 @@ use crate::{
     ProvisionerError,
     batcher::BatchWindow,
     catalog::catalog_for,
-    nominations::{self, Nomination},
+    nominations::{self, Nomination, RecentNominations},
     pending::is_provisionable,
 };
 
@@ -69,6 +70,8 @@ pub struct Provisioner {
     state: ClusterState,
     cloud: Arc<dyn CloudProvider>,
     settings: ProvisionerSettings,
+    /// Pods nominated lately: a pod pending through many rounds is not nominated in every one.
+    recent_nominations: std::sync::Mutex<RecentNominations>,
 }
 
 impl Provisioner {
@@ -83,6 +86,7 @@ impl Provisioner {
             state,
             cloud,
             settings,
+            recent_nominations: std::sync::Mutex::new(RecentNominations::default()),
         }
     }
 
@@ -225,10 +229,20 @@ impl Provisioner {
                     .filter_map(|p| inputs.pod_names.get(*p).cloned())
                     .map(|pod| Nomination {
                         pod,
-                        node_claim: name.clone(),
+                        node_claim: Some(name.clone()),
+                        node: None,
                     }),
             );
             round.created.push(name);
+        }
+        nominations.extend(nominations::on_existing(
+            &snapshot,
+            &inputs.node_names,
+            &inputs.pod_names,
+            &results.existing_nodes,
+        ));
+        if let Ok(mut recent) = self.recent_nominations.lock() {
+            nominations = recent.admit(nominations, tokio::time::Instant::now());
         }
         if !nominations.is_empty() {
             // Events are informational: sent beside the next round, never slowing this one down.

@@ -26,6 +26,7 @@ mod daemonsets;
 mod disruption_inputs;
 mod disruption_view;
 mod load;
+mod node_resources;
 mod nodepools;
 mod nodes;
 mod overlays;

@@ -5,8 +5,9 @@
 //!   available offering they allow, cheapest first;
 //! - DaemonSet overhead: the DaemonSet pods that tolerate the NodePool's taints and whose node requirements the
 //!   template can meet;
-//! - what is left of `spec.limits`: limits minus the capacity of the NodePool's nodes and in-flight NodeClaims
-//!   (resources the limits do not name stay unlimited), with `nodes` counted separately.
+//! - what is left of `spec.limits`: limits minus the capacity of the NodePool's nodes (with their NodeClaims'
+//!   GPUs and other resources not registered yet, until initialized) and in-flight NodeClaims (resources the
+//!   limits do not name stay unlimited), with `nodes` counted separately.
 //!
 //! Static NodePools (`replicas`), NodePools being deleted and NodePools that fail validation are skipped with a
 //! note. A NodePool whose node class is not in the snapshot is kept: a snapshot may leave node classes out.
@@ -26,6 +27,7 @@ use super::{
     Snapshot,
     context::{Context, describe},
     daemonsets::DaemonPods,
+    node_resources::{ResourceField, node_resources},
     nodes::NodeSet,
     overlays::{OverlayCache, Overlays},
     taints::api_taint,
@@ -55,15 +57,10 @@ pub(super) fn pool_usage(
         let Some(pool) = node_labels.and_then(|l| l.get(labels::NODEPOOL_LABEL)) else {
             continue;
         };
-        let status = node.status.as_ref();
-        let list = status.and_then(|s| {
-            s.capacity
-                .as_ref()
-                .filter(|c| !c.is_empty())
-                .or(s.allocatable.as_ref())
-        });
-        let capacity = list
-            .and_then(|l| Resources::from_resource_list(l, &mut cx.table).ok())
+        // A GPU not registered yet counts already: the limit is on what was launched.
+        let claim = node.metadata.name.as_deref().and_then(|n| nodes.claim_of(n));
+        let capacity = node_resources(cx, node, claim, ResourceField::Capacity)
+            .or_else(|| node_resources(cx, node, claim, ResourceField::Allocatable))
             .or_else(|| instance_type(node_labels).map(|it| it.capacity.clone()))
             .unwrap_or_default();
         let u = usage.entry(pool.clone()).or_default();

@@ -3,9 +3,10 @@
 //! A Node is skipped while being deleted (deletionTimestamp, or the `karpenter.sh/disrupted:NoSchedule` taint:
 //! its pods are placed again); a cordoned one is kept, so its pods count for topology, but takes no new pods.
 //! Its labels become single-value requirements; what is available is its allocatable minus the pods bound to it and minus the DaemonSet pods that will run there but are not bound yet;
-//! known ephemeral taints are ignored, and so are startup taints until the node is initialized. A NodeClaim with
-//! no Node yet is a node too: its labels and single-valued requirements, its allocatable (or its instance type's,
-//! from the catalog) minus DaemonSet overhead.
+//! known ephemeral taints are ignored, and so are startup taints until the node is initialized. Until then, too,
+//! a resource the Node reports as zero or not at all (a GPU whose device plugin has not registered) counts at its
+//! NodeClaim's allocatable ([`super::node_resources`]). A NodeClaim with no Node yet is a node too: its labels and
+//! single-valued requirements, its allocatable (or its instance type's, from the catalog) minus DaemonSet overhead.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -28,6 +29,7 @@ use super::{
     Snapshot,
     context::{Context, describe},
     daemonsets::DaemonPods,
+    node_resources::{ResourceField, is_initialized, node_resources},
     pods::PodConverter,
     taints::{api_taint, is_ephemeral, node_taint, same_taint},
 };
@@ -81,6 +83,8 @@ pub(super) struct NodeSet<'s> {
     deleting: HashSet<&'s str>,
     /// Every Node's name and provider ID, to tell in-flight NodeClaims from registered ones.
     node_names: HashSet<&'s str>,
+    /// Every Node's NodeClaim, by Node name.
+    claims: HashMap<&'s str, &'s NodeClaim>,
     provider_ids: HashSet<&'s str>,
     /// Per usable node, the DaemonSets whose pod is already bound there.
     daemons_running: Vec<Vec<usize>>,
@@ -102,6 +106,13 @@ impl<'s> NodeSet<'s> {
             .iter()
             .map(std::sync::Arc::as_ref)
             .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
+            .collect();
+        // A Node appears before the lifecycle records its name on the claim; the provider ID links them already.
+        let claims_by_provider_id: HashMap<&str, &NodeClaim> = snapshot
+            .node_claims
+            .iter()
+            .map(std::sync::Arc::as_ref)
+            .filter_map(|c| Some((c.status.as_ref()?.provider_id.as_deref()?, c)))
             .collect();
         let csi_limits: HashMap<&str, Vec<(Symbol, u32)>> = snapshot
             .csi_nodes
@@ -125,6 +136,7 @@ impl<'s> NodeSet<'s> {
             index: HashMap::with_capacity(snapshot.nodes.len()),
             deleting: HashSet::new(),
             node_names: HashSet::with_capacity(snapshot.nodes.len()),
+            claims: HashMap::with_capacity(snapshot.node_claims.len()),
             provider_ids: HashSet::with_capacity(snapshot.nodes.len()),
             daemons_running: Vec::with_capacity(snapshot.nodes.len()),
             volumes_seen: HashSet::new(),
@@ -135,15 +147,22 @@ impl<'s> NodeSet<'s> {
                 continue;
             };
             set.node_names.insert(name);
-            if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
+            let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            if let Some(id) = provider_id {
                 set.provider_ids.insert(id);
+            }
+            let claim = claims_by_node
+                .get(name)
+                .or_else(|| provider_id.and_then(|id| claims_by_provider_id.get(id)))
+                .copied();
+            if let Some(c) = claim {
+                set.claims.insert(name, c);
             }
             if is_deleting(node) {
                 set.deleting.insert(name);
                 continue;
             }
             let pool = name_pool(node).and_then(|p| pools.get(p).copied());
-            let claim = claims_by_node.get(name).copied();
             let mut existing = existing_node(cx, node, name, pool, claim, types, csi_limits.get(name));
             // A cordoned node takes no new pods, but its pods still count for topology.
             existing.schedulable = node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true);
@@ -157,6 +176,11 @@ impl<'s> NodeSet<'s> {
 
     pub fn is_deleting(&self, name: &str) -> bool {
         self.deleting.contains(name)
+    }
+
+    /// The NodeClaim of the Node `name`, by its recorded node name or its provider ID.
+    pub fn claim_of(&self, name: &str) -> Option<&'s NodeClaim> {
+        self.claims.get(name).copied()
     }
 
     pub fn index_of(&self, name: &str) -> Option<usize> {
@@ -357,17 +381,8 @@ fn existing_node(
             .map(|(k, v)| (k.as_str(), v.as_str())),
         &mut cx.interner,
     );
-    let allocatable = match node
-        .status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .filter(|a| !a.is_empty())
-    {
-        Some(a) => Resources::from_resource_list(a, &mut cx.table)
-            .map_err(|e| cx.note(object.clone(), format!("status.allocatable: {e}")))
-            .ok(),
-        None => None,
-    };
+    let initialized = is_initialized(node);
+    let allocatable = node_resources(cx, node, claim, ResourceField::Allocatable);
     let available = allocatable
         .or_else(|| instance_type_of(labels, types).map(|it| it.allocatable.clone()))
         .unwrap_or_else(|| {
@@ -378,9 +393,6 @@ fn existing_node(
             Resources::zero()
         });
     let nodepool = name_pool(node).map(str::to_string);
-    let initialized = labels
-        .and_then(|l| l.get(labels::INITIALIZED_LABEL))
-        .is_some_and(|v| v == "true");
     // Until a managed node is initialized, its startup taints are expected to go away.
     let startup: Vec<&karpenter_api::common::Taint> = if nodepool.is_some() && !initialized {
         pool.iter()
