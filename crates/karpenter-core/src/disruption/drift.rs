@@ -13,7 +13,9 @@
 //! 4. `InstanceTypeNotFound`: the claim's instance type is gone from the NodePool's instance types, or has no
 //!    offering (available or not) in the claim's zone and capacity type; checked only once the claim is older
 //!    than an hour, since the catalog is the provider's, not the user's, and may be briefly incomplete;
-//! 5. the provider's reason ([`DriftProvider`]): AMI, subnets, security groups, node class, ...
+//! 5. the provider's reason ([`DriftProvider`]): AMI, subnets, security groups, node class, ... Where the
+//!    provider cannot be asked (`karpenter disrupt` on a snapshot), [`NoProviderDrift`] takes the reason the
+//!    controller recorded in the claim's `Drifted` condition instead.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -80,14 +82,35 @@ pub trait DriftProvider {
     fn is_drifted(&self, claim: &NodeClaim) -> Option<String>;
 }
 
-/// A provider without drift of its own (tests, the simulator).
+/// The provider's part of drift when there is no provider to ask (`karpenter disrupt` on a snapshot, tests): the
+/// reason recorded in the claim's `Drifted` condition, when that condition is True and its reason is the
+/// provider's ([`recorded_provider_drift`]). A snapshot carries the condition the controller wrote but not the
+/// AMIs, subnets or security groups to recompute it, and upstream's Drift method acts on the condition.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoProviderDrift;
 
 impl DriftProvider for NoProviderDrift {
-    fn is_drifted(&self, _claim: &NodeClaim) -> Option<String> {
-        None
+    fn is_drifted(&self, claim: &NodeClaim) -> Option<String> {
+        recorded_provider_drift(claim)
     }
+}
+
+/// The reason of the claim's `Drifted` condition when it is True and is not one of the NodePool-side reasons
+/// (`NodePoolDrifted`, `RequirementsDrifted`, `InstanceTypeNotFound`): those are recomputed from the NodePool
+/// and catalog at hand, which may no longer drift the claim, while any other reason (`AMIDrift`, `SubnetDrift`,
+/// `SecurityGroupDrift`, `NodeClassDrift`, ...) only the provider can judge.
+pub fn recorded_provider_drift(claim: &NodeClaim) -> Option<String> {
+    let status = claim.status.as_ref()?;
+    let drifted = find_condition(&status.conditions, conditions::DRIFTED)?;
+    let nodepool_side = [
+        DriftReason::NodePoolDrifted,
+        DriftReason::RequirementsDrifted,
+        DriftReason::InstanceTypeNotFound,
+    ];
+    (drifted.status == ConditionStatus::True
+        && !drifted.reason.is_empty()
+        && nodepool_side.iter().all(|r| r.as_str() != drifted.reason))
+    .then(|| drifted.reason.clone())
 }
 
 /// Why `claim` has drifted from `pool`, or `None`. `instance_types` is the NodePool's current catalog (every
@@ -404,6 +427,48 @@ mod tests {
         assert_eq!(DriftReason::RequirementsDrifted.as_str(), "RequirementsDrifted");
         assert_eq!(DriftReason::InstanceTypeNotFound.as_str(), "InstanceTypeNotFound");
         assert_eq!(DriftReason::Provider("AMIDrift".into()).to_string(), "AMIDrift");
+    }
+
+    /// `c` with a `Drifted` condition of `status` and `reason`, as the controller records it.
+    fn record_drift(c: &mut NodeClaim, status: &str, reason: &str) {
+        let condition = serde_json::from_value(json!({
+            "type": "Drifted", "status": status, "reason": reason, "lastTransitionTime": CREATED,
+        }))
+        .unwrap();
+        c.status.get_or_insert_default().conditions.push(condition);
+    }
+
+    #[test]
+    fn without_a_provider_the_recorded_provider_drift_stands() {
+        let p = default_pool();
+        let mut c = claim(&p);
+        record_drift(&mut c, "True", "AMIDrift");
+        assert_eq!(
+            reason(&c, &p, LATER),
+            Some(DriftReason::Provider("AMIDrift".into()))
+        );
+        // NodePool-side reasons are judged against the NodePool at hand, which no longer drifts the claim.
+        let mut c = claim(&p);
+        record_drift(&mut c, "True", "NodePoolDrifted");
+        assert_eq!(reason(&c, &p, LATER), None);
+        let mut c = claim(&p);
+        record_drift(&mut c, "False", "AMIDrift");
+        assert_eq!(reason(&c, &p, LATER), None);
+        // A NodePool-side reason found now comes first, as it would for the controller.
+        let mut c = claim(&p);
+        record_drift(&mut c, "True", "SubnetDrift");
+        set_annotation(&mut c, labels::NODEPOOL_HASH_ANNOTATION, Some("stale"));
+        assert_eq!(reason(&c, &p, LATER), Some(DriftReason::NodePoolDrifted));
+    }
+
+    #[test]
+    fn a_provider_that_can_be_asked_has_the_last_word_over_a_recorded_condition() {
+        let p = default_pool();
+        let mut c = claim(&p);
+        record_drift(&mut c, "True", "AMIDrift");
+        // The controller's provider finds the AMI current again: the stale condition is not acted on (and the
+        // controller clears it).
+        assert_eq!(reason_with(&c, &p, LATER, &Provider("")), None);
     }
 
     #[test]

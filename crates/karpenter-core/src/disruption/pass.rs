@@ -975,6 +975,34 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_replaces_a_node_the_controller_recorded_as_drifted_by_the_provider() {
+        let p = pool("{consolidateAfter: Never}");
+        let a = bound_pod("default", "a", "n1", "1", "");
+        let [n1, c1] = managed("n1");
+        // Nothing in the snapshot drifts n1 (its hash is current); only the provider, which the CLI cannot ask,
+        // found its AMI out of date.
+        let c1 = c1
+            + "  - {type: Drifted, status: \"True\", reason: AMIDrift, lastTransitionTime: \"2026-12-02T09:00:00Z\"}\n";
+        let (inputs, r) = run(&[&p, &n1, &c1, &a]);
+        assert_eq!(
+            r.node_claims[0].drifted,
+            Some(DriftReason::Provider("AMIDrift".into()))
+        );
+        assert_eq!(r.commands.len(), 1, "{:?}", r.blocked);
+        assert_eq!(r.commands[0].method, Method::Drift);
+        assert_eq!(names(&inputs, &r.commands[0].candidates), ["n1"]);
+
+        // Recorded as no longer drifted: left alone.
+        let c1 = c1.replace(
+            "status: \"True\", reason: AMIDrift",
+            "status: \"False\", reason: AMIDrift",
+        );
+        let (_, r) = run(&[&p, &n1, &c1, &a]);
+        assert_eq!(r.node_claims[0].drifted, None);
+        assert!(r.commands.is_empty(), "{:?}", r.commands);
+    }
+
+    #[test]
     fn drift_passes_over_a_node_it_cannot_replace() {
         let p = pool("{consolidateAfter: Never}");
         // n1's pod needs 9 cpu: no instance type fits it.

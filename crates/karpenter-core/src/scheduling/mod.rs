@@ -4,13 +4,16 @@
 //! - [`pod`]: the compact pod and its relaxable preferences;
 //! - [`topology`]: spread, affinity and anti-affinity domain counting;
 //! - [`nodes`]: existing nodes and NodePool templates;
+//! - [`daemon_overhead`]: the DaemonSet pods a new node runs, per instance type;
 //! - [`scheduler`]: the simulation loop, instance-type filtering, limits and launch choice.
 
+pub mod daemon_overhead;
 pub mod nodes;
 pub mod pod;
 pub mod scheduler;
 pub mod topology;
 
+pub use daemon_overhead::{DaemonOverhead, DaemonOverheads};
 pub use nodes::{ClaimMetadata, ExistingNode, NodePoolTemplate};
 pub use pod::{
     AffinityTerm, HostPort, LabelSelector, Labels, NamespaceScope, Pod, PodShape, PreferencePolicy,

@@ -9,10 +9,13 @@ use crate::{
     resources::Resources,
 };
 
-use super::pod::{HostPort, Taint};
+use super::{
+    daemon_overhead::DaemonOverheads,
+    pod::{HostPort, Taint},
+};
 
 /// What a NodePool launches: its requirements, taints, labels, the instance types it may use, the DaemonSet
-/// overhead on each new node and how much of its limits is left.
+/// overhead of each and how much of its limits is left.
 #[derive(Debug, Clone)]
 pub struct NodePoolTemplate {
     pub name: String,
@@ -27,8 +30,8 @@ pub struct NodePoolTemplate {
     /// Instance types compatible with `requirements`, with at least one available offering it allows, ordered
     /// cheapest first.
     pub instance_types: Vec<Arc<InstanceType>>,
-    /// Requests of the DaemonSet pods every node of this NodePool will run.
-    pub daemon_overhead: Resources,
+    /// The DaemonSet pods a new node runs, per instance type (indexed as `instance_types`).
+    pub daemon_overheads: DaemonOverheads,
     /// What is left of `spec.limits` (None when unlimited), counting the `nodes` pseudo-resource separately.
     pub remaining: Option<Resources>,
     pub remaining_nodes: Option<i64>,

@@ -103,7 +103,8 @@ pub struct NewNodeClaim {
     /// Every instance type that could hold the pods, cheapest first, truncated to `max_instance_types` without
     /// breaking minValues.
     pub instance_types: Vec<Arc<InstanceType>>,
-    /// DaemonSet overhead plus the pods' requests.
+    /// The pods' requests plus the DaemonSet overhead of its instance types (the smallest of them per resource,
+    /// as upstream: each type was checked against its own).
     pub requests: Resources,
     /// Indices into `SchedulingInput::pods`.
     pub pods: Vec<usize>,
@@ -141,9 +142,11 @@ struct OpenClaim {
     hostname: Host,
     /// Indices into the template's instance types that still fit, cheapest first.
     types: Vec<u32>,
-    /// Per-slot maximum allocatable over `types`: a cheap bound to reject pods early.
-    max_allocatable: Resources,
-    requests: Resources,
+    /// Per-slot maximum over `types` of allocatable less the type's DaemonSet overhead: a cheap bound to reject
+    /// pods early.
+    max_room: Resources,
+    /// What the pods placed request; each type's DaemonSet overhead is added when that type is checked.
+    pod_requests: Resources,
     pods: Vec<usize>,
     host_ports: Vec<HostPort>,
     min_values_relaxed: bool,
@@ -628,6 +631,17 @@ impl<'a> Scheduler<'a> {
         {
             return Err(Rejection::HostPort);
         }
+        let overheads = &template.daemon_overheads;
+        // A DaemonSet binding one of the pod's host ports rules out only the types it runs on.
+        let port_blocked: Vec<bool> = if pod.host_ports.is_empty() {
+            Vec::new()
+        } else {
+            overheads
+                .groups()
+                .iter()
+                .map(|g| g.conflicts(&pod.host_ports, self.wildcard_ip))
+                .collect()
+        };
         let pod_groups = &self.groups[p];
         if let Some(e) = self.topology.host_rejection(
             self.active_spread(p),
@@ -639,14 +653,14 @@ impl<'a> Scheduler<'a> {
         ) {
             return Err(Rejection::Topology(e));
         }
-        if !sum_fits(&claim.requests, &pod.requests, &claim.max_allocatable) {
-            let requests = claim.requests.saturating_add(&pod.requests);
+        if !sum_fits(&claim.pod_requests, &pod.requests, &claim.max_room) {
+            let requests = claim.pod_requests.saturating_add(&pod.requests);
             return Err(Rejection::NoInstanceType {
                 requests,
                 compatible: claim.types.len(),
             });
         }
-        let requests = claim.requests.saturating_add(&pod.requests);
+        let requests = claim.pod_requests.saturating_add(&pod.requests);
         // Most pods add no requirement a claim does not already have; build merged requirements only when
         // something changes.
         let mut merged = None;
@@ -681,8 +695,9 @@ impl<'a> Scheduler<'a> {
                 || m.get(self.ct_key) != claim.requirements.get(self.ct_key)
         });
         let mut types = Vec::with_capacity(claim.types.len());
-        let mut max_allocatable = Resources::zero();
+        let mut max_room = Resources::zero();
         let mut compatible = 0usize;
+        let mut compatible_but_port_blocked = 0usize;
         for &i in &claim.types {
             let it = &template.instance_types[i as usize];
             if requirements_changed
@@ -692,13 +707,22 @@ impl<'a> Scheduler<'a> {
             {
                 continue;
             }
+            let g = overheads.group_of(i as usize);
+            if port_blocked.get(g).copied().unwrap_or(false) {
+                compatible_but_port_blocked += 1;
+                continue;
+            }
             compatible += 1;
-            if fits(&requests, &it.allocatable) {
-                max_allocatable.max_assign(&it.allocatable);
+            let daemons = &overheads.groups()[g].requests;
+            if sum_fits(&requests, daemons, &it.allocatable) {
+                max_room.max_assign(&room(&it.allocatable, daemons));
                 types.push(i);
             }
         }
         if types.is_empty() {
+            if compatible == 0 && compatible_but_port_blocked > 0 {
+                return Err(Rejection::HostPort);
+            }
             return Err(Rejection::NoInstanceType { requests, compatible });
         }
         let mut min_values_relaxed = claim.min_values_relaxed;
@@ -717,8 +741,8 @@ impl<'a> Scheduler<'a> {
         Ok(ClaimUpdate {
             requirements: merged,
             types,
-            max_allocatable,
-            requests,
+            max_room,
+            pod_requests: requests,
             min_values_relaxed,
         })
     }
@@ -731,8 +755,8 @@ impl<'a> Scheduler<'a> {
             claim.requirements = requirements;
         }
         claim.types = update.types;
-        claim.max_allocatable = update.max_allocatable;
-        claim.requests = update.requests;
+        claim.max_room = update.max_room;
+        claim.pod_requests = update.pod_requests;
         claim.min_values_relaxed = update.min_values_relaxed;
         claim.pods.push(p);
         claim.host_ports.extend(pod.host_ports.iter().copied());
@@ -751,7 +775,7 @@ impl<'a> Scheduler<'a> {
             return Err(Rejection::Limits("its limit on nodes is reached".into()));
         }
         let mut types = Vec::with_capacity(template.instance_types.len());
-        let mut max_allocatable = Resources::zero();
+        let mut max_room = Resources::zero();
         for (i, it) in template.instance_types.iter().enumerate() {
             // Limits are enforced pessimistically: a type whose whole capacity would not fit in what is left
             // of the limits is not an option.
@@ -761,7 +785,7 @@ impl<'a> Scheduler<'a> {
             {
                 continue;
             }
-            max_allocatable.max_assign(&it.allocatable);
+            max_room.max_assign(&room(&it.allocatable, &template.daemon_overheads.of(i).requests));
             types.push(u32::try_from(i).unwrap_or(u32::MAX));
         }
         if types.is_empty() {
@@ -778,8 +802,8 @@ impl<'a> Scheduler<'a> {
             requirements: template.requirements.clone(),
             hostname,
             types,
-            max_allocatable,
-            requests: template.daemon_overhead.clone(),
+            max_room,
+            pod_requests: Resources::zero(),
             pods: Vec::new(),
             host_ports: Vec::new(),
             min_values_relaxed: false,
@@ -834,25 +858,38 @@ impl<'a> Scheduler<'a> {
                             None => "a taint is not tolerated".to_string(),
                         }
                     }
-                    Rejection::HostPort => "its host ports conflict".to_string(),
+                    Rejection::HostPort => {
+                        "its host ports conflict with a pod's or a DaemonSet's on every instance type left"
+                            .to_string()
+                    }
                     Rejection::Requirements(inc) => inc.explain(interner, Sides::POD_AND_NODEPOOL),
                     Rejection::Topology(e) => e.explain(resolve),
                     Rejection::NoInstanceType { requests, compatible } => {
                         if *compatible == 0 {
                             format!("no instance type satisfies the requirements {}", reqs.display(interner))
                         } else {
+                            let overheads = &template.daemon_overheads;
                             let largest = template
                                 .instance_types
                                 .iter()
-                                .map(|it| &it.allocatable)
-                                .fold(Resources::zero(), |a, b| a.max(b));
+                                .enumerate()
+                                .map(|(i, it)| room(&it.allocatable, &overheads.of(i).requests))
+                                .fold(Resources::zero(), |a, b| a.max(&b));
                             let exceeded = first_exceeding(requests, &largest)
                                 .map(|e| e.explain(table))
                                 .unwrap_or_default();
+                            let daemons = match overheads.bounds(0..template.instance_types.len()) {
+                                Some((min, max)) if min != max => format!(
+                                    "{} to {} by instance type",
+                                    min.display(table),
+                                    max.display(table)
+                                ),
+                                Some((min, _)) => min.display(table).to_string(),
+                                None => Resources::zero().display(table).to_string(),
+                            };
                             format!(
-                                "no instance type has room for the pod's requests {} plus DaemonSet overhead {} ({exceeded})",
+                                "no instance type has room for the pod's requests {} plus DaemonSet overhead {daemons} ({exceeded})",
                                 pod.requests.display(table),
-                                template.daemon_overhead.display(table)
                             )
                         }
                     }
@@ -877,22 +914,34 @@ impl<'a> Scheduler<'a> {
         let mut new_node_claims = Vec::with_capacity(self.claims.len());
         for claim in self.claims {
             let template = &input.templates[claim.template];
-            let mut types: Vec<(f64, Arc<InstanceType>)> = claim
+            let mut types: Vec<(f64, usize)> = claim
                 .types
                 .iter()
-                .map(|&i| template.instance_types[i as usize].clone())
-                .filter_map(|it| {
-                    it.cheapest_offering(&claim.requirements, self.zone_key, self.ct_key)
-                        .map(|o| (o.price, it.clone()))
+                .map(|&i| i as usize)
+                .filter_map(|i| {
+                    template.instance_types[i]
+                        .cheapest_offering(&claim.requirements, self.zone_key, self.ct_key)
+                        .map(|o| (o.price, i))
                 })
                 .collect();
-            types.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
-            let mut instance_types: Vec<Arc<InstanceType>> = types.into_iter().map(|(_, it)| it).collect();
+            let name = |i: usize| &template.instance_types[i].name;
+            types.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| name(a.1).cmp(name(b.1))));
+            let mut instance_types: Vec<Arc<InstanceType>> = types
+                .iter()
+                .map(|&(_, i)| template.instance_types[i].clone())
+                .collect();
             truncate_keeping_min_values(
                 &mut instance_types,
                 &claim.requirements,
                 input.settings.max_instance_types,
             );
+            // The DaemonSets counted are the fewest any of its types runs, as upstream requests them: the
+            // launch may pick any of the types, and each one was checked with its own overhead.
+            let kept = types.iter().take(instance_types.len()).map(|&(_, i)| i);
+            let mut requests = claim.pod_requests;
+            if let Some((daemons, _)) = template.daemon_overheads.bounds(kept) {
+                requests.add_assign(&daemons);
+            }
             let mut requirements = claim.requirements;
             requirements.add(crate::requirements::Requirement::in_values(
                 self.instance_type_key,
@@ -911,7 +960,7 @@ impl<'a> Scheduler<'a> {
                 template: claim.template,
                 requirements,
                 instance_types,
-                requests: claim.requests,
+                requests,
                 pods: claim.pods,
                 min_values_relaxed: claim.min_values_relaxed,
                 launch,
@@ -934,6 +983,15 @@ impl<'a> Scheduler<'a> {
     }
 }
 
+/// What an instance type has left for pods once its DaemonSet pods run.
+fn room(allocatable: &Resources, daemons: &Resources) -> Resources {
+    if daemons.is_zero() {
+        allocatable.clone()
+    } else {
+        allocatable.saturating_sub(daemons)
+    }
+}
+
 /// The hostname-table index of the n-th node (existing nodes, then opened claims).
 fn host_of_node(n: usize) -> Host {
     Host(u32::try_from(n).unwrap_or(u32::MAX))
@@ -943,8 +1001,8 @@ struct ClaimUpdate {
     /// `None` when the claim's requirements do not change.
     requirements: Option<Requirements>,
     types: Vec<u32>,
-    max_allocatable: Resources,
-    requests: Resources,
+    max_room: Resources,
+    pod_requests: Resources,
     min_values_relaxed: bool,
 }
 

@@ -183,7 +183,7 @@ impl Fx {
             taints: Vec::new(),
             startup_taints: Vec::new(),
             instance_types,
-            daemon_overhead: Resources::zero(),
+            daemon_overheads: DaemonOverheads::default(),
             remaining: None,
             remaining_nodes: None,
             claim_metadata: ClaimMetadata::default(),
@@ -273,7 +273,8 @@ impl Fx {
 fn check_invariants(input: &SchedulingInput, results: &SchedulingResults) {
     let mut seen = vec![0u32; input.pods.len()];
     for claim in &results.new_node_claims {
-        let mut total = input.templates[claim.template].daemon_overhead.clone();
+        let template = &input.templates[claim.template];
+        let mut total = Resources::zero();
         for &p in &claim.pods {
             seen[p] += 1;
             total.add_assign(&input.pods[p].requests);
@@ -283,7 +284,17 @@ fn check_invariants(input: &SchedulingInput, results: &SchedulingResults) {
             "a NodeClaim with no instance type"
         );
         for it in &claim.instance_types {
-            assert!(total.fits_in(&it.allocatable), "{} cannot hold its pods", it.name);
+            let i = template
+                .instance_types
+                .iter()
+                .position(|t| t.name == it.name)
+                .expect("a NodeClaim's types are its NodePool's");
+            let daemons = &template.daemon_overheads.of(i).requests;
+            assert!(
+                total.saturating_add(daemons).fits_in(&it.allocatable),
+                "{} cannot hold its pods and its DaemonSets",
+                it.name
+            );
             assert!(
                 it.requirements.intersects(&claim.requirements).is_ok(),
                 "{} breaks the claim requirements",
@@ -853,7 +864,10 @@ fn daemonset_overhead_is_reserved_on_every_new_node() {
     let mut fx = Fx::new();
     let cat = fx.catalog();
     let mut t = fx.template("default", 0, &[], &cat);
-    t.daemon_overhead = Fx::res(1500, GI, 2);
+    t.daemon_overheads = DaemonOverheads::uniform(DaemonOverhead {
+        requests: Fx::res(1500, GI, 2),
+        host_ports: Vec::new(),
+    });
     let input = make_input(fx.wk.clone(), vec![t], vec![fx.pod("a", 500, 256)]);
     let r = fx.run(&input);
     assert_eq!(
@@ -862,6 +876,46 @@ fn daemonset_overhead_is_reserved_on_every_new_node() {
         "2 CPUs minus overhead cannot hold 2 CPUs of requests"
     );
     assert_eq!(r.new_node_claims[0].requests.cpu(), 2000);
+}
+
+#[test]
+fn each_instance_type_carries_only_its_own_daemonset_overhead() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let mut t = fx.template("default", 0, &[], &cat);
+    // A DaemonSet of 1 CPU that runs on every type but `small` (the template's first, cheapest type).
+    let none = DaemonOverhead::default();
+    let agent = DaemonOverhead {
+        requests: Fx::res(1000, 0, 1),
+        host_ports: Vec::new(),
+    };
+    t.daemon_overheads = DaemonOverheads::new(vec![none, agent], vec![0, 1, 1, 1]);
+    let input = make_input(fx.wk.clone(), vec![t.clone()], vec![fx.pod("a", 1500, 256)]);
+    let r = fx.run(&input);
+    assert_eq!(
+        claim_types(&r.new_node_claims[0]),
+        ["small", "medium", "large", "xlarge"],
+        "1.5 CPUs fit the 1.9 CPUs of small, which runs no DaemonSet"
+    );
+    assert_eq!(
+        r.new_node_claims[0].requests.cpu(),
+        1500,
+        "the fewest DaemonSets any of its types runs"
+    );
+
+    let input = make_input(
+        fx.wk.clone(),
+        vec![t],
+        vec![fx.pod("a", 1500, 256), fx.pod("b", 1000, 256)],
+    );
+    let r = fx.run(&input);
+    assert_eq!(r.new_node_claims.len(), 1);
+    assert_eq!(claim_types(&r.new_node_claims[0]), ["medium", "large", "xlarge"]);
+    assert_eq!(
+        r.new_node_claims[0].requests.cpu(),
+        3500,
+        "every type left runs the DaemonSet"
+    );
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! - requirements: the NodePool's (with minValues) ∩ its template labels ∩ `karpenter.sh/nodepool In [name]`;
 //! - instance types: the catalog's (after NodeOverlays) whose requirements intersect those and that have an
 //!   available offering they allow, cheapest first;
-//! - DaemonSet overhead: the DaemonSet pods that tolerate the NodePool's taints and whose node requirements the
-//!   template can meet;
+//! - DaemonSet overhead per instance type: the DaemonSet pods that tolerate the NodePool's taints and whose node
+//!   requirements the template and the instance type can both meet;
 //! - what is left of `spec.limits`: limits minus the capacity of the NodePool's nodes (with their NodeClaims'
 //!   GPUs and other resources not registered yet, until initialized) and in-flight NodeClaims (resources the
 //!   limits do not name stay unlimited), with `nodes` counted separately.
@@ -193,11 +193,14 @@ fn template(
         })
         .collect();
     priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
-    let instance_types = priced.into_iter().map(|(_, it)| it).collect();
+    let instance_types: Vec<Arc<InstanceType>> = priced.into_iter().map(|(_, it)| it).collect();
 
-    let daemon_overhead = sources
-        .daemons
-        .overhead(&taints, &requirements, sources.well_known);
+    let daemon_overheads = sources.daemons.overheads_by_instance_type(
+        &taints,
+        &requirements,
+        sources.well_known,
+        &instance_types,
+    );
     let usage = sources.usage.get(&name).cloned().unwrap_or_default();
     let (remaining, remaining_nodes) = remaining(cx, &object, pool, &usage);
     let claim_metadata = ClaimMetadata {
@@ -233,7 +236,7 @@ fn template(
         taints,
         startup_taints,
         instance_types,
-        daemon_overhead,
+        daemon_overheads,
         remaining,
         remaining_nodes,
         claim_metadata,

@@ -415,6 +415,42 @@ fn multi_node_never_replaces_with_a_removed_type_at_no_lower_price() {
 }
 
 #[test]
+fn multi_node_may_replace_on_demand_nodes_with_their_own_type_as_spot() {
+    let mut fx = Fx::new();
+    let mut cs = vec![
+        fx.cand(0, 0, 0.8, "on-demand", 1.0),
+        fx.cand(1, 0, 0.8, "on-demand", 2.0),
+    ];
+    for c in &mut cs {
+        c.instance_type = "large".into();
+    }
+    // One `large` holds both nodes' pods. As spot (pinned, 0.3/h) it is cheaper than either on-demand `large`.
+    let large = fx.it("large", 0.8, Some(0.3));
+    let claim = fx.claim(vec![large.clone()], &["spot", "on-demand"]);
+    let cmd = multi_node(
+        &cs,
+        &mut [2],
+        &mut always(SimulationOutcome::Replace(vec![claim])),
+        &fx.settings,
+    )
+    .unwrap();
+    assert_eq!(cmd.decision, Decision::Replace);
+    assert_eq!(names(&cmd.replacements[0]), vec!["large"]);
+    assert!((cmd.savings_per_hour - 1.3).abs() < 1e-9);
+
+    // On-demand only, the replacement costs what one of the nodes does: keeping that node and deleting the
+    // other is the same outcome with less disruption, so no command.
+    let claim = fx.claim(vec![large], &["on-demand"]);
+    let cmd = multi_node(
+        &cs,
+        &mut [2],
+        &mut always(SimulationOutcome::Replace(vec![claim])),
+        &fx.settings,
+    );
+    assert!(cmd.is_none(), "{cmd:?}");
+}
+
+#[test]
 fn single_node_interleaves_nodepools() {
     let mut fx = Fx::new();
     let cs = vec![
