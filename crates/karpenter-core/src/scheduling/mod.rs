@@ -23,3 +23,5 @@ pub use scheduler::{
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod topology_tests;
