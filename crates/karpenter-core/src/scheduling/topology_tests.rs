@@ -186,6 +186,7 @@ impl Fx {
                         labels: labels.clone(),
                         requests: Self::res(1000, 1),
                         base_requirements: Requirements::new(),
+                        volume_requirements: Requirements::new(),
                         required_terms: Vec::new(),
                         preferred_terms: Vec::new(),
                         tolerations: Vec::new(),
@@ -387,4 +388,54 @@ fn min_domains_above_the_counted_domains_caps_each_domain_at_max_skew() {
             "minDomains {min_domains:?}"
         );
     }
+}
+
+/// A replica of `db` whose claim `data-{i}` is bound to a volume in test-zone-2, spread over zones with maxSkew 1.
+fn db_replica_with_volume_in_zone_2(i: usize) -> [String; 3] {
+    let pv = format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: pv-{i}}}\nspec:\n  csi: {{driver: ebs.csi.aws.com, volumeHandle: vol-{i}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions: [{{key: topology.kubernetes.io/zone, operator: In, values: [test-zone-2]}}]\n"
+    );
+    let pvc = format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: data-{i}, namespace: default}}\nspec: {{storageClassName: gp3, volumeName: pv-{i}}}\n"
+    );
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: db-{i}, namespace: default, labels: {{app: db}}}}\nspec:\n  containers: [{{name: c, resources: {{requests: {{cpu: 100m}}}}}}]\n  topologySpreadConstraints:\n  - {{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: db}}}}}}\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: data-{i}}}}}]\n"
+    );
+    [pv, pvc, pod]
+}
+
+#[test]
+fn a_volume_zone_limits_where_the_pod_goes_but_not_the_zones_its_spread_counts() {
+    // Both replicas' volumes are in test-zone-2 and the NodePool launches in three zones. The spread counts the
+    // three: the first replica goes to test-zone-2 with its volume, and the second would make the skew 2 there
+    // against 0 in the other zones, so it stays pending (as upstream keeps it) instead of piling into the
+    // volume's zone as if that were the only one.
+    use crate::snapshot::{
+        BuildOptions, build_schedule_inputs,
+        test_support::{DEFAULT_POOL, catalog, snapshot},
+    };
+    let replicas: Vec<String> = (0..2).flat_map(db_replica_with_volume_in_zone_2).collect();
+    let mut objects: Vec<&str> = vec![DEFAULT_POOL];
+    objects.extend(replicas.iter().map(String::as_str));
+    let mut built = build_schedule_inputs(&snapshot(&objects), &catalog(), &BuildOptions::default());
+    assert!(built.notes.is_empty(), "{:?}", built.notes);
+    let results = schedule(&built.input, &mut built.interner, &built.table);
+    let zone_key = built.interner.lookup_key(ZONE).unwrap();
+    let zones: Vec<&str> = results
+        .new_node_claims
+        .iter()
+        .map(|c| {
+            built
+                .interner
+                .resolve(c.requirements.single_value(zone_key).unwrap())
+        })
+        .collect();
+    assert_eq!(zones, ["test-zone-2"], "one NodeClaim, beside the volume");
+    assert_eq!(results.new_node_claims[0].pods.len(), 1);
+    assert_eq!(results.pod_errors.len(), 1, "{:?}", results.pod_errors);
+    assert!(
+        results.pod_errors[0].1.contains("maxSkew"),
+        "{}",
+        results.pod_errors[0].1
+    );
 }
