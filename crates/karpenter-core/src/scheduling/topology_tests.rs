@@ -218,7 +218,11 @@ impl Fx {
             well_known: self.wk.clone(),
             settings: SchedulingSettings::default(),
         };
-        let results = schedule(&input, &mut self.i, &self.table);
+        self.run_input(&input)
+    }
+
+    fn run_input(&mut self, input: &SchedulingInput) -> Outcome {
+        let results = schedule(input, &mut self.i, &self.table);
         let zone_key = self.i.intern_key(ZONE);
         let mut zones: Vec<String> = results
             .new_node_claims
@@ -438,4 +442,50 @@ fn a_volume_zone_limits_where_the_pod_goes_but_not_the_zones_its_spread_counts()
         "{}",
         results.pod_errors[0].1
     );
+}
+
+#[test]
+fn node_affinity_policy_honor_ignores_pods_on_a_node_without_the_selected_label() {
+    // A full node in zone-b without any `team` label runs two web pods. The pods select team a, so under Honor
+    // that node is not one of theirs (a node must carry the label a nodeSelector names) and its pods do not
+    // count: the new pods spread evenly. Under Ignore they count, and zone-a takes the new pods until it
+    // catches up.
+    for (honor, expected, why) in [
+        (
+            true,
+            Outcome::new(&["zone-a", "zone-a", "zone-b", "zone-b"], 0),
+            "Honor: the unlabelled node's pods do not count",
+        ),
+        (
+            false,
+            Outcome::new(&["zone-a", "zone-a", "zone-a", "zone-b"], 0),
+            "Ignore: zone-b starts with two pods",
+        ),
+    ] {
+        let mut fx = Fx::new();
+        let team_a = fx.pool("team-a", &["zone-a", "zone-b"], Some("a"), false);
+        let mut unlabelled = fx.full_node("unlabelled", "zone-b", "none");
+        unlabelled.requirements.remove(fx.i.intern_key("team"));
+        let mut spread = fx.zone_spread(1);
+        spread.honor_node_affinity = honor;
+        let mut pods = fx.web_pods(4, &spread);
+        TeamSelection::NodeSelector.apply(&mut fx, &mut pods);
+        let input = SchedulingInput {
+            templates: vec![team_a],
+            existing: vec![unlabelled],
+            bound_pods: (0..2)
+                .map(|_| BoundPod {
+                    namespace: pods[0].namespace,
+                    labels: pods[0].labels.clone(),
+                    label_set: BoundPod::UNSHARED,
+                    node: 0,
+                    anti_affinity: Box::default(),
+                })
+                .collect(),
+            pods,
+            well_known: fx.wk.clone(),
+            settings: SchedulingSettings::default(),
+        };
+        assert_eq!(fx.run_input(&input), expected, "{why}");
+    }
 }
