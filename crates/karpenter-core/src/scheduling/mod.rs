@@ -26,3 +26,5 @@ pub use scheduler::{
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod topology_tests;

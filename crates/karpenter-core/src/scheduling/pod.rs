@@ -237,8 +237,12 @@ pub struct PodShape {
     pub namespace: Symbol,
     pub labels: Labels,
     pub requests: Resources,
-    /// nodeSelector, volume topology and anything else every alternative must satisfy.
+    /// The nodeSelector (and anything else every required term must be combined with).
     pub base_requirements: Requirements,
+    /// What the pod's volumes require of a node (a bound volume's zone, a StorageClass's allowed topologies).
+    /// Kept apart from `base_requirements` because, as upstream's strict pod requirements leave it out, it limits
+    /// where the pod may go but not which domains its topology spread counts.
+    pub volume_requirements: Requirements,
     /// Required node-affinity terms (ORed); empty when there are none.
     pub required_terms: Vec<Requirements>,
     /// Preferred node-affinity terms, heaviest first.
@@ -329,10 +333,13 @@ impl Relaxation {
         None
     }
 
-    /// The node requirements the pod must meet now: base ∩ the required term in use ∩ the heaviest preferred
-    /// node-affinity term still honoured.
+    /// The node requirements the pod must meet now: base ∩ volumes ∩ the required term in use ∩ the heaviest
+    /// preferred node-affinity term still honoured.
     pub fn requirements(&self, pod: &Pod) -> Requirements {
         let mut reqs = pod.base_requirements.clone();
+        if !pod.volume_requirements.is_empty() {
+            reqs.intersect_with(&pod.volume_requirements);
+        }
         if let Some(term) = pod.required_terms.get(self.required_term) {
             reqs.intersect_with(term);
         }

@@ -188,7 +188,7 @@ struct Scheduler<'a> {
     instance_type_key: Symbol,
     wildcard_ip: Symbol,
     spot: Symbol,
-    topology: Topology,
+    topology: Topology<'a>,
     groups: Vec<PodGroups>,
     relax: Vec<Relaxation>,
     nodes: Vec<NodeState>,
@@ -262,9 +262,8 @@ impl<'a> Scheduler<'a> {
         s
     }
 
-    /// Every domain each topology key used by the pods can take: values the NodePools' instance types offer
-    /// and values existing nodes carry.
-    fn build_topology(input: &SchedulingInput, hostname_key: Symbol) -> Topology {
+    /// The topology over every non-hostname key the pods' constraints (and bound pods' anti-affinity) use.
+    fn build_topology(input: &'a SchedulingInput, hostname_key: Symbol) -> Topology<'a> {
         let mut keys: Vec<Symbol> = Vec::new();
         let mut add_key = |k: Symbol| {
             if k != hostname_key && !keys.contains(&k) {
@@ -290,39 +289,12 @@ impl<'a> Scheduler<'a> {
         {
             b.anti_affinity.iter().for_each(|t| add_key(t.topology_key));
         }
-        let mut universes: HashMap<Symbol, Vec<Symbol>> = HashMap::new();
-        for &key in &keys {
-            let mut domains = Vec::new();
-            for t in &input.templates {
-                let template_req = t.requirements.get(key);
-                for it in &t.instance_types {
-                    if let Some(r) = it.requirements.get(key).filter(|r| !r.is_complement()) {
-                        domains.extend(
-                            r.values()
-                                .iter()
-                                .copied()
-                                .filter(|v| template_req.is_none_or(|tr| tr.has(*v))),
-                        );
-                    }
-                }
-                if let Some(tr) = template_req.filter(|r| !r.is_complement()) {
-                    // A key only the NodePool defines (a custom label) takes the NodePool's values.
-                    if t.instance_types.iter().all(|it| !it.requirements.has(key)) {
-                        domains.extend(tr.values().iter().copied());
-                    }
-                }
-            }
-            for n in input.existing.iter().filter(|n| !n.leaving) {
-                if let Some(v) = n.requirements.single_value(key) {
-                    domains.push(v);
-                }
-            }
-            universes.insert(key, domains);
-        }
         Topology::new(
             hostname_key,
-            universes,
-            u32::try_from(input.existing.len()).unwrap_or(u32::MAX),
+            &keys,
+            &input.templates,
+            &input.existing,
+            &input.well_known,
         )
     }
 
@@ -339,14 +311,21 @@ impl<'a> Scheduler<'a> {
                 .iter()
                 .map(|t| (t.clone(), true))
                 .chain(p.preferred_anti_affinity.iter().map(|(_, t)| (t.clone(), false)));
-            // Spread constraints count pods on nodes matching the pod's required node affinity (the first term).
-            let mut node_requirements = p.base_requirements.clone();
-            if let Some(term) = p.required_terms.first() {
-                node_requirements.intersect_with(term);
-            }
+            // Spread constraints count the nodes matching the pod's node selector and one of its required node
+            // affinity terms (nodeAffinityPolicy Honor); a pod without any needs no copy of its requirements.
+            let node_affinity: Vec<Requirements> = if p.spread.is_empty() {
+                Vec::new()
+            } else if p.required_terms.is_empty() {
+                vec![p.base_requirements.clone()]
+            } else {
+                p.required_terms
+                    .iter()
+                    .map(|term| p.base_requirements.intersect(term))
+                    .collect()
+            };
             let g = self.topology.register(
                 p.namespace,
-                &node_requirements,
+                &node_affinity,
                 &p.tolerations,
                 &p.spread,
                 affinity,
@@ -364,11 +343,10 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             let anti = b.anti_affinity.iter().map(|t| (t.clone(), true));
-            let none = Requirements::new();
             own_groups.push((
                 i,
                 self.topology
-                    .register(b.namespace, &none, &[], &[], std::iter::empty(), anti),
+                    .register(b.namespace, &[], &[], &[], std::iter::empty(), anti),
             ));
         }
         for (p, g) in input.pods.iter().zip(self.groups.iter_mut()) {

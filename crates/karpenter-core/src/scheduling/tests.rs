@@ -201,6 +201,7 @@ impl Fx {
                 labels: Labels::new(vec![(app, value)]),
                 requests: Self::res(cpu_milli, mem_mi << 20, 1),
                 base_requirements: Requirements::new(),
+                volume_requirements: Requirements::new(),
                 required_terms: Vec::new(),
                 preferred_terms: Vec::new(),
                 tolerations: Vec::new(),

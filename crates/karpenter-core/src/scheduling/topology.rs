@@ -3,8 +3,9 @@
 //!
 //! Semantics follow upstream Karpenter's topology groups:
 //! - spread: a domain may take the pod while `count + (1 if the pod selects itself) - min <= maxSkew`, where min is
-//!   over the domains the pod could use (0 for hostname, since a new node is always possible, and 0 when fewer
-//!   domains than minDomains exist); the least-loaded allowed domain is chosen, pinning the node to it;
+//!   over the domains the constraint counts ([`spread_domains`]: those of the NodePools and nodes its
+//!   nodeAffinityPolicy and nodeTaintsPolicy admit), 0 for hostname since a new node is always possible, and 0
+//!   when fewer domains than minDomains are counted; the least-loaded allowed domain is chosen, pinning the node;
 //! - affinity: only domains already holding a matching pod, or any domain for the first of a self-selecting group;
 //! - anti-affinity: only domains holding no matching pod; and the inverse: a pod matching the selector of another
 //!   pod's required anti-affinity stays out of the domains that pod is in;
@@ -13,32 +14,17 @@
 
 use std::collections::HashMap;
 
-use crate::requirements::{Requirement, Requirements, Symbol};
+use crate::requirements::{Requirement, Requirements, Symbol, WellKnownKeys};
 
-use super::pod::{
-    AffinityTerm, LabelSelector, Labels, NamespaceScope, SpreadConstraint, Taint, Toleration, untolerated,
+use super::{
+    nodes::{ExistingNode, NodePoolTemplate},
+    pod::{AffinityTerm, LabelSelector, Labels, NamespaceScope, SpreadConstraint, Taint, Toleration},
 };
 
-/// Which nodes a spread constraint counts pods on (nodeAffinityPolicy and nodeTaintsPolicy Honor): with
-/// requirements, only nodes compatible with the owning pod's node affinity; with tolerations, only nodes whose
-/// taints the owning pod tolerates. The default (Honor affinity, Ignore taints) sets only the requirements.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct NodeFilter {
-    pub requirements: Option<Requirements>,
-    pub tolerations: Option<Vec<Toleration>>,
-}
+mod spread_domains;
 
-impl NodeFilter {
-    fn matches(&self, node: &Requirements, taints: &[Taint]) -> bool {
-        self.requirements
-            .as_ref()
-            .is_none_or(|r| node.intersects(r).is_ok())
-            && self
-                .tolerations
-                .as_ref()
-                .is_none_or(|t| untolerated(t, taints, false).is_none())
-    }
-}
+pub use spread_domains::NodeFilter;
+use spread_domains::{KeyDomains, discover_all};
 
 /// What a topology group enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -46,7 +32,6 @@ pub enum GroupKind {
     Spread {
         max_skew: u32,
         min_domains: Option<u32>,
-        honor_node_affinity: bool,
     },
     Affinity,
     /// `required`: from required terms (enforced symmetrically against matching pods) or preferred ones.
@@ -90,6 +75,9 @@ pub struct TopologyGroup {
     pub namespaces: NamespaceScope,
     /// Spread constraints only: the nodes whose pods count.
     pub filter: NodeFilter,
+    /// Spread constraints only: which domains of the key the constraint counts (parallel to the key's universe);
+    /// `None` when it counts all of them.
+    counted: Option<Vec<bool>>,
     counts: Counts,
     /// Anti-affinity only: where the pods owning this term are.
     owners: Counts,
@@ -127,15 +115,22 @@ impl TopologyError {
 }
 
 /// The topology groups of one simulation.
-#[derive(Debug, Clone, Default)]
-pub struct Topology {
+#[derive(Debug, Clone)]
+pub struct Topology<'a> {
     hostname_key: Option<Symbol>,
     groups: Vec<TopologyGroup>,
     index: HashMap<GroupKey, usize>,
-    /// Known domains per non-hostname key, sorted.
-    universes: HashMap<Symbol, Vec<Symbol>>,
+    /// Known domains per non-hostname key, and the NodePools providing each.
+    universes: HashMap<Symbol, KeyDomains>,
     /// Hosts from this index on are NodeClaims opened by the simulation (existing nodes come first).
     first_claim_host: u32,
+    /// The simulation's NodePools and nodes, whose domains spread constraints count as their policies admit them.
+    templates: &'a [NodePoolTemplate],
+    existing: &'a [ExistingNode],
+    /// Keys a NodeClaim may leave undefined and still match a spread constraint's node affinity.
+    well_known: &'a WellKnownKeys,
+    /// No key: a node's labels are all it has.
+    labels_only: WellKnownKeys,
 }
 
 /// The groups one pod owns, in the order its relaxation state lists its constraints.
@@ -153,25 +148,27 @@ pub struct PodGroups {
     pub inverse: Vec<usize>,
 }
 
-impl Topology {
-    /// `universes`: every domain each non-hostname key can take (zones from the NodePools' instance types and the
-    /// existing nodes, and so on).
-    /// `first_claim_host`: the number of existing nodes; hosts from there on are NodeClaims the simulation opens.
-    pub fn new(hostname_key: Symbol, universes: HashMap<Symbol, Vec<Symbol>>, first_claim_host: u32) -> Self {
-        let universes = universes
-            .into_iter()
-            .map(|(k, mut v)| {
-                v.sort_unstable();
-                v.dedup();
-                (k, v)
-            })
-            .collect();
+impl<'a> Topology<'a> {
+    /// The topology of a simulation over `templates` and `existing` nodes. `keys`: the non-hostname keys the pods'
+    /// constraints use; every domain each can take is discovered from the NodePools' instance types and the nodes.
+    /// Hosts from `existing.len()` on are the NodeClaims the simulation opens.
+    pub fn new(
+        hostname_key: Symbol,
+        keys: &[Symbol],
+        templates: &'a [NodePoolTemplate],
+        existing: &'a [ExistingNode],
+        well_known: &'a WellKnownKeys,
+    ) -> Self {
         Self {
             hostname_key: Some(hostname_key),
             groups: Vec::new(),
             index: HashMap::new(),
-            universes,
-            first_claim_host,
+            universes: discover_all(keys, templates, existing),
+            first_claim_host: u32::try_from(existing.len()).unwrap_or(u32::MAX),
+            templates,
+            existing,
+            well_known,
+            labels_only: WellKnownKeys::none(),
         }
     }
 
@@ -181,7 +178,7 @@ impl Topology {
 
     /// The known domains of a key (empty for hostname).
     pub fn universe(&self, key: Symbol) -> &[Symbol] {
-        self.universes.get(&key).map_or(&[], Vec::as_slice)
+        self.universes.get(&key).map_or(&[], |u| u.domains.as_slice())
     }
 
     fn group(
@@ -207,12 +204,19 @@ impl Topology {
             dense: dense.clone(),
             ..Counts::default()
         };
+        let counted = match (kind, self.universes.get(&key)) {
+            (GroupKind::Spread { .. }, Some(u)) => {
+                u.counted(key, &gk.filter, self.templates, self.existing, self.well_known)
+            }
+            _ => None,
+        };
         self.groups.push(TopologyGroup {
             kind,
             key,
             selector: selector.clone(),
             namespaces: namespaces.clone(),
             filter: gk.filter.clone(),
+            counted,
             counts,
             owners: Counts {
                 dense,
@@ -225,11 +229,12 @@ impl Topology {
 
     /// Registers a pod's constraints and returns its groups. Call for every pending pod (and for bound pods with
     /// anti-affinity, so their terms repel matching pods) before [`Topology::link`].
-    /// `node_requirements` and `tolerations` are the pod's, for the spread constraints' node filters.
+    /// `node_affinity` (the pod's node selector intersected with each required node-affinity term, or alone when
+    /// there is none) and `tolerations` are the pod's, for the spread constraints' node filters.
     pub fn register(
         &mut self,
         namespace: Symbol,
-        node_requirements: &Requirements,
+        node_affinity: &[Requirements],
         tolerations: &[Toleration],
         spread: &[SpreadConstraint],
         affinity: impl Iterator<Item = (AffinityTerm, bool)>,
@@ -241,10 +246,9 @@ impl Topology {
             let kind = GroupKind::Spread {
                 max_skew: s.max_skew,
                 min_domains: s.min_domains,
-                honor_node_affinity: s.honor_node_affinity,
             };
             let filter = NodeFilter {
-                requirements: s.honor_node_affinity.then(|| node_requirements.clone()),
+                affinity: s.honor_node_affinity.then(|| node_affinity.to_vec()),
                 tolerations: s.honor_node_taints.then(|| tolerations.to_vec()),
             };
             groups.spread.push((
@@ -365,8 +369,15 @@ impl Topology {
         taints: &[Taint],
         host: Host,
     ) {
+        let on_claim = host.0 >= self.first_claim_host;
         for &g in counted_by {
-            if self.groups[g].filter.matches(node, taints) {
+            // A NodeClaim's instance type is not chosen yet, so it may leave the well-known keys undefined.
+            let allow_undefined = if on_claim {
+                self.well_known
+            } else {
+                &self.labels_only
+            };
+            if self.groups[g].filter.admits(node, taints, allow_undefined) {
                 self.record_into(g, node, host, false);
             }
         }
@@ -400,7 +411,7 @@ impl Topology {
             return;
         }
         // Borrow the universe and the group apart rather than copying the universe on every placement.
-        let universe = self.universes.get(&key).map_or(&[][..], Vec::as_slice);
+        let universe = self.universes.get(&key).map_or(&[][..], |u| u.domains.as_slice());
         let group = &mut self.groups[g];
         let counts = if owner {
             &mut group.owners
@@ -432,7 +443,7 @@ impl Topology {
         let mut out = Requirements::new();
         for g in spread {
             let group = &self.groups[g];
-            if let Some(r) = self.next_spread_domain(group, namespace, labels, pod_reqs, node, host)? {
+            if let Some(r) = self.next_spread_domain(group, namespace, labels, node, host)? {
                 out.add(r);
             }
         }
@@ -503,19 +514,21 @@ impl Topology {
         group.namespaces.contains(namespace) && group.selector.matches(labels)
     }
 
+    /// The domain a spread constraint puts the pod in on a node described by `node` (already narrowed by
+    /// everything the pod requires, its preferences and volumes included), or why none is allowed. The minimum is
+    /// over the domains the constraint counts, which the pod's preferences and volumes do not narrow: they limit
+    /// where this pod goes, not where the pods it is spread against may be.
     fn next_spread_domain(
         &self,
         group: &TopologyGroup,
         namespace: Symbol,
         labels: &Labels,
-        pod_reqs: &Requirements,
         node: &Requirements,
         host: Host,
     ) -> Result<Option<Requirement>, TopologyError> {
         let GroupKind::Spread {
             max_skew,
             min_domains,
-            honor_node_affinity,
         } = group.kind
         else {
             return Ok(None);
@@ -532,25 +545,24 @@ impl Topology {
             };
         }
         let universe = self.universe(group.key);
-        let pod_allows = |d: Symbol| !honor_node_affinity || pod_reqs.get(group.key).is_none_or(|r| r.has(d));
+        let counted = |i: usize| group.counted.as_ref().is_none_or(|c| c[i]);
         let mut eligible = 0u32;
         let mut min = u32::MAX;
-        for (i, &d) in universe.iter().enumerate() {
-            if pod_allows(d) {
-                eligible += 1;
-                min = min.min(group.counts.dense[i]);
-            }
+        for i in (0..universe.len()).filter(|&i| counted(i)) {
+            eligible += 1;
+            min = min.min(group.counts.dense[i]);
         }
         if eligible == 0 {
             return Err(err);
         }
+        // Without minDomains the constraint behaves as with 1, which any counted domain satisfies.
         if min_domains.is_some_and(|m| eligible < m) {
             min = 0;
         }
         let node_req = node.get(group.key);
         let mut best: Option<(u32, Symbol)> = None;
         for (i, &d) in universe.iter().enumerate() {
-            if !node_req.is_none_or(|r| r.has(d)) || !pod_reqs.get(group.key).is_none_or(|r| r.has(d)) {
+            if !counted(i) || !node_req.is_none_or(|r| r.has(d)) {
                 continue;
             }
             let count = group.counts.dense[i] + own;

@@ -194,14 +194,13 @@ impl<'a, 's> PodConverter<'a, 's> {
         let pod_labels = pod.metadata.labels.as_ref();
         let interner = &mut cx.interner;
 
-        let mut base_requirements = Requirements::from_labels(
+        let base_requirements = Requirements::from_labels(
             spec.node_selector
                 .iter()
                 .flatten()
                 .map(|(k, v)| (k.as_str(), v.as_str())),
             interner,
         );
-        base_requirements.intersect_with(&volumes.requirements);
         let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
         let required_terms = node_affinity
             .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
@@ -296,6 +295,7 @@ impl<'a, 's> PodConverter<'a, 's> {
             labels: pod_labels_of(pod_labels, cx),
             requests,
             base_requirements,
+            volume_requirements: volumes.requirements,
             required_terms,
             preferred_terms,
             tolerations: tolerations(spec.tolerations.as_deref(), &mut cx.interner),

@@ -248,7 +248,7 @@ mod tests {
         let pod = &built.input.pods[0];
         let zone = built.interner.lookup_key("topology.kubernetes.io/zone").unwrap();
         assert_eq!(
-            pod.base_requirements.single_value(zone),
+            pod.volume_requirements.single_value(zone),
             built.interner.lookup("test-zone-2")
         );
         let driver = built.interner.lookup("ebs.csi.aws.com").unwrap();
@@ -262,7 +262,7 @@ mod tests {
         let built = build_schedule_inputs(&snap, &catalog(), &BuildOptions::default());
         assert!(built.notes.is_empty(), "{:?}", built.notes);
         let zone = built.interner.lookup_key("topology.kubernetes.io/zone").unwrap();
-        let req = built.input.pods[0].base_requirements.get(zone).unwrap();
+        let req = built.input.pods[0].volume_requirements.get(zone).unwrap();
         assert_eq!(req.len(), Some(2));
         assert!(req.has(built.interner.lookup("test-zone-3").unwrap()));
         let driver = built.interner.lookup("ebs.csi.aws.com").unwrap();
