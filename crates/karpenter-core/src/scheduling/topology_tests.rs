@@ -124,7 +124,7 @@ impl Fx {
             taints,
             startup_taints: Vec::new(),
             instance_types: self.types.clone(),
-            daemon_overhead: Resources::zero(),
+            daemon_overheads: DaemonOverheads::default(),
             remaining: None,
             remaining_nodes: None,
             claim_metadata: ClaimMetadata::default(),
