@@ -168,6 +168,7 @@ impl DisruptionController {
         let (rss_inputs_mib, peak_inputs_mib) = crate::process_memory::resident_mib();
         let converted = started.elapsed();
         self.sync_conditions(&inputs).await;
+        crate::pass_metrics::record_cost(&inputs);
         // Where a tick's time goes, for whoever profiles a large cluster (`RUST_LOG=karpenter_disruption=debug`).
         let (rss_mib, peak_mib) = crate::process_memory::resident_mib();
         tracing::debug!(

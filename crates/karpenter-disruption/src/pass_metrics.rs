@@ -1,9 +1,10 @@
 //! What a disruption pass tells Prometheus: the nodes each reason could disrupt, how many disruptions each
-//! NodePool's budgets allow now, and how long each method took to decide.
+//! NodePool's budgets allow now, and how long each method took to decide; and, from the same inputs, what each
+//! NodePool's nodes cost an hour.
 
 use karpenter_api::nodepool::DisruptionReason;
-use karpenter_core::disruption::pass::PassResult;
-use karpenter_metrics::{EvaluationLabels, NodePoolReasonLabels, ReasonLabels, metrics};
+use karpenter_core::{disruption::pass::PassResult, snapshot::DisruptionInputs};
+use karpenter_metrics::{EvaluationLabels, NodePoolLabels, NodePoolReasonLabels, ReasonLabels, metrics};
 
 /// A reason no budget limits reports the largest 32-bit integer, as upstream's budget mapping does.
 const UNLIMITED: i64 = i32::MAX as i64;
@@ -41,6 +42,36 @@ pub fn record_pass<'a>(result: &PassResult, pool_name: impl Fn(usize) -> &'a str
                 reason: reason_label(budget.reason),
             })
             .set(allowed);
+    }
+}
+
+/// `karpenter_nodepools_cost_total`: per NodePool, the sum of the hourly prices of its NodeClaims' offerings
+/// (0 for a NodePool without nodes; a NodePool that is gone loses its series), as upstream's cost tracker sums
+/// the offerings of its NodeClaims. A claim whose offering the catalog no longer lists counts 0.
+pub fn record_cost(inputs: &DisruptionInputs) {
+    set_cost(
+        inputs.pools.iter().map(|p| p.name.as_str()),
+        inputs.claims.iter().flatten().map(|c| (c.pool, c.price)),
+    );
+}
+
+/// Sets the cost of each of `pools` from `claims` (each its pool's index and its hourly price).
+fn set_cost<'a>(pools: impl ExactSizeIterator<Item = &'a str>, claims: impl Iterator<Item = (usize, f64)>) {
+    let pools: Vec<&str> = pools.collect();
+    let mut cost = vec![0.0; pools.len()];
+    for (pool, price) in claims {
+        if let Some(c) = cost.get_mut(pool) {
+            *c += price;
+        }
+    }
+    let gauge = &metrics().nodepools_cost_total;
+    gauge.clear();
+    for (pool, cost) in pools.into_iter().zip(cost) {
+        gauge
+            .get_or_create(&NodePoolLabels {
+                nodepool: pool.to_string(),
+            })
+            .set(cost);
     }
 }
 
@@ -111,5 +142,39 @@ mod tests {
             .is_some_and(|n| n >= 1.0),
             "{text}"
         );
+    }
+
+    #[test]
+    fn each_nodepool_costs_the_sum_of_its_claims_prices_and_a_gone_pool_loses_its_series() {
+        let cost = |text: &str, pool: &str| {
+            sample(
+                text,
+                &format!("karpenter_nodepools_cost_total{{nodepool=\"{pool}\"}}"),
+            )
+        };
+        set_cost(
+            ["cost-a", "cost-b", "cost-empty"].into_iter(),
+            [(0, 0.096), (0, 0.192), (1, 0.05), (7, 9.0)].into_iter(),
+        );
+        let text = metrics().encode();
+        assert!(
+            cost(&text, "cost-a").is_some_and(|c| (c - 0.288).abs() < 1e-9),
+            "{text}"
+        );
+        assert_eq!(cost(&text, "cost-b"), Some(0.05));
+        assert_eq!(
+            cost(&text, "cost-empty"),
+            Some(0.0),
+            "a pool without nodes costs 0"
+        );
+        assert!(
+            text.contains("# TYPE karpenter_nodepools_cost_total gauge"),
+            "{text}"
+        );
+
+        set_cost(["cost-b"].into_iter(), std::iter::empty());
+        let text = metrics().encode();
+        assert_eq!(cost(&text, "cost-a"), None, "{text}");
+        assert_eq!(cost(&text, "cost-b"), Some(0.0));
     }
 }

@@ -82,7 +82,11 @@ macro_rules! unlabelled {
         }
     )*};
 }
-unlabelled!(Counter, prometheus_client::metrics::gauge::Gauge);
+unlabelled!(
+    Counter,
+    prometheus_client::metrics::gauge::Gauge,
+    prometheus_client::metrics::histogram::Histogram
+);
 
 impl Describe for crate::node_gauges::NodeResourceGauge {
     fn kind() -> MetricType {
@@ -108,6 +112,33 @@ impl Describe for crate::summary::NodePoolSummary {
 
     fn label_names() -> Vec<String> {
         vec!["nodepool".to_string()]
+    }
+}
+
+impl Describe for crate::summary::Summary {
+    fn kind() -> MetricType {
+        MetricType::Unknown
+    }
+
+    fn kind_name() -> &'static str {
+        "summary"
+    }
+
+    fn label_names() -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl Describe for crate::pod_gauge::PodStateGauge {
+    fn kind() -> MetricType {
+        MetricType::Gauge
+    }
+
+    fn label_names() -> Vec<String> {
+        crate::pod_gauge::POD_LABEL_NAMES
+            .iter()
+            .map(|n| (*n).to_string())
+            .collect()
     }
 }
 

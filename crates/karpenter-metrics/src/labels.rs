@@ -96,6 +96,12 @@ pub struct DecisionLabels {
     pub consolidation_type: String,
 }
 
+/// `single` or `multi`.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsolidationTypeLabels {
+    pub consolidation_type: String,
+}
+
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EvaluationLabels {
     pub reason: String,

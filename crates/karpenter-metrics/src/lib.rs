@@ -9,14 +9,16 @@
 mod describe;
 mod labels;
 mod node_gauges;
+mod pod_gauge;
 mod registry;
 mod summary;
 
 pub use describe::Descriptor;
 pub use labels::*;
 pub use node_gauges::{NODE_LABEL_NAMES, NodeResourceGauge, NodeSeries};
+pub use pod_gauge::{POD_LABEL_NAMES, PodEntry, PodNodeLabels, PodStateGauge, PodTable};
 pub use registry::{Metrics, ReconcileTimer, metrics};
-pub use summary::{NodePoolSummary, SUMMARY_MAX_AGE, SUMMARY_QUANTILES};
+pub use summary::{NodePoolSummary, SUMMARY_MAX_AGE, SUMMARY_QUANTILES, Summary};
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

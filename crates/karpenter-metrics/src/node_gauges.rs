@@ -92,7 +92,7 @@ pub(crate) struct GaugeText {
 }
 
 /// Writes `value` as the text encoder writes a label value: `\\`, `"` and newlines escaped.
-fn write_label_value(out: &mut String, value: &str) {
+pub(crate) fn write_label_value(out: &mut String, value: &str) {
     for c in value.chars() {
         match c {
             '\\' => out.push_str("\\\\"),

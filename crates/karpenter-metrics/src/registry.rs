@@ -18,7 +18,8 @@ use crate::{
     describe::{Builder, Descriptor},
     labels::*,
     node_gauges::NodeResourceGauge,
-    summary::NodePoolSummary,
+    pod_gauge::PodStateGauge,
+    summary::{NodePoolSummary, Summary},
 };
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -43,6 +44,45 @@ const NODES_TERMINATION_DURATION_SECONDS: (&str, &str) = (
     "karpenter_nodes_termination_duration_seconds",
     "The time taken between a node's deletion request and the removal of its finalizer, by nodepool.",
 );
+
+/// Name and help of the per-pod gauge and the pod startup summary, which [`Metrics::encode_chunks`] writes itself.
+const PODS_STATE: (&str, &str) = (
+    "karpenter_pods_state",
+    "Pod state: 1 per pod, by pod name, namespace, owner, node, whether it is scheduled, the node's nodepool, zone, architecture, capacity type and instance type, pod phase, readiness and whether the node is Karpenter-managed.",
+);
+const PODS_STARTUP_DURATION_SECONDS: (&str, &str) = (
+    "karpenter_pods_startup_duration_seconds",
+    "The time from pod creation until the pod is running (Ready), for pods Karpenter saw pending.",
+);
+
+/// Node lifetimes: 15 minutes to 30 days.
+const LIFETIME_BUCKETS: [f64; 21] = [
+    900.0,
+    1800.0,
+    2700.0,
+    3600.0,
+    7200.0,
+    14_400.0,
+    21_600.0,
+    28_800.0,
+    36_000.0,
+    43_200.0,
+    57_600.0,
+    72_000.0,
+    86_400.0,
+    172_800.0,
+    259_200.0,
+    432_000.0,
+    864_000.0,
+    1_296_000.0,
+    1_728_000.0,
+    2_160_000.0,
+    2_592_000.0,
+];
+
+fn lifetime_histogram() -> Histogram {
+    Histogram::new(LIFETIME_BUCKETS)
+}
 
 /// Controller-runtime style duration buckets, 5 ms to 10 minutes.
 const DURATION_BUCKETS: [f64; 20] = [
@@ -87,8 +127,17 @@ pub struct Metrics {
     pub nodes_terminated: Family<NodeLabels, Counter>,
     pub nodes_drained: Family<NodePoolLabels, Counter>,
     pub nodes_termination_duration_seconds: NodePoolSummary,
+    /// Seconds from a node's creation to the removal of its finalizer, by nodepool.
+    pub nodes_lifetime_duration_seconds: HistogramFamily<NodePoolLabels>,
     pub pods_eviction_requests: Family<CodeLabels, Counter>,
     pub pods_drained: Family<ReasonLabels, Counter>,
+    /// One series per pod, replaced whole before each scrape.
+    pub pods_state: PodStateGauge,
+    pub pods_startup_duration_seconds: Summary,
+    /// Seconds from pod creation until the pod is bound (PodScheduled), for pods Karpenter saw unbound.
+    pub pods_bound_duration_seconds: Histogram,
+    /// Seconds from Karpenter's first scheduling decision placing a pod until the pod is bound.
+    pub pods_provisioning_bound_duration_seconds: Histogram,
     pub cloudprovider_duration_seconds: HistogramFamily<CloudProviderLabels>,
     pub cloudprovider_errors: Family<CloudProviderErrorLabels, Counter>,
     pub cloudprovider_aws_sdk_requests: Family<AwsSdkRequestLabels, Counter>,
@@ -96,6 +145,7 @@ pub struct Metrics {
     pub voluntary_disruption_decisions: Family<DecisionLabels, Counter>,
     pub voluntary_disruption_decision_evaluation_duration_seconds: HistogramFamily<EvaluationLabels>,
     pub voluntary_disruption_eligible_nodes: Family<ReasonLabels, Gauge>,
+    pub voluntary_disruption_consolidation_timeouts: Family<ConsolidationTypeLabels, Counter>,
     pub voluntary_disruption_failed_validations: Family<EvaluationLabels, Counter>,
     pub voluntary_disruption_queue_failures: Family<DecisionLabels, Counter>,
     pub nodepools_allowed_disruptions: Family<NodePoolReasonLabels, Gauge>,
@@ -118,6 +168,8 @@ pub struct Metrics {
     pub cluster_state_synced: Gauge,
     pub nodepools_usage: Family<NodePoolResourceLabels, FloatGauge>,
     pub nodepools_limit: Family<NodePoolResourceLabels, FloatGauge>,
+    /// The hourly price of a nodepool's nodes: the sum of their offerings' prices.
+    pub nodepools_cost_total: Family<NodePoolLabels, FloatGauge>,
     pub nodes_allocatable: NodeResourceGauge,
     pub nodes_total_pod_requests: NodeResourceGauge,
     pub nodes_total_daemon_requests: NodeResourceGauge,
@@ -155,8 +207,15 @@ impl Metrics {
             nodes_terminated: Family::default(),
             nodes_drained: Family::default(),
             nodes_termination_duration_seconds: NodePoolSummary::default(),
+            nodes_lifetime_duration_seconds: Family::new_with_constructor(
+                lifetime_histogram as fn() -> Histogram,
+            ),
             pods_eviction_requests: Family::default(),
             pods_drained: Family::default(),
+            pods_state: PodStateGauge::default(),
+            pods_startup_duration_seconds: Summary::default(),
+            pods_bound_duration_seconds: duration_histogram(),
+            pods_provisioning_bound_duration_seconds: duration_histogram(),
             cloudprovider_duration_seconds: histograms(),
             cloudprovider_errors: Family::default(),
             cloudprovider_aws_sdk_requests: Family::default(),
@@ -164,6 +223,7 @@ impl Metrics {
             voluntary_disruption_decisions: Family::default(),
             voluntary_disruption_decision_evaluation_duration_seconds: histograms(),
             voluntary_disruption_eligible_nodes: Family::default(),
+            voluntary_disruption_consolidation_timeouts: Family::default(),
             voluntary_disruption_failed_validations: Family::default(),
             voluntary_disruption_queue_failures: Family::default(),
             nodepools_allowed_disruptions: Family::default(),
@@ -187,6 +247,7 @@ impl Metrics {
             cluster_state_synced: Gauge::default(),
             nodepools_usage: Family::default(),
             nodepools_limit: Family::default(),
+            nodepools_cost_total: Family::default(),
             nodes_allocatable: NodeResourceGauge::default(),
             nodes_total_pod_requests: NodeResourceGauge::default(),
             nodes_total_daemon_requests: NodeResourceGauge::default(),
@@ -239,6 +300,11 @@ impl Metrics {
             NODES_TERMINATION_DURATION_SECONDS.1,
         );
         b.add(
+            "karpenter_nodes_lifetime_duration_seconds",
+            "The lifetime of nodes, from creation to the removal of their finalizer, by nodepool.",
+            &m.nodes_lifetime_duration_seconds,
+        );
+        b.add(
             "karpenter_pods_eviction_requests",
             "Number of eviction requests sent to the Eviction API, by response code.",
             &m.pods_eviction_requests,
@@ -248,6 +314,14 @@ impl Metrics {
             "Number of pods drained from nodes, by reason.",
             &m.pods_drained,
         );
+        b.describe::<PodStateGauge>(PODS_STATE.0, PODS_STATE.1);
+        b.describe::<Summary>(PODS_STARTUP_DURATION_SECONDS.0, PODS_STARTUP_DURATION_SECONDS.1);
+        b.add(
+            "karpenter_pods_bound_duration_seconds",
+            "The time from pod creation until the pod is bound, for pods Karpenter saw unbound.",
+            &m.pods_bound_duration_seconds,
+        );
+        b.add("karpenter_pods_provisioning_bound_duration_seconds", "The time from when Karpenter first decided where a pod can schedule until it is bound. Note: measured from a point in memory, not from the pod's creation.", &m.pods_provisioning_bound_duration_seconds);
         b.add(
             "karpenter_cloudprovider_duration_seconds",
             "Duration of cloud provider method calls, by controller, method and provider.",
@@ -279,6 +353,7 @@ impl Metrics {
             "Number of nodes eligible for disruption, by reason.",
             &m.voluntary_disruption_eligible_nodes,
         );
+        b.add("karpenter_voluntary_disruption_consolidation_timeouts", "Number of times the consolidation search reached its timeout, by consolidation type (never incremented: the search has no timeout).", &m.voluntary_disruption_consolidation_timeouts);
         b.add("karpenter_voluntary_disruption_failed_validations", "Number of disruption commands that failed validation before being executed, by reason and consolidation type.", &m.voluntary_disruption_failed_validations);
         b.add("karpenter_voluntary_disruption_queue_failures", "Number of disruption commands that failed while being executed (rolled back), by decision, reason and consolidation type.", &m.voluntary_disruption_queue_failures);
         b.add("karpenter_nodepools_allowed_disruptions", "Number of nodes the nodepool's disruption budgets allow to be disrupted now, by nodepool and reason.", &m.nodepools_allowed_disruptions);
@@ -372,6 +447,11 @@ impl Metrics {
             "The nodepool's limits, by nodepool and resource type.",
             &m.nodepools_limit,
         );
+        b.add(
+            "karpenter_nodepools_cost_total",
+            "The hourly price of a nodepool's nodes (the sum of their offerings' prices), by nodepool.",
+            &m.nodepools_cost_total,
+        );
         // Written by `encode_chunks` itself, streamed, not through the registry.
         b.describe::<NodeResourceGauge>(NODES_ALLOCATABLE.0, NODES_ALLOCATABLE.1);
         b.describe::<NodeResourceGauge>(NODES_TOTAL_POD_REQUESTS.0, NODES_TOTAL_POD_REQUESTS.1);
@@ -437,11 +517,17 @@ impl Metrics {
             NODES_TERMINATION_DURATION_SECONDS.0,
             NODES_TERMINATION_DURATION_SECONDS.1,
         );
+        let startup = self
+            .pods_startup_duration_seconds
+            .text(PODS_STARTUP_DURATION_SECONDS.0, PODS_STARTUP_DURATION_SECONDS.1);
+        let pods = self.pods_state.text(PODS_STATE.0, PODS_STATE.1);
         std::iter::once(head)
             .chain(std::iter::once(termination))
+            .chain(std::iter::once(startup))
             .chain(allocatable)
             .chain(requests)
             .chain(daemon_requests)
+            .chain(pods)
             .chain(std::iter::once("# EOF\n".to_string()))
     }
 
@@ -503,6 +589,7 @@ pub fn metrics() -> &'static Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::POD_LABEL_NAMES;
 
     #[test]
     fn counters_are_exported_with_upstream_names_and_total_suffix() {
@@ -580,5 +667,76 @@ mod tests {
                     && d.kind == "histogram"
                     && d.labels == ["controller", "method", "provider"])
         );
+    }
+
+    #[test]
+    fn pod_node_lifetime_cost_and_timeout_metrics_have_upstreams_names_types_and_labels() {
+        let m = metrics();
+        let described = |name: &str| {
+            m.descriptors()
+                .iter()
+                .find(|d| d.name == name)
+                .map(|d| (d.kind, d.labels.join(",")))
+        };
+        let expected = [
+            ("karpenter_pods_state", "gauge", POD_LABEL_NAMES.join(",")),
+            (
+                "karpenter_pods_startup_duration_seconds",
+                "summary",
+                String::new(),
+            ),
+            (
+                "karpenter_pods_bound_duration_seconds",
+                "histogram",
+                String::new(),
+            ),
+            (
+                "karpenter_pods_provisioning_bound_duration_seconds",
+                "histogram",
+                String::new(),
+            ),
+            (
+                "karpenter_nodes_lifetime_duration_seconds",
+                "histogram",
+                "nodepool".into(),
+            ),
+            ("karpenter_nodepools_cost_total", "gauge", "nodepool".into()),
+            (
+                "karpenter_voluntary_disruption_consolidation_timeouts_total",
+                "counter",
+                "consolidation_type".into(),
+            ),
+        ];
+        for (name, kind, labels) in expected {
+            assert_eq!(described(name), Some((kind, labels)), "{name}");
+        }
+        assert_eq!(
+            POD_LABEL_NAMES.join(","),
+            "name,namespace,owner,node,scheduled,nodepool,zone,arch,capacity_type,instance_type,phase,ready,managed"
+        );
+
+        m.nodes_lifetime_duration_seconds
+            .get_or_create(&NodePoolLabels {
+                nodepool: "lifetime-test".into(),
+            })
+            .observe(5400.0);
+        m.pods_provisioning_bound_duration_seconds.observe(3.0);
+        let text = m.encode();
+        assert!(text.contains("karpenter_nodes_lifetime_duration_seconds_bucket{le=\"3600.0\",nodepool=\"lifetime-test\"} 0\n"), "{text}");
+        assert!(text.contains("karpenter_nodes_lifetime_duration_seconds_bucket{le=\"7200.0\",nodepool=\"lifetime-test\"} 1\n"), "{text}");
+        assert!(text.contains("karpenter_nodes_lifetime_duration_seconds_bucket{le=\"2592000.0\",nodepool=\"lifetime-test\"} 1\n"), "{text}");
+        assert!(
+            text.contains("karpenter_pods_provisioning_bound_duration_seconds_bucket{le=\"5.0\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE karpenter_pods_startup_duration_seconds summary\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("karpenter_pods_startup_duration_seconds_count "),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
     }
 }

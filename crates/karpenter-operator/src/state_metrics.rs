@@ -1,5 +1,6 @@
 //! Gauges that describe the cluster as the state cache sees it, recomputed just before each scrape: nodes and
-//! their allocatable and pod requests, NodePool usage and limits, cluster utilization, cache sync.
+//! their allocatable and pod requests, NodePool usage and limits, cluster utilization, cache sync, and one
+//! `karpenter_pods_state` series per pod.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -8,7 +9,10 @@ use std::{
 
 use k8s_openapi::api::core::v1::Node;
 use karpenter_core::resources::{ResourceId, ResourceTable, Resources, pod_requests};
-use karpenter_metrics::{NodePoolResourceLabels, NodeSeries, ResourceTypeLabels, metrics};
+use karpenter_core::snapshot::CompactPod;
+use karpenter_metrics::{
+    NodePoolResourceLabels, NodeSeries, PodEntry, PodNodeLabels, PodTable, ResourceTypeLabels, metrics,
+};
 use karpenter_state::ClusterState;
 use kube::ResourceExt;
 
@@ -60,7 +64,8 @@ pub fn refresh(state: &ClusterState) {
     // Upstream splits a node's pod requests: DaemonSet pods' go to the daemon gauge, the others' to the pod gauge.
     let mut requests: HashMap<std::sync::Arc<str>, Resources> = HashMap::new();
     let mut daemon_requests: HashMap<std::sync::Arc<str>, Resources> = HashMap::new();
-    for pod in state.pods.all() {
+    let pods = state.pods.all();
+    for pod in &pods {
         let Some(spec) = pod.spec.as_ref() else { continue };
         let Some(node) = spec.node_name.as_ref() else {
             continue;
@@ -92,6 +97,7 @@ pub fn refresh(state: &ClusterState) {
     }
 
     let mut shared = SharedStrings::default();
+    m.pods_state.replace(pod_table(&pods, &nodes, &mut shared));
     let (mut allocatable_series, mut requests_series, mut daemon_series) =
         (Vec::new(), Vec::new(), Vec::new());
     let mut pool_usage: BTreeMap<String, Resources> = BTreeMap::new();
@@ -213,6 +219,63 @@ pub fn refresh(state: &ClusterState) {
     }
 }
 
+/// Upstream's `owner` label: the pod's first owner as the self link it would have,
+/// `/apis/<apiVersion>/namespaces/<namespace>/<kind, lower case>s/<name>`; empty without owners.
+fn write_owner(out: &mut String, pod: &CompactPod, namespace: &str) {
+    use std::fmt::Write as _;
+    out.clear();
+    if let Some(owner) = pod.metadata.owner_references.as_ref().and_then(|o| o.first()) {
+        // Writing into a String cannot fail.
+        let _ = write!(
+            out,
+            "/apis/{}/namespaces/{namespace}/{}s/{}",
+            owner.api_version,
+            owner.kind.to_ascii_lowercase(),
+            owner.name
+        );
+    }
+}
+
+/// `karpenter_pods_state`: every pod in the cache, with the labels of the node it is bound to.
+fn pod_table(pods: &[Arc<CompactPod>], nodes: &[Arc<Node>], shared: &mut SharedStrings) -> PodTable {
+    let mut table = PodTable::default();
+    for node in nodes {
+        let labels = node.labels();
+        let mut label = |key: &str| shared.get(labels.get(key).map_or("", String::as_str));
+        let values = [
+            label("karpenter.sh/nodepool"),
+            label("topology.kubernetes.io/zone"),
+            label("kubernetes.io/arch"),
+            label("karpenter.sh/capacity-type"),
+            label("node.kubernetes.io/instance-type"),
+        ];
+        let managed = !values[0].is_empty();
+        table.add_node(&node.name_any(), PodNodeLabels { values, managed });
+    }
+    let mut owner = String::new();
+    for pod in pods {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        write_owner(&mut owner, pod, namespace);
+        let status = pod.status.as_ref();
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        table.push(PodEntry {
+            name: pod.metadata.name.as_deref().unwrap_or_default(),
+            namespace,
+            owner: &owner,
+            node: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .unwrap_or_default(),
+            phase: status.and_then(|s| s.phase.as_deref()).unwrap_or_default(),
+            ready,
+        });
+    }
+    table
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -309,6 +372,21 @@ mod tests {
         );
         assert!(text.contains("node_name=\"unmanaged-1\",nodepool=\"\""), "{text}");
         assert!(text.contains("managed=\"false\""), "{text}");
+        assert!(
+            text.contains(
+                "karpenter_pods_state{name=\"web\",namespace=\"default\",owner=\"\",node=\"managed-1\",\
+                 scheduled=\"true\",nodepool=\"default\",zone=\"us-east-1a\",arch=\"amd64\",capacity_type=\"\",\
+                 instance_type=\"\",phase=\"Pending\",ready=\"false\",managed=\"true\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "karpenter_pods_state{name=\"agent-x1\",namespace=\"default\",\
+                 owner=\"/apis/apps/v1/namespaces/default/daemonsets/agent\",node=\"managed-1\",scheduled=\"true\""
+            ),
+            "{text}"
+        );
 
         nodes.delete("managed-1", &DeleteParams::default()).await?;
         cache_holds(&state, 1, 2).await?;
@@ -318,7 +396,12 @@ mod tests {
             None,
             "a deleted node's series go"
         );
-        assert!(!m.encode().contains("node_name=\"managed-1\""));
+        let text = m.encode();
+        assert!(!text.contains("node_name=\"managed-1\""));
+        assert!(
+            text.contains("name=\"web\",namespace=\"default\",owner=\"\",node=\"managed-1\",scheduled=\"true\",nodepool=\"\""),
+            "a pod on a node that is gone keeps its node name, without the node's labels: {text}"
+        );
         watching.abort();
         Ok(())
     }

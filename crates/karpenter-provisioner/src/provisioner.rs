@@ -241,6 +241,10 @@ impl Provisioner {
             &inputs.pod_names,
             &results.existing_nodes,
         ));
+        // When Karpenter first knew where each pod goes (`karpenter_pods_provisioning_bound_duration_seconds`).
+        self.state
+            .pod_timing
+            .mark_schedulable(nominations.iter().map(|n| n.pod.as_str()));
         if let Ok(mut recent) = self.recent_nominations.lock() {
             nominations = recent.admit(nominations, tokio::time::Instant::now());
         }

@@ -51,6 +51,8 @@ pub struct ClusterState {
     pub ec2_node_classes: ProjectedStore<EC2NodeClass>,
     pub node_overlays: ProjectedStore<NodeOverlay>,
     pub capacity_buffers: ProjectedStore<CapacityBuffer>,
+    /// Pod startup and bind durations, fed by the pod watch and the provisioner.
+    pub pod_timing: crate::PodTiming,
     watched: Watched,
 }
 
@@ -141,10 +143,10 @@ impl ClusterState {
     /// Watches every kind until the returned future is dropped (the controller runs it as a task).
     pub async fn watch(&self, client: Client) {
         let mut watches = vec![
-            Box::pin(reflect(
+            Box::pin(crate::reflect::reflect_pods(
                 Api::<Pod>::all(client.clone()),
                 self.pods.clone(),
-                "Pod",
+                self.pod_timing.clone(),
                 project_pod,
             )) as Watch,
             Box::pin(reflect(

@@ -16,10 +16,12 @@ mod cluster_state;
 mod error;
 pub mod events;
 mod keyed;
+mod pod_timing;
 mod projected_store;
 mod reflect;
 
 pub use cluster_state::{ClusterState, Watched};
 pub use error::StateError;
+pub use pod_timing::PodTiming;
 pub use projected_store::{Keyed, ObjectKey, ProjectedStore};
 pub use reflect::reflect;

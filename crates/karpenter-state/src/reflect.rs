@@ -43,3 +43,41 @@ where
         }
     }
 }
+
+/// [`reflect`] for pods, also showing each pod version to `timing` (startup and bind durations) and
+/// forgetting there the pods that are deleted.
+pub(crate) async fn reflect_pods<P: Keyed>(
+    api: Api<k8s_openapi::api::core::v1::Pod>,
+    store: ProjectedStore<P>,
+    timing: crate::PodTiming,
+    project: fn(k8s_openapi::api::core::v1::Pod) -> P,
+) {
+    let kind = "Pod";
+    let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => store.relist_start(),
+            Ok(watcher::Event::InitApply(obj)) => {
+                timing.observe(&obj);
+                store.relist_item(project(obj));
+            }
+            Ok(watcher::Event::InitDone) => {
+                store.relist_done();
+                timing.retain(|key| store.get(key).is_some());
+            }
+            Ok(watcher::Event::Apply(obj)) => {
+                timing.observe(&obj);
+                store.apply(project(obj));
+            }
+            Ok(watcher::Event::Delete(obj)) => {
+                let key = key_of(&obj);
+                timing.forget(&key);
+                store.delete(&key);
+            }
+            Err(source) => {
+                let error = StateError::Watch { kind, source };
+                tracing::warn!(kind, category = error.category(), %error, "watch failed; retrying");
+            }
+        }
+    }
+}

@@ -117,17 +117,25 @@ fn record_termination(claim: &NodeClaim, had_node: bool, now: jiff::Timestamp) {
 
 /// `karpenter_nodes_termination_duration_seconds`, once a Node's finalizer is gone: from the Node's deletion, or
 /// for a Node deleted only once drained (its NodeClaim was deleted, not the Node), from the claim's.
+/// Also `karpenter_nodes_lifetime_duration_seconds`: from the Node's creation to now.
 fn record_node_termination(node: &Node, claim_deleted: Option<&Time>, now: jiff::Timestamp) {
-    let Some(deleted) = node.metadata.deletion_timestamp.as_ref().or(claim_deleted) else {
-        return;
-    };
     let nodepool = node
         .labels()
         .get(labels::NODEPOOL_LABEL)
         .cloned()
         .unwrap_or_default();
-    karpenter_metrics::metrics()
-        .nodes_termination_duration_seconds
+    let m = karpenter_metrics::metrics();
+    if let Some(created) = node.metadata.creation_timestamp.as_ref() {
+        m.nodes_lifetime_duration_seconds
+            .get_or_create(&karpenter_metrics::NodePoolLabels {
+                nodepool: nodepool.clone(),
+            })
+            .observe(now.duration_since(created.0).as_secs_f64().max(0.0));
+    }
+    let Some(deleted) = node.metadata.deletion_timestamp.as_ref().or(claim_deleted) else {
+        return;
+    };
+    m.nodes_termination_duration_seconds
         .observe(&nodepool, now.duration_since(deleted.0).as_secs_f64().max(0.0));
 }
 
@@ -727,6 +735,43 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    #[test]
+    fn a_terminated_node_records_its_lifetime_by_nodepool() -> Result<(), Box<dyn std::error::Error>> {
+        let created: jiff::Timestamp = "2026-01-01T00:00:00Z".parse()?;
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "deletionTimestamp": "2026-01-01T05:00:00Z",
+                "labels": {"karpenter.sh/nodepool": "lifetime-pool"}},
+        }))?;
+        // Five hours and a minute old when its finalizer goes.
+        record_node_termination(
+            &node,
+            None,
+            created + jiff::SignedDuration::from_secs(5 * 3600 + 60),
+        );
+        let text = karpenter_metrics::metrics().encode();
+        let bucket = |le: &str| {
+            format!(
+                "karpenter_nodes_lifetime_duration_seconds_bucket{{le=\"{le}\",nodepool=\"lifetime-pool\"}}"
+            )
+        };
+        let count = |le: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&bucket(le)))
+                .map(str::trim)
+                .map(str::to_string)
+        };
+        assert_eq!(count("14400.0").as_deref(), Some("0"), "{text}");
+        assert_eq!(count("21600.0").as_deref(), Some("1"), "{text}");
+        assert!(
+            text.contains(
+                "karpenter_nodes_lifetime_duration_seconds_sum{nodepool=\"lifetime-pool\"} 18060.0"
+            ),
+            "{text}"
+        );
+        Ok(())
     }
 
     #[tokio::test(start_paused = true)]

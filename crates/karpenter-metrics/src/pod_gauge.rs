@@ -1,0 +1,348 @@
+//! `karpenter_pods_state`: one series of value 1 per pod, labelled with the pod, its owner, its node and the
+//! node's NodePool, zone, architecture, capacity type and instance type, its phase and readiness.
+//!
+//! At 150,000 pods a `Family` would hold 150,000 label structs of thirteen owned strings and a hash-map slot
+//! each (well over 100 MB), although all but the pod's name repeat across pods. Here the table is replaced whole
+//! on each refresh, as [`crate::NodeResourceGauge`]'s: a pod is its name and four indices into tables of values
+//! shared by every pod (namespaces, owners, node names, phases) and of the nodes' labels, about 40 bytes and its
+//! name. The label set is only spelled out while a scrape is written, a few thousand pods at a time.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+};
+
+use crate::node_gauges::write_label_value;
+
+/// The label names, in the order they are exported (upstream's).
+pub const POD_LABEL_NAMES: [&str; 13] = [
+    "name",
+    "namespace",
+    "owner",
+    "node",
+    "scheduled",
+    "nodepool",
+    "zone",
+    "arch",
+    "capacity_type",
+    "instance_type",
+    "phase",
+    "ready",
+    "managed",
+];
+
+/// The labels a pod takes from its node: the node's NodePool, zone, arch, capacity type and instance type (in
+/// that order), and whether Karpenter manages it (it has a NodePool).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct PodNodeLabels {
+    pub values: [Arc<str>; 5],
+    pub managed: bool,
+}
+
+/// One pod: its name, and indices into its table's values (namespace, owner, node name, phase) and nodes.
+#[derive(Debug, Clone, PartialEq)]
+struct PodRow {
+    name: Box<str>,
+    namespace: u32,
+    owner: u32,
+    node_name: u32,
+    node: u32,
+    phase: u32,
+    ready: bool,
+}
+
+/// The pods of one refresh. Build it with [`PodTable::push`]; values and node labels are stored once.
+#[derive(Debug, Default)]
+pub struct PodTable {
+    values: Vec<Arc<str>>,
+    value_index: HashMap<Arc<str>, u32>,
+    nodes: Vec<PodNodeLabels>,
+    node_index: HashMap<Arc<str>, u32>,
+    pods: Vec<PodRow>,
+}
+
+/// One pod as [`PodTable::push`] takes it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PodEntry<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    /// The first owner as upstream writes it (`/apis/<apiVersion>/namespaces/<ns>/<kind>s/<name>`), or empty.
+    pub owner: &'a str,
+    /// The node the pod is bound to, or empty.
+    pub node: &'a str,
+    pub phase: &'a str,
+    pub ready: bool,
+}
+
+impl PodTable {
+    fn value(&mut self, value: &str) -> u32 {
+        if let Some(&i) = self.value_index.get(value) {
+            return i;
+        }
+        let i = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
+        let shared: Arc<str> = Arc::from(value);
+        self.values.push(Arc::clone(&shared));
+        self.value_index.insert(shared, i);
+        i
+    }
+
+    /// Declares the labels of node `name`, for the pods bound to it that are pushed after.
+    pub fn add_node(&mut self, name: &str, labels: PodNodeLabels) {
+        if self.nodes.is_empty() {
+            // Index 0: the labels of no node (an unbound pod, or a node the cache does not have).
+            self.nodes.push(PodNodeLabels::default());
+        }
+        let i = u32::try_from(self.nodes.len()).unwrap_or(u32::MAX);
+        self.nodes.push(labels);
+        self.node_index.insert(Arc::from(name), i);
+    }
+
+    /// Adds one pod's series.
+    pub fn push(&mut self, pod: PodEntry<'_>) {
+        let row = PodRow {
+            name: pod.name.into(),
+            namespace: self.value(pod.namespace),
+            owner: self.value(pod.owner),
+            node_name: self.value(pod.node),
+            node: self.node_index.get(pod.node).copied().unwrap_or(0),
+            phase: self.value(pod.phase),
+            ready: pod.ready,
+        };
+        self.pods.push(row);
+    }
+
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// The index only serves building the table: dropped, with spare capacity, once it is published.
+    fn finish(mut self) -> Self {
+        self.value_index = HashMap::new();
+        self.node_index = HashMap::new();
+        self.pods.shrink_to_fit();
+        self
+    }
+
+    fn node(&self, row: &PodRow) -> &PodNodeLabels {
+        static NONE: std::sync::OnceLock<PodNodeLabels> = std::sync::OnceLock::new();
+        self.nodes
+            .get(row.node as usize)
+            .unwrap_or_else(|| NONE.get_or_init(PodNodeLabels::default))
+    }
+
+    fn value_text(&self, i: u32) -> &str {
+        self.values.get(i as usize).map_or("", |v| &**v)
+    }
+}
+
+/// The `karpenter_pods_state` gauge; see the module documentation. Not in the registry:
+/// [`crate::Metrics::encode_chunks`] writes it.
+#[derive(Debug, Default)]
+pub struct PodStateGauge {
+    table: RwLock<Arc<PodTable>>,
+}
+
+impl PodStateGauge {
+    /// Replaces every series: pods that are gone stop being exported.
+    pub fn replace(&self, table: PodTable) {
+        *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table.finish());
+    }
+
+    fn snapshot(&self) -> Arc<PodTable> {
+        Arc::clone(&self.table.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The number of series.
+    pub fn len(&self) -> usize {
+        self.snapshot().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The gauge's OpenMetrics text in chunks; nothing when there is no pod.
+    pub(crate) fn text(&self, name: &'static str, help: &'static str) -> PodStateText {
+        PodStateText {
+            name,
+            help,
+            table: self.snapshot(),
+            next: 0,
+        }
+    }
+}
+
+/// Pods per chunk of [`PodStateText`]: about 400 KB of text.
+const CHUNK_PODS: usize = 1000;
+
+/// See [`PodStateGauge::text`].
+pub(crate) struct PodStateText {
+    name: &'static str,
+    help: &'static str,
+    table: Arc<PodTable>,
+    next: usize,
+}
+
+impl Iterator for PodStateText {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        let table = &*self.table;
+        if self.next >= table.pods.len() {
+            return None;
+        }
+        let end = (self.next + CHUNK_PODS).min(table.pods.len());
+        let mut out = String::with_capacity(400 * (end - self.next));
+        if self.next == 0 {
+            for line in [
+                ["# HELP ", self.name, " ", self.help, "\n"],
+                ["# TYPE ", self.name, " gauge", "", "\n"],
+            ] {
+                line.iter().for_each(|part| out.push_str(part));
+            }
+        }
+        let bool_text = |b: bool| if b { "true" } else { "false" };
+        for row in &table.pods[self.next..end] {
+            let node = table.node(row);
+            let node_name = table.value_text(row.node_name);
+            let values: [&str; 13] = [
+                &row.name,
+                table.value_text(row.namespace),
+                table.value_text(row.owner),
+                node_name,
+                bool_text(!node_name.is_empty()),
+                &node.values[0],
+                &node.values[1],
+                &node.values[2],
+                &node.values[3],
+                &node.values[4],
+                table.value_text(row.phase),
+                bool_text(row.ready),
+                bool_text(node.managed),
+            ];
+            out.push_str(self.name);
+            out.push('{');
+            for (i, (label, value)) in POD_LABEL_NAMES.iter().zip(values).enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(label);
+                out.push_str("=\"");
+                write_label_value(&mut out, value);
+                out.push('"');
+            }
+            out.push_str("} 1\n");
+        }
+        self.next = end;
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_labels(pool: &str) -> PodNodeLabels {
+        let s = |v: &str| Arc::<str>::from(v);
+        PodNodeLabels {
+            values: [s(pool), s("us-west-2a"), s("amd64"), s("spot"), s("m5.large")],
+            managed: !pool.is_empty(),
+        }
+    }
+
+    fn text(gauge: &PodStateGauge) -> String {
+        gauge.text("karpenter_pods_state", "Pod state.").collect()
+    }
+
+    #[test]
+    fn each_pod_is_one_series_with_its_nodes_labels() {
+        let mut table = PodTable::default();
+        table.add_node("n1", node_labels("default"));
+        table.push(PodEntry {
+            name: "web-1",
+            namespace: "default",
+            owner: "/apis/apps/v1/namespaces/default/replicasets/web-7f",
+            node: "n1",
+            phase: "Running",
+            ready: true,
+        });
+        table.push(PodEntry {
+            name: "web-2",
+            namespace: "default",
+            owner: "/apis/apps/v1/namespaces/default/replicasets/web-7f",
+            phase: "Pending",
+            ..PodEntry::default()
+        });
+        table.push(PodEntry {
+            name: "gone-node\"x",
+            namespace: "kube-system",
+            node: "n9",
+            phase: "Running",
+            ..PodEntry::default()
+        });
+        let gauge = PodStateGauge::default();
+        gauge.replace(table);
+        let out = text(&gauge);
+        assert!(
+            out.starts_with("# HELP karpenter_pods_state Pod state.\n# TYPE karpenter_pods_state gauge\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "karpenter_pods_state{name=\"web-1\",namespace=\"default\",\
+             owner=\"/apis/apps/v1/namespaces/default/replicasets/web-7f\",node=\"n1\",scheduled=\"true\",\
+             nodepool=\"default\",zone=\"us-west-2a\",arch=\"amd64\",capacity_type=\"spot\",\
+             instance_type=\"m5.large\",phase=\"Running\",ready=\"true\",managed=\"true\"} 1\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "karpenter_pods_state{name=\"web-2\",namespace=\"default\",\
+             owner=\"/apis/apps/v1/namespaces/default/replicasets/web-7f\",node=\"\",scheduled=\"false\",\
+             nodepool=\"\",zone=\"\",arch=\"\",capacity_type=\"\",instance_type=\"\",phase=\"Pending\",\
+             ready=\"false\",managed=\"false\"} 1\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("name=\"gone-node\\\"x\",namespace=\"kube-system\",owner=\"\",node=\"n9\",scheduled=\"true\",nodepool=\"\""),
+            "a pod on a node the cache does not have keeps its node name, without node labels: {out}"
+        );
+        assert_eq!(gauge.len(), 3);
+        gauge.replace(PodTable::default());
+        assert_eq!(text(&gauge), "", "no pod, no family");
+    }
+
+    #[test]
+    fn values_are_held_once_and_the_text_comes_in_chunks() {
+        let mut table = PodTable::default();
+        table.add_node("n1", node_labels("default"));
+        for i in 0..CHUNK_PODS * 2 + 1 {
+            table.push(PodEntry {
+                name: &format!("p{i}"),
+                namespace: "default",
+                owner: "/apis/apps/v1/namespaces/default/replicasets/web",
+                node: "n1",
+                phase: "Running",
+                ready: true,
+            });
+        }
+        // "default", the owner, "n1", "Running".
+        assert_eq!(table.values.len(), 4);
+        let gauge = PodStateGauge::default();
+        gauge.replace(table);
+        let chunks: Vec<String> = gauge.text("karpenter_pods_state", "h").collect();
+        assert_eq!(chunks.len(), 3);
+        let all = chunks.concat();
+        assert_eq!(all.matches("# TYPE").count(), 1);
+        assert_eq!(
+            all.lines().filter(|l| !l.starts_with('#')).count(),
+            CHUNK_PODS * 2 + 1
+        );
+    }
+}
