@@ -17,6 +17,7 @@ use karpenter_provisioner::{
     gc::GarbageCollector,
     lifecycle::Lifecycle,
     nodepool_status::NodePoolStatusController,
+    podevents::PodEventsController,
     provisioner::{Provisioner, ProvisionerSettings},
 };
 use karpenter_repair::NodeRepairController;
@@ -154,6 +155,11 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         parts.cloud_for("nodeclaim.termination"),
         Arc::clone(&parts.clock),
     );
+    let pod_events = PodEventsController::new(
+        parts.client.clone(),
+        parts.state.clone(),
+        Arc::clone(&parts.clock),
+    );
     let gc = GarbageCollector::new(
         parts.client.clone(),
         parts.state.clone(),
@@ -194,6 +200,10 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         (
             "nodeclaim.termination",
             Box::pin(async move { terminator.run().await }),
+        ),
+        (
+            "nodeclaim.podevents",
+            Box::pin(async move { pod_events.run().await }),
         ),
         (
             "nodeclaim.garbagecollection",
