@@ -61,6 +61,8 @@ impl ControllerParts {
             settings: self.settings.scheduling(),
             node_overlays: self.settings.feature_gates.node_overlay,
             capacity_buffers: self.settings.feature_gates.capacity_buffer,
+            // As upstream: a NodePool launches nothing until the status controller has found it Ready.
+            unevaluated_nodepools: false,
             ..self.build.clone()
         }
     }
