@@ -225,6 +225,13 @@ async fn an_unchanged_consolidation_goes_ahead_after_fifteen_seconds() -> TestRe
                 waited.as_secs() >= 15,
                 "carried out after {waited:?}, before the validation delay"
             );
+            // The chosen claim says why it is going, as upstream's DisruptionReason condition.
+            let (claim, _) = &command.candidates[0];
+            let claim = Api::<NodeClaim>::all(h.client()).get(claim).await?;
+            assert_eq!(
+                condition(&claim, "DisruptionReason"),
+                Some((ConditionStatus::True, "Empty".to_string()))
+            );
         }
         other => return Err(format!("expected the command to start, got {other:?}").into()),
     }

@@ -27,7 +27,12 @@ async fn ready_node_class(client: &kube::Client) -> TestResult {
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
         "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole"}
     }))?;
-    api.create(&PostParams::default(), &object).await?;
+    // The simulated cluster starts with one (a Ready `default`); this one says so for a cluster without it.
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
     let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
         "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
     api.patch_status("default", &PatchParams::default(), &Patch::Merge(status))
@@ -142,5 +147,56 @@ async fn a_malformed_nodepool_is_reported_while_another_keeps_provisioning() -> 
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(pools.get("default").await?.resource_version(), version);
     status_task.abort();
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nodepool_whose_node_class_is_missing_is_not_ready_and_launches_nothing() -> TestResult {
+    let h = Harness::start()?;
+    let client = h.client();
+    create_pool(
+        &client,
+        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "orphan"},
+            "spec": {"template": {"spec": {"requirements": [],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "missing"}}}}}),
+    )
+    .await?;
+    apply_deployment(&client, "web", 1, "500m").await?;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+
+    let pool = Api::<NodePool>::all(client.clone()).get("orphan").await?;
+    assert_eq!(status_of(&pool, "Ready"), Some(ConditionStatus::False));
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    assert!(
+        nodes.items.is_empty(),
+        "a NodePool that is not Ready launched a node"
+    );
+
+    // What the provisioner tells the pending pod.
+    let provisioner = karpenter_provisioner::provisioner::Provisioner::new(
+        client.clone(),
+        h.state.clone(),
+        h.sim.cloud_provider(),
+        karpenter_provisioner::provisioner::ProvisionerSettings {
+            build: karpenter_core::snapshot::BuildOptions {
+                label_policy: karpenter_api::label_policy::LabelPolicy::Core,
+                unevaluated_nodepools: false,
+                ..karpenter_core::snapshot::BuildOptions::default()
+            },
+            ..Default::default()
+        },
+    );
+    let round = provisioner.provision_once().await?;
+    assert!(round.created.is_empty());
+    let why = round
+        .unschedulable
+        .first()
+        .ok_or("the pod was not reported unschedulable")?;
+    assert!(
+        why.contains("NodePool \"orphan\" was skipped: it is not ready (Ready=False"),
+        "{why}"
+    );
     Ok(())
 }

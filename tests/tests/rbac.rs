@@ -416,21 +416,7 @@ async fn the_charts_rbac_allows_every_call_the_controller_makes_and_nothing_more
         "namespaces",
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE_NAMESPACE}}),
     )?;
-    // The EC2NodeClass the NodePool references, Ready as its controller would leave it.
-    create(
-        &sim,
-        labels::AWS_GROUP,
-        "ec2nodeclasses",
-        json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-            "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole"}}),
-    )?;
-    sim.api().update_status_internal(
-        &resource(labels::AWS_GROUP, "ec2nodeclasses"),
-        "",
-        "default",
-        json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
-            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
-    )?;
+    // The EC2NodeClass the NodePool references: the simulated cluster starts with `default`, Ready.
     create(
         &sim,
         "karpenter.sh",

@@ -6,6 +6,10 @@
 //! - `Consolidatable`: True once the NodePool's consolidateAfter has passed since the last pod event or the
 //!   initialization; removed otherwise (not initialized, consolidateAfter Never, or not yet elapsed), as
 //!   upstream clears it rather than writing False.
+//! - `DisruptionReason`: True, with the reason (`Empty`, `Drifted`, `Underutilized`) as reason and message, on a
+//!   claim a command has chosen and tainted ([`with_disruption_reason`]); removed when the command is rolled
+//!   back or a restart finds it on a claim not being deleted ([`without_disruption_reason`]). The terminator
+//!   reads it as the `reason` of `karpenter_pods_drained_total`.
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -61,6 +65,47 @@ pub fn disruption_conditions(
     );
     let unchanged = out.len() == current.len() && out.iter().all(|c| current.contains(c));
     (!unchanged).then_some(out)
+}
+
+/// The claim's conditions with `DisruptionReason` True for `reason`, or `None` when it already says so. The
+/// transition time is kept while the condition stays True.
+pub fn with_disruption_reason(current: &[Condition], reason: &str, now: Timestamp) -> Option<Vec<Condition>> {
+    let previous = current.iter().find(|c| c.type_ == conditions::DISRUPTION_REASON);
+    if previous
+        .is_some_and(|p| p.status == ConditionStatus::True && p.reason == reason && p.message == reason)
+    {
+        return None;
+    }
+    let mut out: Vec<Condition> = current
+        .iter()
+        .filter(|c| c.type_ != conditions::DISRUPTION_REASON)
+        .cloned()
+        .collect();
+    set(
+        &mut out,
+        current,
+        conditions::DISRUPTION_REASON,
+        Some(reason),
+        now,
+    );
+    if let Some(c) = out.last_mut() {
+        c.message = reason.to_string();
+    }
+    Some(out)
+}
+
+/// The claim's conditions without `DisruptionReason`, or `None` when it has none.
+pub fn without_disruption_reason(current: &[Condition]) -> Option<Vec<Condition>> {
+    current
+        .iter()
+        .any(|c| c.type_ == conditions::DISRUPTION_REASON)
+        .then(|| {
+            current
+                .iter()
+                .filter(|c| c.type_ != conditions::DISRUPTION_REASON)
+                .cloned()
+                .collect()
+        })
 }
 
 #[cfg(test)]
@@ -134,5 +179,30 @@ mod tests {
             )]
         );
         assert_eq!(disruption_conditions(&out, None, false, now), Some(vec![]));
+    }
+
+    #[test]
+    fn a_chosen_claim_says_why_and_loses_it_on_rollback() {
+        let initialized = condition("Initialized", "Initialized", "2026-01-01T00:00:00Z");
+        let now = at("2026-01-01T01:00:00Z");
+        let chosen =
+            with_disruption_reason(std::slice::from_ref(&initialized), "Underutilized", now).unwrap();
+        let mut reason = condition("DisruptionReason", "Underutilized", "2026-01-01T01:00:00Z");
+        reason.message = "Underutilized".into();
+        assert_eq!(chosen, vec![initialized.clone(), reason]);
+        // Written once: the same reason again is nothing to write.
+        assert_eq!(
+            with_disruption_reason(&chosen, "Underutilized", at("2026-01-01T02:00:00Z")),
+            None
+        );
+        // Another reason replaces it, keeping the transition time.
+        let drifted = with_disruption_reason(&chosen, "Drifted", at("2026-01-01T02:00:00Z")).unwrap();
+        assert_eq!(drifted[1].reason, "Drifted");
+        assert_eq!(drifted[1].last_transition_time, Time(now));
+        assert_eq!(
+            without_disruption_reason(&drifted),
+            Some(vec![initialized.clone()])
+        );
+        assert_eq!(without_disruption_reason(&[initialized]), None);
     }
 }

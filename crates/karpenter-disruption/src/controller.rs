@@ -6,7 +6,7 @@ use futures::{StreamExt, stream};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{
-    common::{ConditionStatus, find_condition},
+    common::{Condition, ConditionStatus, find_condition},
     label_policy::LabelPolicy,
     labels,
     nodeclaim::{NodeClaim, conditions},
@@ -31,7 +31,7 @@ use tokio::sync::Mutex;
 use crate::{
     DisruptionError,
     blocked_events::{DISRUPTION_BLOCKED, event_reason},
-    claim_conditions::disruption_conditions,
+    claim_conditions::{disruption_conditions, with_disruption_reason, without_disruption_reason},
     validation::{command_shapes, needs_validation, validate},
 };
 
@@ -76,6 +76,8 @@ impl Default for DisruptionSettings {
 pub struct InFlight {
     /// The method that chose it (`single-node-consolidation`, `drift`, ...).
     pub method: String,
+    /// Why (`Empty`, `Drifted`, `Underutilized`): the candidates' `DisruptionReason` condition.
+    pub reason: String,
     /// The candidates' NodeClaim and Node names.
     pub candidates: Vec<(String, String)>,
     /// The replacement NodeClaims created for it.
@@ -219,6 +221,63 @@ impl DisruptionController {
                 remove_disrupted_taint(&self.client, &node).await?;
             }
         }
+        let stale: Vec<String> = self
+            .state
+            .node_claims
+            .all()
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter(|c| {
+                c.status
+                    .as_ref()
+                    .is_some_and(|s| find_condition(&s.conditions, conditions::DISRUPTION_REASON).is_some())
+            })
+            .map(|c| c.name_any())
+            .collect();
+        for claim in stale {
+            tracing::info!(nodeclaim = %claim, "removing the DisruptionReason a previous controller left");
+            self.update_claim_conditions(&claim, without_disruption_reason)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites NodeClaim `name`'s conditions as `change` makes them from the current ones (`None`: nothing to
+    /// write). Read from the API server and written conditional on that read, so a condition another controller
+    /// wrote meanwhile is not lost: a conflict is read again, a few times. A claim gone is nothing to do.
+    async fn update_claim_conditions(
+        &self,
+        name: &str,
+        change: impl Fn(&[Condition]) -> Option<Vec<Condition>>,
+    ) -> Result<(), DisruptionError> {
+        const ATTEMPTS: usize = 3;
+        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        for attempt in 1..=ATTEMPTS {
+            let Some(claim) = claims.get_opt(name).await? else {
+                return Ok(());
+            };
+            let current = claim
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default();
+            let Some(conditions) = change(current) else {
+                return Ok(());
+            };
+            let patch = json!({
+                "metadata": {"resourceVersion": claim.resource_version()},
+                "status": {"conditions": conditions},
+            });
+            match claims
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < ATTEMPTS => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
         Ok(())
     }
 
@@ -333,6 +392,7 @@ impl DisruptionController {
             .collect();
         let mut command = InFlight {
             method: first.method.as_str().to_string(),
+            reason: first.reason.as_str().to_string(),
             candidates: Vec::new(),
             replacements: Vec::new(),
             started: now,
@@ -346,10 +406,13 @@ impl DisruptionController {
                 }
             }
         }
-        for (_, node) in &command.candidates {
+        for (claim, node) in &command.candidates {
             if let Some(node) = self.state.nodes.get(node) {
                 add_disrupted_taint(&self.client, &node).await?;
             }
+            let reason = command.reason.clone();
+            self.update_claim_conditions(claim, |c| with_disruption_reason(c, &reason, now))
+                .await?;
         }
         // TerminateFirstDrift: where capacity is pinned (a reservation, a static pool's count), the drifted
         // node must go before its replacement can launch, so the candidates are deleted first.
@@ -506,10 +569,12 @@ impl DisruptionController {
             None => None,
         };
         if let Some(why) = why {
-            for (_, node) in &command.candidates {
+            for (claim, node) in &command.candidates {
                 if let Some(node) = self.state.nodes.get(node) {
                     remove_disrupted_taint(&self.client, &node).await?;
                 }
+                self.update_claim_conditions(claim, without_disruption_reason)
+                    .await?;
             }
             for name in &command.replacements {
                 delete_claim(&claims, name).await?;

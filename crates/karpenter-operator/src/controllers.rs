@@ -17,6 +17,7 @@ use karpenter_provisioner::{
     gc::GarbageCollector,
     lifecycle::Lifecycle,
     nodepool_status::NodePoolStatusController,
+    podevents::PodEventsController,
     provisioner::{Provisioner, ProvisionerSettings},
 };
 use karpenter_repair::NodeRepairController;
@@ -60,6 +61,8 @@ impl ControllerParts {
             settings: self.settings.scheduling(),
             node_overlays: self.settings.feature_gates.node_overlay,
             capacity_buffers: self.settings.feature_gates.capacity_buffer,
+            // As upstream: a NodePool launches nothing until the status controller has found it Ready.
+            unevaluated_nodepools: false,
             ..self.build.clone()
         }
     }
@@ -154,6 +157,11 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         parts.cloud_for("nodeclaim.termination"),
         Arc::clone(&parts.clock),
     );
+    let pod_events = PodEventsController::new(
+        parts.client.clone(),
+        parts.state.clone(),
+        Arc::clone(&parts.clock),
+    );
     let gc = GarbageCollector::new(
         parts.client.clone(),
         parts.state.clone(),
@@ -194,6 +202,10 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         (
             "nodeclaim.termination",
             Box::pin(async move { terminator.run().await }),
+        ),
+        (
+            "nodeclaim.podevents",
+            Box::pin(async move { pod_events.run().await }),
         ),
         (
             "nodeclaim.garbagecollection",

@@ -9,6 +9,7 @@
 //!   [`initialization`]), recording upstream's conditions on the NodeClaim;
 //! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for;
 //! - [`pending`]: which pods the provisioner acts on;
+//! - [`podevents`]: `status.lastPodEventTime` on a NodeClaim when a pod binds to or leaves its Node;
 //! - [`nodepool_status`] and [`nodepool_hash`]: each NodePool's status, and its hash annotations with the
 //!   re-hashing of NodeClaims stamped by another hash version;
 //! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted.
@@ -25,6 +26,7 @@ pub mod nodepool_resources;
 pub mod nodepool_status;
 pub mod nominations;
 pub mod pending;
+pub mod podevents;
 pub mod provisioner;
 
 pub use error::ProvisionerError;

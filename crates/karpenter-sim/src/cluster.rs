@@ -64,6 +64,22 @@ impl std::fmt::Debug for SimOptions {
     }
 }
 
+/// EC2NodeClass `default`, Ready, as the AWS provider's NodeClass controller leaves it in a working cluster: the
+/// NodePools of scenarios and tests refer to it, and a NodePool whose NodeClass is missing or not ready is not
+/// Ready and launches nothing (as upstream).
+fn seed_default_node_class(api: &ApiServer, now: jiff::Timestamp) {
+    let id = crate::apiserver::ResourceId::new(karpenter_api::labels::AWS_GROUP, "ec2nodeclasses");
+    let object = serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+        "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole"},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+            "lastTransitionTime": now.to_string()}]}
+    });
+    if let Err(error) = api.apply_internal(&id, object) {
+        tracing::warn!(%error, "seeding EC2NodeClass default failed");
+    }
+}
+
 impl SimOptions {
     /// Defaults for everything but the catalog and the clock.
     pub fn new(catalog: CatalogFile, clock: Arc<dyn Clock>) -> Self {
@@ -103,6 +119,7 @@ impl SimCluster {
     pub fn start(options: SimOptions) -> Self {
         let clock = Arc::clone(&options.clock);
         let api = ApiServer::with_options(Arc::clone(&clock), options.api.clone());
+        seed_default_node_class(&api, clock.now());
         let cloud = SimCloudProvider::new(options.catalog, Arc::clone(&clock), options.cloud);
         let mut workloads = Workloads::new(api.clone(), Arc::clone(&clock), options.workloads);
         let mut scheduler = options.scheduler.then(|| KubeScheduler::new(api.clone()));

@@ -84,6 +84,9 @@ pub struct SchedulingInput {
     /// Keys a pod may select without the NodePool declaring them.
     pub well_known: WellKnownKeys,
     pub settings: SchedulingSettings,
+    /// Why NodePools that exist took no part (`NodePool "x" was skipped: it is not ready (...)`), told to every
+    /// pod no node could take.
+    pub skipped_nodepools: Vec<String>,
 }
 
 /// The offering a launch of a NodeClaim would pick.
@@ -815,7 +818,14 @@ impl<'a> Scheduler<'a> {
         table: &ResourceTable,
     ) -> String {
         let pod = &self.input.pods[p];
+        let skipped = &self.input.skipped_nodepools;
         if reasons.is_empty() {
+            if !skipped.is_empty() {
+                return format!(
+                    "no existing node has room and no NodePool can launch a node for it: {}",
+                    skipped.join("; ")
+                );
+            }
             return "no existing node has room and no NodePool exists to launch a node".to_string();
         }
         let resolve = |s: Symbol| interner.resolve(s).to_string();
@@ -879,6 +889,7 @@ impl<'a> Scheduler<'a> {
                 };
                 format!("NodePool {:?}: {why}", template.name)
             })
+            .chain(skipped.iter().cloned())
             .collect();
         format!(
             "no existing node has room and no NodePool can launch a node for it: {}",

@@ -32,6 +32,7 @@ fn make_input(
         pods,
         well_known,
         settings: SchedulingSettings::default(),
+        skipped_nodepools: Vec::new(),
     }
 }
 

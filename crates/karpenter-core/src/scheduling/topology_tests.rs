@@ -124,7 +124,7 @@ impl Fx {
             taints,
             startup_taints: Vec::new(),
             instance_types: self.types.clone(),
-            daemon_overheads: DaemonOverheads::default(),
+            daemon_overheads: crate::scheduling::daemon_overhead::DaemonOverheads::default(),
             remaining: None,
             remaining_nodes: None,
             claim_metadata: ClaimMetadata::default(),
@@ -217,6 +217,7 @@ impl Fx {
             pods,
             well_known: self.wk.clone(),
             settings: SchedulingSettings::default(),
+            skipped_nodepools: Vec::new(),
         };
         self.run_input(&input)
     }
@@ -485,6 +486,7 @@ fn node_affinity_policy_honor_ignores_pods_on_a_node_without_the_selected_label(
             pods,
             well_known: fx.wk.clone(),
             settings: SchedulingSettings::default(),
+            skipped_nodepools: Vec::new(),
         };
         assert_eq!(fx.run_input(&input), expected, "{why}");
     }

@@ -130,6 +130,12 @@ pub struct BuildOptions {
     pub capacity_buffers: bool,
     /// The NodeOverlay feature gate.
     pub node_overlays: bool,
+    /// Whether a NodePool whose status has no `Ready` condition yet launches NodeClaims. A NodePool whose `Ready`
+    /// is False or Unknown never does (upstream's provisioner uses only NodePools whose `Ready` is True). The
+    /// controller sets this to false, as upstream, where the NodePool status controller evaluates every
+    /// NodePool within seconds; `karpenter schedule` keeps it true, since a NodePool written by hand for a
+    /// snapshot has no status at all.
+    pub unevaluated_nodepools: bool,
 }
 
 impl Default for BuildOptions {
@@ -140,6 +146,7 @@ impl Default for BuildOptions {
             extra_well_known_labels: Vec::new(),
             capacity_buffers: false,
             node_overlays: false,
+            unevaluated_nodepools: true,
         }
     }
 }
@@ -240,7 +247,7 @@ pub fn build_schedule_inputs(
         overlays::Overlays::default()
     };
     let usage = nodepools::pool_usage(&mut cx, snapshot, &node_set, &types_by_name);
-    let (templates, template_names) = nodepools::build_templates(
+    let (templates, template_names, skipped_nodepools) = nodepools::build_templates(
         &mut cx,
         &nodepools::TemplateSources {
             snapshot,
@@ -250,6 +257,7 @@ pub fn build_schedule_inputs(
             daemons: &daemons,
             usage: &usage,
             well_known: &well_known,
+            unevaluated_nodepools: options.unevaluated_nodepools,
         },
     );
 
@@ -268,6 +276,7 @@ pub fn build_schedule_inputs(
             pods: input_pods,
             well_known,
             settings: options.settings.clone(),
+            skipped_nodepools,
         },
         interner,
         table,
@@ -340,5 +349,47 @@ mod tests {
         assert!(results.pod_errors.is_empty(), "{:?}", results.pod_errors);
         assert_eq!(results.new_node_claims.len(), 1);
         assert_eq!(results.new_node_claims[0].pods, vec![0]);
+    }
+
+    #[test]
+    fn a_nodepool_that_is_not_ready_launches_nothing_and_the_pod_is_told_why() {
+        let ready = |status: &str| {
+            format!(
+                "{DEFAULT_POOL}status:\n  conditions:\n  - {{type: Ready, status: \"{status}\", reason: UnhealthyDependents, message: NodeClassReady=False, lastTransitionTime: \"2026-01-01T00:00:00Z\"}}\n"
+            )
+        };
+        let pod = pending_pod("default", "web", "500m", "");
+        for status in ["False", "Unknown"] {
+            let snap = snapshot(&[&ready(status), &pod]);
+            let mut built = build_schedule_inputs(&snap, &catalog(), &BuildOptions::default());
+            assert!(built.template_names.is_empty(), "{status}");
+            let results = crate::scheduling::schedule(&built.input, &mut built.interner, &built.table);
+            assert!(results.new_node_claims.is_empty());
+            let error = &results.pod_errors[0].1;
+            assert!(
+                error.contains(&format!(
+                    "NodePool \"default\" was skipped: it is not ready (Ready={status} (UnhealthyDependents): NodeClassReady=False)"
+                )),
+                "{error}"
+            );
+        }
+        // Ready: used.
+        let snap = snapshot(&[&ready("True"), &pod]);
+        let built = build_schedule_inputs(&snap, &catalog(), &BuildOptions::default());
+        assert_eq!(built.template_names, vec!["default"]);
+        // No status yet: used by `karpenter schedule`, not by the controller (as upstream).
+        let snap = snapshot(&[DEFAULT_POOL, &pod]);
+        let strict = BuildOptions {
+            unevaluated_nodepools: false,
+            ..BuildOptions::default()
+        };
+        let mut built = build_schedule_inputs(&snap, &catalog(), &strict);
+        assert!(built.template_names.is_empty());
+        let results = crate::scheduling::schedule(&built.input, &mut built.interner, &built.table);
+        assert!(
+            results.pod_errors[0].1.contains("it has no Ready condition yet"),
+            "{:?}",
+            results.pod_errors
+        );
     }
 }

@@ -9,12 +9,20 @@
 //!   GPUs and other resources not registered yet, until initialized) and in-flight NodeClaims (resources the
 //!   limits do not name stay unlimited), with `nodes` counted separately.
 //!
-//! Static NodePools (`replicas`), NodePools being deleted and NodePools that fail validation are skipped with a
-//! note. A NodePool whose node class is not in the snapshot is kept: a snapshot may leave node classes out.
+//! Static NodePools (`replicas`), NodePools being deleted, NodePools that are not Ready (their `Ready` condition
+//! False or Unknown, as the NodePool status controller writes it when the NodeClass is not ready or validation
+//! failed; or absent, where [`super::BuildOptions::unevaluated_nodepools`] says so) and NodePools that fail
+//! validation are skipped with a note; a pod no NodePool could take says which NodePools were not ready. A
+//! NodePool whose node class is not in the snapshot is kept: a snapshot may leave node classes out.
 
 use std::{collections::HashMap, sync::Arc};
 
-use karpenter_api::{label_policy::LabelPolicy, labels, nodepool::NodePool};
+use karpenter_api::{
+    common::{ConditionStatus, find_condition},
+    label_policy::LabelPolicy,
+    labels,
+    nodepool::NodePool,
+};
 
 use crate::{
     instance_type::InstanceType,
@@ -99,23 +107,63 @@ pub(super) struct TemplateSources<'a, 's> {
     pub daemons: &'a DaemonPods,
     pub usage: &'a HashMap<String, PoolUsage>,
     pub well_known: &'a WellKnownKeys,
+    /// See [`super::BuildOptions::unevaluated_nodepools`].
+    pub unevaluated_nodepools: bool,
 }
 
-/// One template per usable NodePool, with the NodePools' names.
+/// Why `pool` may not launch NodeClaims for want of readiness, or `None` when it may: its `Ready` condition is
+/// False or Unknown (with the condition's reason and message), or absent and `unevaluated` is false.
+pub(super) fn not_ready(pool: &NodePool, unevaluated: bool) -> Option<String> {
+    let ready = pool
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, "Ready"));
+    match ready {
+        Some(c) if c.status == ConditionStatus::True => None,
+        Some(c) => {
+            let mut why = format!("Ready={:?}", c.status);
+            if !c.reason.is_empty() {
+                why.push_str(&format!(" ({})", c.reason));
+            }
+            if !c.message.is_empty() {
+                why.push_str(&format!(": {}", c.message));
+            }
+            Some(why)
+        }
+        None if unevaluated => None,
+        None => Some("it has no Ready condition yet".to_string()),
+    }
+}
+
+/// One template per usable NodePool, with the NodePools' names, and what to tell a pod of each NodePool skipped
+/// for not being ready.
 pub(super) fn build_templates(
     cx: &mut Context,
     sources: &TemplateSources<'_, '_>,
-) -> (Vec<NodePoolTemplate>, Vec<String>) {
+) -> (Vec<NodePoolTemplate>, Vec<String>, Vec<String>) {
     let mut templates = Vec::with_capacity(sources.snapshot.node_pools.len());
     let mut names = Vec::with_capacity(sources.snapshot.node_pools.len());
+    let mut not_ready_pools = Vec::new();
     let mut cache = OverlayCache::new();
     for pool in &sources.snapshot.node_pools {
+        if pool.metadata.deletion_timestamp.is_none()
+            && !pool.is_static()
+            && let Some(why) = not_ready(pool, sources.unevaluated_nodepools)
+        {
+            let name = pool.metadata.name.as_deref().unwrap_or_default();
+            cx.note(
+                describe("NodePool", None, Some(name)),
+                format!("is not ready ({why}); it launches no NodeClaims"),
+            );
+            not_ready_pools.push(format!("NodePool {name:?} was skipped: it is not ready ({why})"));
+            continue;
+        }
         if let Some(t) = template(cx, sources, pool, &mut cache) {
             names.push(t.name.clone());
             templates.push(t);
         }
     }
-    (templates, names)
+    (templates, names, not_ready_pools)
 }
 
 fn template(

@@ -1,0 +1,293 @@
+//! `status.lastPodEventTime` on NodeClaims (upstream's nodeclaim.podevents controller): when a pod is bound to a
+//! claim's Node, or a pod on it goes terminal (Succeeded, Failed), starts terminating or is deleted, the claim
+//! records the time, and consolidateAfter counts from it (core's `disruption::consolidatable`), so a node whose
+//! pods keep coming and going is not consolidated while they do.
+//!
+//! DaemonSet pods are left out, as upstream does: they come and go with the node itself. Writes are deduplicated
+//! as upstream's were: a claim whose `lastPodEventTime` is less than [`DEDUPE_WINDOW`] old is not written again,
+//! which bounds the writes on a busy node to one every 10 seconds (below the disruption's 15-second validation,
+//! so a decision taken while events were being deduplicated is still caught by it).
+//!
+//! [`PodEventTracker`] is the pure part: it remembers, per bound pod, its node and whether it was leaving, and
+//! each pass reports the nodes whose pods changed since the last. The first pass only learns the cluster (a
+//! restart is no pod event). [`PodEventsController`] runs it over the state cache and writes the claims.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_core::{clock::Clock, snapshot::CompactPod};
+use karpenter_state::ClusterState;
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams},
+};
+use serde_json::json;
+
+use crate::ProvisionerError;
+
+/// How old a claim's `lastPodEventTime` must be before another pod event is written (upstream's dedupeTimeout).
+pub const DEDUPE_WINDOW: SignedDuration = SignedDuration::from_secs(10);
+
+/// What the tracker remembers of a bound pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    node: Arc<str>,
+    /// Terminal or terminating: leaving the node.
+    leaving: bool,
+}
+
+/// The pods bound to nodes as last seen, to tell what changed (see the module documentation).
+#[derive(Debug, Default)]
+pub struct PodEventTracker {
+    seen: HashMap<String, Seen>,
+    primed: bool,
+}
+
+fn is_daemon_pod(pod: &CompactPod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet" && o.controller == Some(true))
+}
+
+fn is_leaving(pod: &CompactPod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+        || matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+}
+
+fn key(pod: &CompactPod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+impl PodEventTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes in every pod as it is now and returns the nodes a pod was bound to, left (went terminal, started
+    /// terminating) or was deleted from since the last call. The first call reports nothing.
+    pub fn observe<'a>(&mut self, pods: impl IntoIterator<Item = &'a CompactPod>) -> BTreeSet<Arc<str>> {
+        let mut events = BTreeSet::new();
+        let mut now_seen: HashMap<String, Seen> = HashMap::with_capacity(self.seen.len());
+        for pod in pods {
+            let Some(node) = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty())
+            else {
+                continue;
+            };
+            if is_daemon_pod(pod) {
+                continue;
+            }
+            let key = key(pod);
+            let seen = Seen {
+                node,
+                leaving: is_leaving(pod),
+            };
+            let changed = match self.seen.remove(&key) {
+                None => true,
+                Some(before) => before.node != seen.node || (seen.leaving && !before.leaving),
+            };
+            if changed && self.primed {
+                events.insert(Arc::clone(&seen.node));
+            }
+            now_seen.insert(key, seen);
+        }
+        // Gone without being seen leaving (deleted at once): an event on the node it was on.
+        if self.primed {
+            events.extend(self.seen.drain().filter(|(_, s)| !s.leaving).map(|(_, s)| s.node));
+        }
+        self.seen = now_seen;
+        self.primed = true;
+        events
+    }
+}
+
+/// Whether a pod event at `now` is written over the claim's `lastPodEventTime` (`last`).
+pub fn should_write(last: Option<Timestamp>, now: Timestamp) -> bool {
+    last.is_none_or(|last| now.duration_since(last) >= DEDUPE_WINDOW)
+}
+
+/// The podevents controller's context.
+pub struct PodEventsController {
+    client: Client,
+    state: ClusterState,
+    clock: Arc<dyn Clock>,
+    /// How often the pods are looked at (tokio time).
+    pub interval: Duration,
+    tracker: std::sync::Mutex<(PodEventTracker, Option<u64>)>,
+}
+
+impl PodEventsController {
+    pub fn new(client: Client, state: ClusterState, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            client,
+            state,
+            clock,
+            interval: Duration::from_secs(1),
+            tracker: std::sync::Mutex::new((PodEventTracker::new(), None)),
+        }
+    }
+
+    /// Runs passes until the future is dropped; a failed write is logged and the event is taken at the next.
+    pub async fn run(&self) {
+        loop {
+            if self.state.synced() {
+                let _timer = karpenter_metrics::metrics().reconcile("nodeclaim.podevents");
+                if let Err(error) = self.pass().await {
+                    tracing::debug!(controller = "nodeclaim.podevents", %error, "writing a pod event failed");
+                }
+            }
+            tokio::time::sleep(self.interval).await;
+        }
+    }
+
+    /// Finds the nodes whose pods changed since the last pass and stamps their claims. Returns the claims written.
+    pub async fn pass(&self) -> Result<Vec<String>, ProvisionerError> {
+        let nodes = {
+            let mut guard = self
+                .tracker
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (tracker, version) = &mut *guard;
+            // No pod changed since the last pass: nothing to look at (the cost stays with what changed).
+            let current = self.state.pods.version();
+            if *version == Some(current) {
+                return Ok(Vec::new());
+            }
+            *version = Some(current);
+            let pods = self.state.pods.all();
+            tracker.observe(pods.iter().map(|p| &**p))
+        };
+        if nodes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.clock.now();
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let mut written = Vec::new();
+        let claims = self.state.node_claims.filter(|c| {
+            c.metadata.deletion_timestamp.is_none()
+                && c.status
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some_and(|n| nodes.contains(n))
+        });
+        for claim in claims {
+            let last = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.last_pod_event_time.as_ref())
+                .map(|t| t.0);
+            if !should_write(last, now) {
+                continue;
+            }
+            let Some(name) = claim.metadata.name.clone() else {
+                continue;
+            };
+            let patch = json!({"status": {"lastPodEventTime": Time(now)}});
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => written.push(name),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn pod(name: &str, node: Option<&str>, extra: Value) -> CompactPod {
+        let mut v = json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"containers": []}});
+        if let Some(node) = node {
+            v["spec"]["nodeName"] = json!(node);
+        }
+        if let Value::Object(extra) = extra {
+            for (k, e) in extra {
+                match (v.get_mut(&k), e) {
+                    (Some(Value::Object(o)), Value::Object(e)) => o.extend(e),
+                    (_, e) => v[k] = e,
+                }
+            }
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn nodes(set: BTreeSet<Arc<str>>) -> Vec<String> {
+        set.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn binds_leaves_and_deletions_are_pod_events_on_their_node() {
+        let mut t = PodEventTracker::new();
+        let a = pod("a", Some("n1"), Value::Null);
+        let pending = pod("b", None, Value::Null);
+        // The first pass learns what runs where: a restart is no event.
+        assert!(t.observe([&a, &pending]).is_empty());
+        assert!(t.observe([&a, &pending]).is_empty());
+        // b is bound to n2.
+        let b = pod("b", Some("n2"), Value::Null);
+        assert_eq!(nodes(t.observe([&a, &b])), ["n2"]);
+        // a finishes.
+        let done = pod("a", Some("n1"), json!({"status": {"phase": "Succeeded"}}));
+        assert_eq!(nodes(t.observe([&done, &b])), ["n1"]);
+        // The finished pod is then deleted: it had already left, no second event.
+        assert!(t.observe([&b]).is_empty());
+        // b starts terminating, then is deleted.
+        let terminating = pod(
+            "b",
+            Some("n2"),
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+        );
+        assert_eq!(nodes(t.observe([&terminating])), ["n2"]);
+        assert!(t.observe([]).is_empty());
+        // A pod deleted at once (never seen terminating) is an event too.
+        let c = pod("c", Some("n3"), Value::Null);
+        assert_eq!(nodes(t.observe([&c])), ["n3"]);
+        assert_eq!(nodes(t.observe([])), ["n3"]);
+    }
+
+    #[test]
+    fn daemonset_pods_are_no_pod_events() {
+        let mut t = PodEventTracker::new();
+        assert!(t.observe([]).is_empty());
+        let daemon = pod(
+            "d",
+            Some("n1"),
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "name": "ds", "uid": "u", "controller": true}]}}),
+        );
+        assert!(t.observe([&daemon]).is_empty());
+        assert!(t.observe([]).is_empty());
+    }
+
+    #[test]
+    fn a_claim_is_written_at_most_once_per_dedupe_window() {
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        assert!(should_write(None, t0));
+        assert!(!should_write(Some(t0), t0 + SignedDuration::from_secs(9)));
+        assert!(should_write(Some(t0), t0 + SignedDuration::from_secs(10)));
+    }
+}
