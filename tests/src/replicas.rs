@@ -126,6 +126,10 @@ impl CloudProvider for Attributed {
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {
         self.inner.supported_node_classes()
     }
+
+    fn node_classes_report_readiness(&self) -> bool {
+        self.inner.node_classes_report_readiness()
+    }
 }
 
 /// One controller process on the simulated cluster: [`Operator::run`] with leader election on, no HTTP

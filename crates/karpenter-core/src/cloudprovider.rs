@@ -189,6 +189,14 @@ pub trait CloudProvider: DriftProvider + Send + Sync {
 
     /// The NodeClass kinds this provider serves, the default first.
     fn supported_node_classes(&self) -> Vec<NodeClassKind>;
+
+    /// Whether a controller of this provider keeps a `Ready` condition on its NodeClasses (AWS resolves subnets,
+    /// security groups and AMIs first). A provider with nothing to resolve (kwok) writes none, so one of its
+    /// NodeClasses that exists and is not being deleted counts as ready; otherwise its NodePools, which launch only
+    /// when Ready, would never launch.
+    fn node_classes_report_readiness(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

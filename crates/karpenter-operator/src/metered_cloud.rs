@@ -110,4 +110,8 @@ impl CloudProvider for MeteredCloudProvider {
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {
         self.inner.supported_node_classes()
     }
+
+    fn node_classes_report_readiness(&self) -> bool {
+        self.inner.node_classes_report_readiness()
+    }
 }

@@ -175,7 +175,7 @@ impl NodePoolStatusController {
         let Some(object) = api.get_opt(&reference.name).await? else {
             return Ok(NodeClassReadiness::NotFound);
         };
-        Ok(readiness_of(&object))
+        Ok(readiness_of(&object, self.cloud.node_classes_report_readiness()))
     }
 
     /// How the API server serves `group`/`kind`, from discovery once per kind. A failed discovery is not cached,
@@ -199,10 +199,14 @@ impl NodePoolStatusController {
     }
 }
 
-/// A NodeClass's readiness from its object.
-fn readiness_of(object: &DynamicObject) -> NodeClassReadiness {
+/// A NodeClass's readiness from its object; one of a provider that writes no Ready condition
+/// (`reports_readiness` false) is ready while it exists.
+fn readiness_of(object: &DynamicObject, reports_readiness: bool) -> NodeClassReadiness {
     if object.metadata.deletion_timestamp.is_some() {
         return NodeClassReadiness::Terminating;
+    }
+    if !reports_readiness {
+        return NodeClassReadiness::Ready;
     }
     let ready = object.data["status"]["conditions"]
         .as_array()
@@ -271,26 +275,42 @@ mod tests {
     fn node_class_readiness_follows_its_ready_condition() {
         let ready = json!({"conditions": [{"type": "Ready", "status": "True"}]});
         assert_eq!(
-            readiness_of(&object(ready.clone(), false)),
+            readiness_of(&object(ready.clone(), false), true),
             NodeClassReadiness::Ready
         );
         assert_eq!(
-            readiness_of(&object(ready, true)),
+            readiness_of(&object(ready, true), true),
             NodeClassReadiness::Terminating
         );
         assert_eq!(
-            readiness_of(&object(
-                json!({"conditions": [{"type": "Ready", "status": "False", "reason": "AMINotFound", "message": "no AMI"}]}),
-                false
-            )),
+            readiness_of(
+                &object(
+                    json!({"conditions": [{"type": "Ready", "status": "False", "reason": "AMINotFound", "message": "no AMI"}]}),
+                    false
+                ),
+                true
+            ),
             NodeClassReadiness::NotReady {
                 reason: "AMINotFound".into(),
                 message: "no AMI".into()
             }
         );
         assert_eq!(
-            readiness_of(&object(json!({}), false)),
+            readiness_of(&object(json!({}), false), true),
             NodeClassReadiness::ReadinessUnknown
+        );
+    }
+
+    #[test]
+    fn a_node_class_of_a_provider_that_writes_no_readiness_is_ready_while_it_exists() {
+        // kwok: the EC2NodeClass has no status at all, and its NodePools must still launch.
+        assert_eq!(
+            readiness_of(&object(json!({}), false), false),
+            NodeClassReadiness::Ready
+        );
+        assert_eq!(
+            readiness_of(&object(json!({}), true), false),
+            NodeClassReadiness::Terminating
         );
     }
 

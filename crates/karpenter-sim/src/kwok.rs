@@ -273,6 +273,11 @@ impl CloudProvider for KwokCloudProvider {
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {
         self.offerings.supported_node_classes()
     }
+
+    /// kwok resolves nothing for a NodeClass, and no controller of it writes a Ready condition.
+    fn node_classes_report_readiness(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
