@@ -172,6 +172,7 @@ fn run_workload(mut workload: Workload) -> Result<Row> {
         extra_well_known_labels: Vec::new(),
         capacity_buffers: false,
         node_overlays: false,
+        unevaluated_nodepools: true,
     };
     let inputs = build_schedule_inputs(&snapshot, &workload.catalog, &options);
     drop(snapshot);

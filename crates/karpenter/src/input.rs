@@ -121,6 +121,9 @@ pub fn load_all(
         extra_well_known_labels: catalog.well_known_labels.clone(),
         capacity_buffers: settings.capacity_buffer,
         node_overlays: settings.node_overlay,
+        // A NodePool written by hand for a snapshot has no status; one whose Ready is False or Unknown is
+        // still skipped, as the controller would.
+        unevaluated_nodepools: true,
     };
     Ok(Loaded {
         settings,
