@@ -15,7 +15,10 @@ use std::{
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
 use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_sim::{ApiServer, SystemClock};
-use kube::{Api, api::PostParams};
+use kube::{
+    Api,
+    api::{ApiResource, DynamicObject, GroupVersionKind, PostParams},
+};
 use serde_json::json;
 
 /// Kills the controller however the test ends.
@@ -112,6 +115,21 @@ async fn the_controller_leads_serves_probes_and_metrics_and_launches_for_pending
     );
 
     let client = api.client();
+    // The NodeClass the NodePool refers to, as a user creates it; a NodePool whose NodeClass is missing is not
+    // Ready and launches nothing. Under kwok it needs no status.
+    let node_class = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("karpenter.k8s.aws", "v1", "EC2NodeClass"),
+        "ec2nodeclasses",
+    );
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+        "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole"}
+    }))
+    .unwrap();
+    Api::<DynamicObject>::all_with(client.clone(), &node_class)
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
     let pool: NodePool = serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
         "spec": {"template": {"spec": {
