@@ -238,7 +238,11 @@ fn write_owner(out: &mut String, pod: &CompactPod, namespace: &str) {
 
 /// `karpenter_pods_state`: every pod in the cache, with the labels of the node it is bound to.
 fn pod_table(pods: &[Arc<CompactPod>], nodes: &[Arc<Node>], shared: &mut SharedStrings) -> PodTable {
-    let mut table = PodTable::default();
+    let name_bytes = pods
+        .iter()
+        .map(|p| p.metadata.name.as_ref().map_or(0, String::len))
+        .sum();
+    let mut table = PodTable::with_capacity(pods.len(), name_bytes);
     for node in nodes {
         let labels = node.labels();
         let mut label = |key: &str| shared.get(labels.get(key).map_or("", String::as_str));
