@@ -14,7 +14,7 @@ use karpenter_sim::{SimCluster, SimOptions, VirtualClock};
 use karpenter_state::{ClusterState, Watched};
 use kube::{
     Api,
-    api::{ListParams, PostParams},
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams},
 };
 use serde_json::{Value, json};
 
@@ -151,6 +151,25 @@ pub async fn apply_nodepool(
         .create(&PostParams::default(), &pool)
         .await?;
     Ok(())
+}
+
+/// Creates EC2NodeClass `name` without a status, as a user applies it (the NodePools of these tests name
+/// `default`); one that exists already (the simulated cluster starts with a Ready `default`) is left as it is.
+pub async fn apply_node_class(client: &kube::Client, name: &str) -> TestResult {
+    let gvk = GroupVersionKind::gvk(karpenter_api::labels::AWS_GROUP, "v1", "EC2NodeClass");
+    let api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "ec2nodeclasses"),
+    );
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": name},
+        "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole"}
+    }))?;
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Creates Deployment `name` in `default` (pods labelled `app=<name>`, each requesting `cpu` and 256Mi).

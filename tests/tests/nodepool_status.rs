@@ -10,7 +10,7 @@ use karpenter_api::{
     labels,
     nodepool::NodePool,
 };
-use karpenter_e2e::{Harness, TestResult, apply_deployment, apply_nodepool, until_running};
+use karpenter_e2e::{Harness, TestResult, apply_deployment, apply_node_class, apply_nodepool, until_running};
 use karpenter_provisioner::nodepool_status::NodePoolStatusController;
 use kube::{
     Api, ResourceExt,
@@ -20,19 +20,11 @@ use serde_json::{Value, json};
 
 /// Creates EC2NodeClass `default` with a Ready=True status, as the NodeClass controller would leave it.
 async fn ready_node_class(client: &kube::Client) -> TestResult {
+    // The simulated cluster starts with one (a Ready `default`); this one says so for a cluster without it.
+    apply_node_class(client, "default").await?;
     let gvk = GroupVersionKind::gvk(labels::AWS_GROUP, "v1", "EC2NodeClass");
     let resource = ApiResource::from_gvk_with_plural(&gvk, "ec2nodeclasses");
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-        "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole"}
-    }))?;
-    // The simulated cluster starts with one (a Ready `default`); this one says so for a cluster without it.
-    match api.create(&PostParams::default(), &object).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => return Err(e.into()),
-    }
     let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
         "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
     api.patch_status("default", &PatchParams::default(), &Patch::Merge(status))

@@ -29,6 +29,12 @@ struct Series {
 }
 
 impl Series {
+    fn record(&mut self, value: f64, at: Instant) {
+        self.window.push_back((at, value));
+        self.sum += value;
+        self.count += 1;
+    }
+
     fn forget_older_than(&mut self, oldest: Option<Instant>) {
         let Some(oldest) = oldest else { return };
         while self.window.front().is_some_and(|(at, _)| *at < oldest) {
@@ -70,10 +76,7 @@ impl NodePoolSummary {
             .series
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let s = series.entry(nodepool.to_string()).or_default();
-        s.window.push_back((at, value));
-        s.sum += value;
-        s.count += 1;
+        series.entry(nodepool.to_string()).or_default().record(value, at);
     }
 
     /// The OpenMetrics text of the summary: its HELP and TYPE lines, then per NodePool the quantiles, `_sum` and
@@ -83,10 +86,7 @@ impl NodePoolSummary {
     }
 
     fn text_at(&self, name: &str, help: &str, now: Instant) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} summary");
+        let mut out = header(name, help);
         let mut series = self
             .series
             .lock()
@@ -96,6 +96,15 @@ impl NodePoolSummary {
         }
         out
     }
+}
+
+/// The HELP and TYPE lines of a summary.
+fn header(name: &str, help: &str) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} summary");
+    out
 }
 
 /// Writes one series' quantiles over the window ending at `now`, `_sum` and `_count`, with `label` if any.
@@ -132,13 +141,10 @@ impl Summary {
     }
 
     fn observe_at(&self, value: f64, at: Instant) {
-        let mut s = self
-            .series
+        self.series
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        s.window.push_back((at, value));
-        s.sum += value;
-        s.count += 1;
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(value, at);
     }
 
     /// The OpenMetrics text of the summary: HELP, TYPE, the quantiles, `_sum` and `_count`.
@@ -147,9 +153,7 @@ impl Summary {
     }
 
     fn text_at(&self, name: &str, help: &str, now: Instant) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} summary");
+        let mut out = header(name, help);
         let mut s = self
             .series
             .lock()

@@ -13,12 +13,10 @@ use std::{
 };
 
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
-use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
+use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_e2e::{apply_node_class, apply_nodepool};
 use karpenter_sim::{ApiServer, SystemClock};
-use kube::{
-    Api,
-    api::{ApiResource, DynamicObject, GroupVersionKind, PostParams},
-};
+use kube::{Api, api::PostParams};
 use serde_json::json;
 
 /// Kills the controller however the test ends.
@@ -115,30 +113,10 @@ async fn the_controller_leads_serves_probes_and_metrics_and_launches_for_pending
     );
 
     let client = api.client();
-    // The NodeClass the NodePool refers to, as a user creates it; a NodePool whose NodeClass is missing is not
+    // The NodeClass the NodePool refers to, as a user creates it: a NodePool whose NodeClass is missing is not
     // Ready and launches nothing. Under kwok it needs no status.
-    let node_class = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("karpenter.k8s.aws", "v1", "EC2NodeClass"),
-        "ec2nodeclasses",
-    );
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-        "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole"}
-    }))
-    .unwrap();
-    Api::<DynamicObject>::all_with(client.clone(), &node_class)
-        .create(&PostParams::default(), &object)
-        .await
-        .unwrap();
-    let pool: NodePool = serde_json::from_value(json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-        "spec": {"template": {"spec": {
-            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
-    }))
-    .unwrap();
-    Api::<NodePool>::all(client.clone())
-        .create(&PostParams::default(), &pool)
+    apply_node_class(&client, "default").await.unwrap();
+    apply_nodepool(&client, "default", &["on-demand"], serde_json::Value::Null)
         .await
         .unwrap();
     // No kube-scheduler here: pods are created pending and marked unschedulable, as kube-scheduler would.
