@@ -996,7 +996,11 @@ struct ClaimUpdate {
 }
 
 /// Keeps the `max` cheapest types, extending the cut only as far as minValues needs.
-fn truncate_keeping_min_values(types: &mut Vec<Arc<InstanceType>>, requirements: &Requirements, max: usize) {
+pub(crate) fn truncate_keeping_min_values(
+    types: &mut Vec<Arc<InstanceType>>,
+    requirements: &Requirements,
+    max: usize,
+) {
     if types.len() <= max {
         return;
     }

@@ -13,6 +13,7 @@
 //! - `overlays`: NodeOverlay price and capacity changes;
 //! - `nodepools`: NodePools as NodeClaim templates;
 //! - `buffers`: CapacityBuffer placeholder pods;
+//! - `static_claims`: the NodeClaims a static NodePool is kept at;
 //! - `disruption_view`: the projection disruption decisions read (nodes, protections, PDBs);
 //! - `disruption_inputs`: everything a disruption pass reads (pools, claims, the base scheduling input).
 //!
@@ -32,6 +33,7 @@ mod nodes;
 mod overlays;
 mod pods;
 mod selectors;
+mod static_claims;
 mod taints;
 mod volumes;
 
@@ -65,6 +67,7 @@ pub use compact_pod::{CompactPod, CompactPodTemplate, PodSharing};
 
 pub use disruption_inputs::{ClaimInfo, DisruptionInputs, PoolInfo, build_disruption_inputs};
 pub use disruption_view::build_cluster_view;
+pub use static_claims::{StaticClaims, static_node_claims};
 
 /// The Kubernetes objects a decision reads, as read from files or the state cache.
 #[derive(Debug, Clone, Default)]
@@ -285,6 +288,13 @@ pub fn build_schedule_inputs(
         template_names,
         notes,
     }
+}
+
+/// Why `pool` may not launch NodeClaims for want of readiness (its `Ready` condition False or Unknown, or absent
+/// unless `unevaluated` allows that), or `None` when it may: the provisioner's rule, which static NodePools
+/// follow too.
+pub fn nodepool_not_ready(pool: &NodePool, unevaluated: bool) -> Option<String> {
+    nodepools::not_ready(pool, unevaluated)
 }
 
 /// The core well-known keys, the AWS instance labels under the AWS policy, the catalog's `wellKnownLabels` and

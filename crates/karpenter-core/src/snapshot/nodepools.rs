@@ -185,6 +185,19 @@ fn template(
         );
         return None;
     }
+    pool_template(cx, sources, pool, cache)
+}
+
+/// The template of `pool` whatever kind of NodePool it is: its deletion and static-ness are the caller's to
+/// judge (the static capacity controller builds templates of static NodePools here).
+pub(super) fn pool_template(
+    cx: &mut Context,
+    sources: &TemplateSources<'_, '_>,
+    pool: &NodePool,
+    cache: &mut OverlayCache,
+) -> Option<NodePoolTemplate> {
+    let name = pool.metadata.name.clone().unwrap_or_default();
+    let object = describe("NodePool", None, Some(&name));
     if let Err(e) = pool.validate(sources.policy) {
         cx.note(object, format!("{}; not used", e.fields()));
         return None;
