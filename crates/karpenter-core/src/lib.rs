@@ -14,3 +14,4 @@ pub mod resources;
 pub mod scheduling;
 pub mod sharing;
 pub mod snapshot;
+pub mod static_capacity;
