@@ -12,7 +12,9 @@
 //! - [`podevents`]: `status.lastPodEventTime` on a NodeClaim when a pod binds to or leaves its Node;
 //! - [`nodepool_status`] and [`nodepool_hash`]: each NodePool's status, and its hash annotations with the
 //!   re-hashing of NodeClaims stamped by another hash version;
-//! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted.
+//! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted;
+//! - [`static_capacity`]: static NodePools (`spec.replicas`, the StaticCapacity gate) kept at their replica
+//!   count.
 
 pub mod batcher;
 pub mod catalog;
@@ -28,5 +30,6 @@ pub mod nominations;
 pub mod pending;
 pub mod podevents;
 pub mod provisioner;
+pub mod static_capacity;
 
 pub use error::ProvisionerError;

@@ -1,0 +1,304 @@
+//! The static capacity controller (upstream's `provisioning.static` and `static.deprovisioning`, behind the
+//! StaticCapacity feature gate): every NodePool with `spec.replicas` is kept at that many NodeClaims. A pass
+//! reads the state cache; core decides ([`karpenter_core::static_capacity`]) how many to create, within
+//! `limits.nodes` and only while the NodePool is Ready, and which surplus NodeClaims to delete when replicas go
+//! down; this module creates and deletes them. `kubectl scale nodepool x --replicas=N` works through the CRD's
+//! scale subresource (`.spec.replicas`, with `.status.nodes` written by [`crate::nodepool_status`]).
+//!
+//! The cache lags behind the API server by a watch event: NodeClaims this controller just created or deleted
+//! are remembered for [`EXPECTATION_TTL`] (or until the cache shows them), so the next pass neither creates
+//! them again nor picks more surplus.
+//!
+//! With the gate off, [`StaticCapacityController::report_inert`] logs once per static NodePool that nothing
+//! keeps its replicas, and the NodePool stays as it is.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
+use karpenter_core::{
+    clock::Clock,
+    cloudprovider::CloudProvider,
+    snapshot::{BuildOptions, static_node_claims},
+    static_capacity::{StaticPool, choose_surplus, static_pools, surplus_candidates},
+};
+use karpenter_state::ClusterState;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, PostParams},
+};
+use tokio::time::Instant;
+
+use crate::{ProvisionerError, catalog::catalog_for};
+
+/// How long a NodeClaim this controller created or deleted is counted as such when the cache does not show
+/// it yet.
+pub const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StaticPass {
+    /// Names of the NodeClaims created.
+    pub created: Vec<String>,
+    /// Names of the NodeClaims deleted as surplus.
+    pub deleted: Vec<String>,
+}
+
+/// NodeClaims created or deleted lately (tokio time), until the cache shows them.
+#[derive(Debug, Default)]
+struct Expectations {
+    /// NodePool -> NodeClaims created for it.
+    created: HashMap<String, Vec<(String, Instant)>>,
+    deleted: HashMap<String, Instant>,
+}
+
+impl Expectations {
+    /// Forgets what the cache shows now (`claims`: name -> being deleted) or what is older than the TTL.
+    fn settle(&mut self, claims: &HashMap<String, bool>, now: Instant) {
+        let fresh = |at: &Instant| now.saturating_duration_since(*at) < EXPECTATION_TTL;
+        for created in self.created.values_mut() {
+            created.retain(|(name, at)| !claims.contains_key(name) && fresh(at));
+        }
+        self.created.retain(|_, c| !c.is_empty());
+        self.deleted
+            .retain(|name, at| claims.get(name).is_some_and(|deleting| !deleting) && fresh(at));
+    }
+
+    fn in_flight(&self, pool: &str) -> i64 {
+        self.created
+            .get(pool)
+            .map_or(0, |c| i64::try_from(c.len()).unwrap_or(i64::MAX))
+    }
+}
+
+/// The static capacity controller's context.
+pub struct StaticCapacityController {
+    client: Client,
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    clock: Arc<dyn Clock>,
+    build: BuildOptions,
+    expectations: Mutex<Expectations>,
+    /// Between passes (tokio time).
+    pub interval: Duration,
+}
+
+impl StaticCapacityController {
+    pub fn new(
+        client: Client,
+        state: ClusterState,
+        cloud: Arc<dyn CloudProvider>,
+        clock: Arc<dyn Clock>,
+        build: BuildOptions,
+    ) -> Self {
+        Self {
+            client,
+            state,
+            cloud,
+            clock,
+            build,
+            expectations: Mutex::new(Expectations::default()),
+            interval: Duration::from_secs(2),
+        }
+    }
+
+    /// Runs passes until the future is dropped; a failed pass is logged and the next one retries.
+    pub async fn run(&self) {
+        loop {
+            if self.state.synced() {
+                let mut timer = karpenter_metrics::metrics().reconcile("static.capacity");
+                match self.pass().await {
+                    Ok(pass) if pass != StaticPass::default() => {
+                        tracing::info!(controller = "static.capacity", created = ?pass.created, deleted = ?pass.deleted, "kept static NodePools at their replicas");
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        timer.failed();
+                        tracing::warn!(controller = "static.capacity", category = error.category(), %error, "static capacity pass failed; retrying");
+                    }
+                }
+            }
+            tokio::time::sleep(self.interval).await;
+        }
+    }
+
+    /// One pass over every static NodePool in the cache.
+    pub async fn pass(&self) -> Result<StaticPass, ProvisionerError> {
+        if !self.state.synced() {
+            return Err(ProvisionerError::NotSynced);
+        }
+        let snapshot = self.state.snapshot();
+        let kinds = self.cloud.supported_node_classes();
+        let managed = |p: &NodePool| {
+            let r = &p.spec.template.spec.node_class_ref;
+            kinds.iter().any(|k| k.group == r.group && k.kind == r.kind)
+        };
+        let claims: HashMap<String, bool> = snapshot
+            .node_claims
+            .iter()
+            .map(|c| (c.name_any(), c.metadata.deletion_timestamp.is_some()))
+            .collect();
+        let (deleted, in_flight): (HashSet<String>, HashMap<String, i64>) = {
+            let mut expected = self.lock();
+            expected.settle(&claims, Instant::now());
+            let in_flight = expected
+                .created
+                .keys()
+                .map(|p| (p.clone(), expected.in_flight(p)))
+                .collect();
+            (expected.deleted.keys().cloned().collect(), in_flight)
+        };
+        let by_name: HashMap<&str, &NodePool> = snapshot
+            .node_pools
+            .iter()
+            .filter(|p| managed(p))
+            .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
+            .collect();
+        let mut pass = StaticPass::default();
+        let mut first_error = None;
+        for pool in static_pools(&snapshot, &deleted, self.build.unevaluated_nodepools) {
+            let Some(object) = by_name.get(pool.name.as_str()) else {
+                continue;
+            };
+            let in_flight = in_flight.get(&pool.name).copied().unwrap_or(0);
+            let result = if pool.surplus() > 0 {
+                self.shed(&snapshot, &pool, &deleted, &mut pass).await
+            } else {
+                self.fill(&snapshot, object, &pool, in_flight, &mut pass).await
+            };
+            if let Err(error) = result {
+                tracing::warn!(controller = "static.capacity", nodepool = %pool.name, %error, "keeping replicas failed");
+                first_error.get_or_insert(error);
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(pass),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Expectations> {
+        self.expectations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Creates the NodeClaims `pool` is short of.
+    async fn fill(
+        &self,
+        snapshot: &karpenter_core::snapshot::Snapshot,
+        object: &NodePool,
+        pool: &StaticPool,
+        in_flight: i64,
+        pass: &mut StaticPass,
+    ) -> Result<(), ProvisionerError> {
+        let count = pool.to_create(in_flight);
+        if pool.limited(in_flight) {
+            tracing::info!(controller = "static.capacity", nodepool = %pool.name, replicas = pool.replicas, nodes = pool.active + pool.deleting + in_flight, "NodePool node limit reached");
+        }
+        if count <= 0 {
+            return Ok(());
+        }
+        let catalog = catalog_for(self.cloud.as_ref(), std::slice::from_ref(object)).await?;
+        let built = static_node_claims(
+            snapshot,
+            &catalog,
+            &self.build,
+            object,
+            usize::try_from(count).unwrap_or(0),
+        );
+        for note in &built.notes {
+            tracing::warn!(controller = "static.capacity", nodepool = %pool.name, %note, "static NodePool");
+        }
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        for claim in &built.node_claims {
+            let created = api.create(&PostParams::default(), claim).await?;
+            let name = created.name_any();
+            self.lock()
+                .created
+                .entry(pool.name.clone())
+                .or_default()
+                .push((name.clone(), Instant::now()));
+            karpenter_metrics::metrics()
+                .nodeclaims_created
+                .get_or_create(&karpenter_metrics::NodeClaimCreatedLabels {
+                    reason: "provisioning".into(),
+                    nodepool: pool.name.clone(),
+                    min_values_relaxed: "false".into(),
+                })
+                .inc();
+            pass.created.push(name);
+        }
+        Ok(())
+    }
+
+    /// Deletes the NodeClaims `pool` has beyond its replicas, the ones cheapest to lose first.
+    async fn shed(
+        &self,
+        snapshot: &karpenter_core::snapshot::Snapshot,
+        pool: &StaticPool,
+        deleted: &HashSet<String>,
+        pass: &mut StaticPass,
+    ) -> Result<(), ProvisionerError> {
+        let candidates = surplus_candidates(snapshot, &pool.name, deleted, self.clock.now());
+        let chosen = choose_surplus(&candidates, usize::try_from(pool.surplus()).unwrap_or(0));
+        tracing::info!(controller = "static.capacity", nodepool = %pool.name, replicas = pool.replicas, active = pool.active, deleting = chosen.len(), "deleting NodeClaims beyond the replica count");
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        for i in chosen {
+            let name = &candidates[i].node_claim;
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.lock().deleted.insert(name.clone(), Instant::now());
+            pass.deleted.push(name.clone());
+        }
+        Ok(())
+    }
+
+    /// With the gate off: says once per static NodePool, as the cache shows them, that nothing keeps its
+    /// replicas. Runs until dropped.
+    pub async fn report_inert(state: ClusterState) {
+        let mut told = HashSet::new();
+        loop {
+            if state.synced() {
+                for pool in state.node_pools.all() {
+                    if pool.is_static() && told.insert(pool.name_any()) {
+                        tracing::warn!(nodepool = %pool.name_any(), replicas = ?pool.spec.replicas, "NodePool sets replicas but the StaticCapacity feature gate is off: no NodeClaims are created or removed for it");
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expectations_last_until_the_cache_shows_them_or_they_expire() {
+        let start = Instant::now();
+        let mut e = Expectations::default();
+        e.created
+            .entry("fixed".into())
+            .or_default()
+            .extend([("a".into(), start), ("b".into(), start)]);
+        e.deleted.insert("c".into(), start);
+        e.deleted.insert("d".into(), start);
+        let claims: HashMap<String, bool> =
+            [("a".into(), false), ("c".into(), false), ("d".into(), true)].into();
+        e.settle(&claims, start);
+        assert_eq!(e.in_flight("fixed"), 1, "a is in the cache now");
+        assert!(e.deleted.contains_key("c"), "the cache still shows c active");
+        assert!(!e.deleted.contains_key("d"), "the cache shows d deleting");
+        e.settle(&claims, start + EXPECTATION_TTL);
+        assert_eq!(e.in_flight("fixed"), 0);
+        assert!(e.deleted.is_empty());
+    }
+}
