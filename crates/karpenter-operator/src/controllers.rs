@@ -19,6 +19,7 @@ use karpenter_provisioner::{
     nodepool_status::NodePoolStatusController,
     podevents::PodEventsController,
     provisioner::{Provisioner, ProvisionerSettings},
+    static_capacity::StaticCapacityController,
 };
 use karpenter_repair::NodeRepairController;
 use karpenter_state::ClusterState;
@@ -212,6 +213,26 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             Box::pin(async move { gc.run().await }),
         ),
     ];
+    if settings.feature_gates.static_capacity {
+        let static_capacity = StaticCapacityController::new(
+            parts.client.clone(),
+            parts.state.clone(),
+            parts.cloud_for("static.capacity"),
+            Arc::clone(&parts.clock),
+            parts.build_options(),
+        );
+        tasks.push((
+            "static.capacity",
+            Box::pin(async move { static_capacity.run().await }),
+        ));
+    } else {
+        // As upstream, without the gate nothing acts on `replicas`; a user is told so once per NodePool.
+        let state = parts.state.clone();
+        tasks.push((
+            "static.capacity.inert",
+            Box::pin(StaticCapacityController::report_inert(state)),
+        ));
+    }
     if settings.feature_gates.node_repair {
         let repair = NodeRepairController::new(
             parts.client.clone(),
