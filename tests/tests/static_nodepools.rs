@@ -1,7 +1,8 @@
 //! Static NodePools end to end (the StaticCapacity feature gate): a NodePool with `spec.replicas` gets that many
 //! NodeClaims and Nodes with no pod asking for them, within `limits.nodes`; scaled down through the scale
 //! subresource (what `kubectl scale nodepool` calls) it sheds the surplus, preferring empty nodes; a NodeClaim
-//! deleted by hand is replaced; with the gate off nothing is created.
+//! deleted by hand is replaced; a drifted one is deleted by disruption and replaced from the new template, never
+//! going over replicas; with the gate off nothing is created.
 
 use std::{collections::BTreeSet, time::Duration};
 
@@ -223,5 +224,58 @@ async fn with_the_gate_off_a_static_nodepool_stays_inert() -> TestResult {
     assert_eq!(all_claims(&client, "fixed").await?, 0);
     let pool = Api::<NodePool>::all(client.clone()).get("fixed").await?;
     assert_eq!(pool.spec.replicas, Some(3));
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drifted_static_nodepool_is_rolled_over_to_its_new_template() -> TestResult {
+    let h = Harness::start_with_settings(Controllers { disruption: true }, gate(true))?;
+    let client = h.client();
+    apply_static_pool(&client, "fixed", 2, Value::Null).await?;
+    until_settled(&client, "fixed", 2, 300).await?;
+    let old = active_claims(&client, "fixed").await?;
+    // Time passing alone disrupts nothing: no emptiness, no consolidation on a static NodePool.
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(active_claims(&client, "fixed").await?, old);
+
+    Api::<NodePool>::all(client.clone())
+        .patch(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"template": {"metadata": {"labels": {"example.com/pool": "renamed"}}}}}),
+            ),
+        )
+        .await?;
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    for _ in 0..1800 {
+        let list = claims
+            .list(&ListParams::default().labels(&format!("{}=fixed", labels::NODEPOOL_LABEL)))
+            .await?;
+        let renamed = list
+            .items
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter(|c| c.labels().get("example.com/pool").map(String::as_str) == Some("renamed"))
+            .count();
+        assert!(
+            list.items.len() <= 2,
+            "never more than replicas: {}",
+            list.items.len()
+        );
+        if renamed == 2 && list.items.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    until_settled(&client, "fixed", 2, 300).await?;
+    let new = active_claims(&client, "fixed").await?;
+    assert!(new.is_disjoint(&old), "{old:?} -> {new:?}");
+    for claim in claims.list(&ListParams::default()).await?.items {
+        assert_eq!(
+            claim.labels().get("example.com/pool").map(String::as_str),
+            Some("renamed")
+        );
+    }
     Ok(())
 }
