@@ -82,6 +82,9 @@ pub struct StaticCapacityController {
     clock: Arc<dyn Clock>,
     build: BuildOptions,
     expectations: Mutex<Expectations>,
+    /// What was last said per NodePool about why it cannot reach its replicas (the node limit, no instance
+    /// type): said again only when it changes, not every pass.
+    told: Mutex<HashMap<String, String>>,
     /// Between passes (tokio time).
     pub interval: Duration,
 }
@@ -101,6 +104,7 @@ impl StaticCapacityController {
             clock,
             build,
             expectations: Mutex::new(Expectations::default()),
+            told: Mutex::new(HashMap::new()),
             interval: Duration::from_secs(2),
         }
     }
@@ -180,6 +184,26 @@ impl StaticCapacityController {
         }
     }
 
+    /// Whether `why` is news for NodePool `pool` (and remembers it).
+    fn tell(&self, pool: &str, why: &str) -> bool {
+        let mut told = self
+            .told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if told.get(pool).is_some_and(|w| w == why) {
+            return false;
+        }
+        told.insert(pool.to_string(), why.to_string());
+        true
+    }
+
+    fn forget(&self, pool: &str) {
+        self.told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(pool);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Expectations> {
         self.expectations
             .lock()
@@ -197,9 +221,15 @@ impl StaticCapacityController {
     ) -> Result<(), ProvisionerError> {
         let count = pool.to_create(in_flight);
         if pool.limited(in_flight) {
-            tracing::info!(controller = "static.capacity", nodepool = %pool.name, replicas = pool.replicas, nodes = pool.active + pool.deleting + in_flight, "NodePool node limit reached");
+            let nodes = pool.active + pool.deleting + in_flight;
+            if self.tell(&pool.name, "the NodePool node limit is reached") {
+                tracing::info!(controller = "static.capacity", nodepool = %pool.name, replicas = pool.replicas, nodes, limit = ?pool.node_limit, "NodePool node limit reached");
+            }
         }
         if count <= 0 {
+            if !pool.limited(in_flight) {
+                self.forget(&pool.name);
+            }
             return Ok(());
         }
         let catalog = catalog_for(self.cloud.as_ref(), std::slice::from_ref(object)).await?;
@@ -210,8 +240,14 @@ impl StaticCapacityController {
             object,
             usize::try_from(count).unwrap_or(0),
         );
-        for note in &built.notes {
-            tracing::warn!(controller = "static.capacity", nodepool = %pool.name, %note, "static NodePool");
+        let notes: Vec<String> = built.notes.iter().map(ToString::to_string).collect();
+        if notes.is_empty() && !pool.limited(in_flight) {
+            self.forget(&pool.name);
+        }
+        if !notes.is_empty() && self.tell(&pool.name, &notes.join("; ")) {
+            for note in &notes {
+                tracing::warn!(controller = "static.capacity", nodepool = %pool.name, %note, "static NodePool");
+            }
         }
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         for claim in &built.node_claims {
