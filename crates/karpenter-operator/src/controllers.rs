@@ -19,6 +19,7 @@ use karpenter_provisioner::{
     nodepool_status::NodePoolStatusController,
     podevents::PodEventsController,
     provisioner::{Provisioner, ProvisionerSettings},
+    registration_health::RegistrationHealth,
 };
 use karpenter_repair::NodeRepairController;
 use karpenter_state::ClusterState;
@@ -145,12 +146,15 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             ..ProvisionerSettings::default()
         },
     );
+    // The lifecycle reports registrations and liveness deletions; the NodePool status writes the condition.
+    let registration_health = Arc::new(RegistrationHealth::default());
     let lifecycle = Lifecycle::new(
         parts.client.clone(),
         parts.state.clone(),
         parts.cloud_for("nodeclaim.lifecycle"),
         Arc::clone(&parts.clock),
-    );
+    )
+    .with_registration_health(Arc::clone(&registration_health));
     let terminator = Terminator::new(
         parts.client.clone(),
         parts.state.clone(),
@@ -188,7 +192,8 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         parts.cloud_for("nodepool.status"),
         Arc::clone(&parts.clock),
         parts.build.label_policy,
-    );
+    )
+    .with_registration_health(registration_health);
     let mut tasks: Vec<ControllerTask> = vec![
         ("provisioner", Box::pin(async move { provisioner.run().await })),
         (

@@ -11,7 +11,8 @@
 //! - [`pending`]: which pods the provisioner acts on;
 //! - [`podevents`]: `status.lastPodEventTime` on a NodeClaim when a pod binds to or leaves its Node;
 //! - [`nodepool_status`] and [`nodepool_hash`]: each NodePool's status, and its hash annotations with the
-//!   re-hashing of NodeClaims stamped by another hash version;
+//!   re-hashing of NodeClaims stamped by another hash version; [`registration_health`]: the pool's
+//!   NodeRegistrationHealthy condition from the lifecycle's registrations and liveness deletions;
 //! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted.
 
 pub mod batcher;
@@ -28,5 +29,6 @@ pub mod nominations;
 pub mod pending;
 pub mod podevents;
 pub mod provisioner;
+pub mod registration_health;
 
 pub use error::ProvisionerError;

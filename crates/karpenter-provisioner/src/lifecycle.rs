@@ -22,6 +22,10 @@
 //! - **Liveness**: a claim not launched 5 minutes after its creation, or whose Node has not registered 15
 //!   minutes after the launch, is deleted (the terminator removes any instance) and its pods are provisioned
 //!   again.
+//!
+//! Each registration and each liveness deletion of a claim owned by a NodePool is reported to
+//! [`RegistrationHealth`], from which the NodePool status controller writes the pool's
+//! `NodeRegistrationHealthy` condition.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -47,7 +51,11 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::{ProvisionerError, initialization::awaiting_initialization};
+use crate::{
+    ProvisionerError,
+    initialization::awaiting_initialization,
+    registration_health::{Outcome, RegistrationHealth},
+};
 
 /// The lifecycle controller's context.
 pub struct Lifecycle {
@@ -60,6 +68,8 @@ pub struct Lifecycle {
     /// Launches whose result is not yet recorded on the claim, by claim UID: if writing the result fails (a
     /// conflict, an API error), the next pass records this instance instead of launching a second one.
     launched: std::sync::Mutex<BTreeMap<String, NodeClaim>>,
+    /// Where registrations and liveness deletions are reported, per owning NodePool.
+    registration_health: Arc<RegistrationHealth>,
 }
 
 /// What one pass did, by claim name.
@@ -79,6 +89,9 @@ pub struct LifecyclePass {
 pub const LAUNCH_TTL: Duration = Duration::from_secs(5 * 60);
 pub const REGISTRATION_TTL: Duration = Duration::from_secs(15 * 60);
 
+/// The `Launched` reason of a launch that failed with an error the provider gave no reason for (upstream's).
+pub const LAUNCH_FAILED: &str = "LaunchFailed";
+
 impl Lifecycle {
     pub fn new(
         client: Client,
@@ -93,6 +106,26 @@ impl Lifecycle {
             clock,
             interval: Duration::from_secs(1),
             launched: std::sync::Mutex::new(BTreeMap::new()),
+            registration_health: Arc::default(),
+        }
+    }
+
+    /// Reports registrations and liveness deletions to `health` (the NodePool status controller's).
+    pub fn with_registration_health(mut self, health: Arc<RegistrationHealth>) -> Self {
+        self.registration_health = health;
+        self
+    }
+
+    /// Reports `outcome` for the NodePool that owns `claim` (as upstream, a claim without a NodePool owner
+    /// reference, or whose pool was recreated under the same name, counts for none).
+    fn report(&self, claim: &NodeClaim, outcome: Outcome) {
+        let pool = claim.labels().get(labels::NODEPOOL_LABEL);
+        let owner = claim
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "NodePool" && Some(&o.name) == pool);
+        if let Some(owner) = owner {
+            self.registration_health.observe(&owner.uid, outcome);
         }
     }
 
@@ -142,7 +175,15 @@ impl Lifecycle {
         let Some(provider_id) = status.provider_id.clone() else {
             let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
             if created.is_some_and(|c| now.duration_since(c).as_secs() >= LAUNCH_TTL.as_secs() as i64) {
-                return self.give_up(&name, "launch", done).await;
+                // As upstream, the pool's condition names what the launch last failed with.
+                let launched = find_condition(&status.conditions, conditions::LAUNCHED);
+                let outcome = Outcome::Failed {
+                    reason: launched
+                        .map(|c| c.reason.clone())
+                        .unwrap_or_else(|| LAUNCH_FAILED.to_string()),
+                    message: launched.map(|c| c.message.clone()).unwrap_or_default(),
+                };
+                return self.give_up(claim, "launch", outcome, done).await;
             }
             return self.launch(claim, done).await;
         };
@@ -157,12 +198,17 @@ impl Lifecycle {
                 && launched
                     .is_some_and(|l| now.duration_since(l).as_secs() >= REGISTRATION_TTL.as_secs() as i64)
             {
-                return self.give_up(&name, "registration", done).await;
+                let outcome = Outcome::Failed {
+                    reason: "RegistrationFailed".to_string(),
+                    message: "Failed to register node".to_string(),
+                };
+                return self.give_up(claim, "registration", outcome, done).await;
             }
             return Ok(());
         };
         if !is_true(conditions::REGISTERED) {
             self.register(claim, &node).await?;
+            self.report(claim, Outcome::Registered);
             let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
             karpenter_metrics::metrics()
                 .nodes_created
@@ -225,18 +271,20 @@ impl Lifecycle {
     /// any instance), so the provisioner tries again for its pods.
     async fn give_up(
         &self,
-        name: &str,
+        claim: &NodeClaim,
         what: &str,
+        outcome: Outcome,
         done: &mut LifecyclePass,
     ) -> Result<(), ProvisionerError> {
+        let name = claim.name_any();
         tracing::warn!(nodeclaim = %name, "{what} did not complete in time; deleting the NodeClaim");
         let api: Api<NodeClaim> = Api::all(self.client.clone());
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => self.report(claim, outcome),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
-        done.timed_out.push(name.to_string());
+        done.timed_out.push(name);
         Ok(())
     }
 
