@@ -14,6 +14,7 @@ use karpenter_interruption::{Handled, InterruptionController};
 use karpenter_metrics::{DecisionLabels, EvaluationLabels, NodeClaimDisruptedLabels, metrics};
 use karpenter_provisioner::{
     batcher::BatchWindow,
+    consistency::ConsistencyController,
     gc::GarbageCollector,
     lifecycle::Lifecycle,
     nodepool_status::NodePoolStatusController,
@@ -217,6 +218,15 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             Box::pin(async move { gc.run().await }),
         ),
     ];
+    let consistency = ConsistencyController::new(
+        parts.client.clone(),
+        parts.state.clone(),
+        Arc::clone(&parts.clock),
+    );
+    tasks.push((
+        "nodeclaim.consistency",
+        Box::pin(async move { consistency.run().await }),
+    ));
     if settings.feature_gates.node_repair {
         let repair = NodeRepairController::new(
             parts.client.clone(),

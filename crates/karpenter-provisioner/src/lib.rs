@@ -13,10 +13,13 @@
 //! - [`nodepool_status`] and [`nodepool_hash`]: each NodePool's status, and its hash annotations with the
 //!   re-hashing of NodeClaims stamped by another hash version; [`registration_health`]: the pool's
 //!   NodeRegistrationHealthy condition from the lifecycle's registrations and liveness deletions;
+//! - [`consistency`]: each launched NodeClaim checked against its Node every 10 minutes (`ConsistentStateFound`,
+//!   `FailedConsistencyCheck` events);
 //! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted.
 
 pub mod batcher;
 pub mod catalog;
+pub mod consistency;
 mod error;
 pub mod gc;
 pub mod initialization;
