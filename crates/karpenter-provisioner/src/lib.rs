@@ -6,7 +6,8 @@
 //! - [`lifecycle`]: takes each NodeClaim through launch (the cloud provider's `create`), registration (its Node
 //!   appears: labels and taints synced, `karpenter.sh/unregistered` removed) and initialization (the Node is
 //!   Ready, its startup and ephemeral taints are gone and the requested extended resources registered:
-//!   [`initialization`]), recording upstream's conditions on the NodeClaim;
+//!   [`initialization`]), recording upstream's conditions on the NodeClaim; a failed launch is retried after
+//!   [`launch_backoff`]'s per-claim exponential back-off;
 //! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for;
 //! - [`pending`]: which pods the provisioner acts on;
 //! - [`podevents`]: `status.lastPodEventTime` on a NodeClaim when a pod binds to or leaves its Node;
@@ -23,6 +24,7 @@ pub mod consistency;
 mod error;
 pub mod gc;
 pub mod initialization;
+pub mod launch_backoff;
 pub mod lifecycle;
 pub mod nodepool_conditions;
 pub mod nodepool_hash;

@@ -7,7 +7,9 @@
 //!   provider ID, image, capacity and allocatable go to the status and the labels the launch resolved
 //!   (instance type, zone, capacity type, ...) to the claim; `Launched=True`. A launch that finds no capacity
 //!   deletes the claim (the provider has marked those offerings unavailable, so the next provisioning round
-//!   picks others); another failure sets `Launched=False` with the error's category as reason and is retried.
+//!   picks others); another failure sets `Launched=Unknown` with the provider's reason and message (upstream's
+//!   `LaunchFailed` and the error when it gives none) and is retried after a per-claim exponential back-off
+//!   (1 s doubling to 5 minutes, [`crate::launch_backoff`]), not on every pass.
 //! - **Registration**: once a Node with the claim's provider ID exists, it gets the claim's labels and
 //!   `karpenter.sh/registered=true`, loses the `karpenter.sh/unregistered` taint, is owned by the claim and
 //!   gets the `karpenter.sh/termination` finalizer, so `kubectl delete node` goes through the terminator
@@ -54,6 +56,7 @@ use serde_json::json;
 use crate::{
     ProvisionerError,
     initialization::awaiting_initialization,
+    launch_backoff::LaunchBackoff,
     registration_health::{Outcome, RegistrationHealth},
 };
 
@@ -70,6 +73,8 @@ pub struct Lifecycle {
     launched: std::sync::Mutex<BTreeMap<String, NodeClaim>>,
     /// Where registrations and liveness deletions are reported, per owning NodePool.
     registration_health: Arc<RegistrationHealth>,
+    /// Failed launches by claim UID, and when each may be tried again (on the lifecycle's clock).
+    launch_backoff: std::sync::Mutex<LaunchBackoff>,
 }
 
 /// What one pass did, by claim name.
@@ -107,6 +112,7 @@ impl Lifecycle {
             interval: Duration::from_secs(1),
             launched: std::sync::Mutex::new(BTreeMap::new()),
             registration_health: Arc::default(),
+            launch_backoff: std::sync::Mutex::new(LaunchBackoff::default()),
         }
     }
 
@@ -151,7 +157,14 @@ impl Lifecycle {
             .into_iter()
             .filter_map(|n| Some((n.spec.as_ref()?.provider_id.clone()?, n)))
             .collect();
-        for claim in self.state.node_claims.all() {
+        let claims = self.state.node_claims.all();
+        if let Ok(mut backoff) = self.launch_backoff.lock()
+            && !backoff.is_empty()
+        {
+            let live = claims.iter().filter_map(|c| c.uid()).collect();
+            backoff.retain(&live);
+        }
+        for claim in claims {
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
@@ -184,6 +197,11 @@ impl Lifecycle {
                     message: launched.map(|c| c.message.clone()).unwrap_or_default(),
                 };
                 return self.give_up(claim, "launch", outcome, done).await;
+            }
+            let uid = claim.uid().unwrap_or_else(|| name.clone());
+            let waiting = self.launch_backoff.lock().is_ok_and(|b| !b.may_launch(&uid, now));
+            if waiting {
+                return Ok(());
             }
             return self.launch(claim, done).await;
         };
@@ -326,16 +344,26 @@ impl Lifecycle {
                 launched
             }
             Err(error) if error.category() == "InsufficientCapacity" => {
+                self.forget_failures(&uid);
                 tracing::info!(nodeclaim = %name, %error, "no capacity; deleting the NodeClaim so another offering is tried");
                 api.delete(&name, &DeleteParams::default()).await?;
                 done.insufficient_capacity.push(name);
                 return Ok(());
             }
             Err(error) => {
-                let conditions = with_conditions(
+                let now = self.clock.now();
+                let wait = self
+                    .launch_backoff
+                    .lock()
+                    .map(|mut b| b.failed(&uid, now))
+                    .unwrap_or_default();
+                tracing::info!(nodeclaim = %name, %error, retry_in = ?wait, "launch failed; retrying after a back-off");
+                let (reason, message) = launch_failure(&error);
+                let conditions = with_condition_message(
                     &existing,
-                    &[(conditions::LAUNCHED, ConditionStatus::False, error.category())],
-                    self.clock.now(),
+                    (conditions::LAUNCHED, ConditionStatus::Unknown, &reason),
+                    &message,
+                    now,
                 );
                 self.patch_status(&name, json!({"status": {"conditions": conditions}}))
                     .await?;
@@ -384,8 +412,15 @@ impl Lifecycle {
         if let Ok(mut cache) = self.launched.lock() {
             cache.remove(&uid);
         }
+        self.forget_failures(&uid);
         done.launched.push(name);
         Ok(())
+    }
+
+    fn forget_failures(&self, uid: &str) {
+        if let Ok(mut backoff) = self.launch_backoff.lock() {
+            backoff.forget(uid);
+        }
     }
 
     async fn register(&self, claim: &NodeClaim, node: &Node) -> Result<(), ProvisionerError> {
@@ -454,6 +489,23 @@ impl Lifecycle {
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
         Ok(())
+    }
+}
+
+/// The `Launched` reason and message of a failed launch, as upstream: the provider's own for a create error,
+/// else `LaunchFailed` and the error, cut to 300 characters.
+fn launch_failure(error: &karpenter_core::cloudprovider::CloudProviderError) -> (String, String) {
+    use karpenter_core::cloudprovider::CloudProviderError;
+    match error {
+        CloudProviderError::Create { reason, message } => (reason.clone(), message.clone()),
+        other => {
+            let text = other.to_string();
+            let message = match text.char_indices().nth(300) {
+                Some((cut, _)) => format!("{}...", &text[..cut]),
+                None => text,
+            };
+            (LAUNCH_FAILED.to_string(), message)
+        }
     }
 }
 
