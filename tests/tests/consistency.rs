@@ -1,15 +1,15 @@
 //! NodeClaim consistency: a launched claim is checked against its Node every 10 minutes; a Node reporting far
 //! less of a requested resource than the launch promised makes `ConsistentStateFound` False with a
-//! `FailedConsistencyCheck` event.
+//! `FailedConsistencyCheck` event, and so does a NodeClaim being deleted whose drain a PodDisruptionBudget blocks.
 
 use std::time::Duration;
 
 use k8s_openapi::api::{core::v1::Node, events::v1::Event};
 use karpenter_api::{common::ConditionStatus, nodeclaim::NodeClaim};
-use karpenter_e2e::{Harness, TestResult, apply_deployment, apply_nodepool, until_running};
+use karpenter_e2e::{Harness, TestResult, apply_deployment, apply_nodepool, apply_pdb, until_running};
 use kube::{
     Api, ResourceExt,
-    api::{ListParams, Patch, PatchParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams},
 };
 use serde_json::{Value, json};
 
@@ -95,6 +95,48 @@ async fn a_node_smaller_than_its_claim_is_reported_inconsistent() -> TestResult 
             "expected {expected} of resource memory, but found 1Gi ("
         )),
         "{note}"
+    );
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_a_budget_blocks_is_reported_inconsistent() -> TestResult {
+    let h = Harness::start()?;
+    let client = h.client();
+    apply_nodepool(&client, "default", &["on-demand"], Value::Null).await?;
+    apply_deployment(&client, "web", 1, "500m").await?;
+    apply_pdb(&client, "web", 0).await?;
+    until_running(&client, "app=web", 1, 300).await?;
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let name = claims
+        .list(&ListParams::default())
+        .await?
+        .items
+        .remove(0)
+        .name_any();
+    claims.delete(&name, &DeleteParams::default()).await?;
+    let mut found = None;
+    for _ in 0..11 * 60 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        found = consistent(&claims, &name).await?;
+        if found.as_ref().is_some_and(|c| c.0 == ConditionStatus::False) {
+            break;
+        }
+    }
+    assert_eq!(
+        found.map(|c| (c.0, c.1)),
+        Some((ConditionStatus::False, "ConsistencyCheckFailed".to_string()))
+    );
+    let events = Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedConsistencyCheck")
+                && e.note.as_deref() == Some("can't drain node, PDB \"default/web\" is blocking evictions")),
+        "no FailedConsistencyCheck event naming the budget"
     );
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! The NodeClaim consistency controller (upstream's nodeclaim.consistency): each launched NodeClaim is checked
 //! against its Node at most once per [`SCAN_PERIOD`] (10 minutes, upstream's), with core's checks
-//! ([`karpenter_core::consistency`]). Each issue is a `FailedConsistencyCheck` Warning event on the claim, and
-//! the claim's `ConsistentStateFound` condition is False (`ConsistencyCheckFailed`) while issues remain, True
-//! once a check finds none.
+//! ([`karpenter_core::consistency`]: the node shape of an initialized claim, and for a claim being deleted the
+//! PodDisruptionBudget that blocks its drain). Each issue is a `FailedConsistencyCheck` Warning event on the
+//! claim, and the claim's `ConsistentStateFound` condition is False (`ConsistencyCheckFailed`) while issues
+//! remain, True once a check finds none.
 //!
 //! As upstream, the scan time is taken before the Node is looked up: a claim whose Node has not registered yet
 //! is checked again a period later. The condition is written with the claim's resourceVersion, so a write
@@ -113,7 +114,17 @@ impl ConsistencyController {
             };
             let name = claim.name_any();
             done.checked.push(name.clone());
-            let issues = consistency_issues(claim, node);
+            // The pods and budgets matter only to the termination check, for a claim being deleted.
+            let (pods, pdbs) = if claim.metadata.deletion_timestamp.is_some() {
+                let node_name = node.name_any();
+                let pods = self.state.pods.filter(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str())
+                });
+                (pods, self.state.pdbs.all())
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            let issues = consistency_issues(claim, node, &pods, &pdbs);
             if !issues.is_empty() {
                 done.inconsistent.push(name.clone());
             }

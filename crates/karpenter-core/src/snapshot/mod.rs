@@ -30,7 +30,7 @@ mod node_resources;
 mod nodepools;
 mod nodes;
 mod overlays;
-mod pods;
+pub(crate) mod pods;
 mod selectors;
 mod taints;
 mod volumes;
