@@ -6,6 +6,7 @@
 pub mod catalog;
 pub mod clock;
 pub mod cloudprovider;
+pub mod consistency;
 pub mod disruption;
 pub mod instance_type;
 pub mod provisioning;

@@ -14,11 +14,13 @@ use karpenter_interruption::{Handled, InterruptionController};
 use karpenter_metrics::{DecisionLabels, EvaluationLabels, NodeClaimDisruptedLabels, metrics};
 use karpenter_provisioner::{
     batcher::BatchWindow,
+    consistency::ConsistencyController,
     gc::GarbageCollector,
     lifecycle::Lifecycle,
     nodepool_status::NodePoolStatusController,
     podevents::PodEventsController,
     provisioner::{Provisioner, ProvisionerSettings},
+    registration_health::RegistrationHealth,
     static_capacity::StaticCapacityController,
 };
 use karpenter_repair::NodeRepairController;
@@ -146,12 +148,15 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             ..ProvisionerSettings::default()
         },
     );
+    // The lifecycle reports registrations and liveness deletions; the NodePool status writes the condition.
+    let registration_health = Arc::new(RegistrationHealth::default());
     let lifecycle = Lifecycle::new(
         parts.client.clone(),
         parts.state.clone(),
         parts.cloud_for("nodeclaim.lifecycle"),
         Arc::clone(&parts.clock),
-    );
+    )
+    .with_registration_health(Arc::clone(&registration_health));
     let terminator = Terminator::new(
         parts.client.clone(),
         parts.state.clone(),
@@ -189,7 +194,8 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         parts.cloud_for("nodepool.status"),
         Arc::clone(&parts.clock),
         parts.build.label_policy,
-    );
+    )
+    .with_registration_health(registration_health);
     let mut tasks: Vec<ControllerTask> = vec![
         ("provisioner", Box::pin(async move { provisioner.run().await })),
         (
@@ -233,6 +239,15 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             Box::pin(StaticCapacityController::report_inert(state)),
         ));
     }
+    let consistency = ConsistencyController::new(
+        parts.client.clone(),
+        parts.state.clone(),
+        Arc::clone(&parts.clock),
+    );
+    tasks.push((
+        "nodeclaim.consistency",
+        Box::pin(async move { consistency.run().await }),
+    ));
     if settings.feature_gates.node_repair {
         let repair = NodeRepairController::new(
             parts.client.clone(),

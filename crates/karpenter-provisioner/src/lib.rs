@@ -6,21 +6,27 @@
 //! - [`lifecycle`]: takes each NodeClaim through launch (the cloud provider's `create`), registration (its Node
 //!   appears: labels and taints synced, `karpenter.sh/unregistered` removed) and initialization (the Node is
 //!   Ready, its startup and ephemeral taints are gone and the requested extended resources registered:
-//!   [`initialization`]), recording upstream's conditions on the NodeClaim;
+//!   [`initialization`]), recording upstream's conditions on the NodeClaim; a failed launch is retried after
+//!   [`launch_backoff`]'s per-claim exponential back-off;
 //! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for;
 //! - [`pending`]: which pods the provisioner acts on;
 //! - [`podevents`]: `status.lastPodEventTime` on a NodeClaim when a pod binds to or leaves its Node;
 //! - [`nodepool_status`] and [`nodepool_hash`]: each NodePool's status, and its hash annotations with the
-//!   re-hashing of NodeClaims stamped by another hash version;
+//!   re-hashing of NodeClaims stamped by another hash version; [`registration_health`]: the pool's
+//!   NodeRegistrationHealthy condition from the lifecycle's registrations and liveness deletions;
+//! - [`consistency`]: each launched NodeClaim checked against its Node every 10 minutes (`ConsistentStateFound`,
+//!   `FailedConsistencyCheck` events);
 //! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted;
 //! - [`static_capacity`]: static NodePools (`spec.replicas`, the StaticCapacity gate) kept at their replica
 //!   count.
 
 pub mod batcher;
 pub mod catalog;
+pub mod consistency;
 mod error;
 pub mod gc;
 pub mod initialization;
+pub mod launch_backoff;
 pub mod lifecycle;
 pub mod nodepool_conditions;
 pub mod nodepool_hash;
@@ -30,6 +36,7 @@ pub mod nominations;
 pub mod pending;
 pub mod podevents;
 pub mod provisioner;
+pub mod registration_health;
 pub mod static_capacity;
 
 pub use error::ProvisionerError;

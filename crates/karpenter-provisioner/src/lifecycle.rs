@@ -7,7 +7,9 @@
 //!   provider ID, image, capacity and allocatable go to the status and the labels the launch resolved
 //!   (instance type, zone, capacity type, ...) to the claim; `Launched=True`. A launch that finds no capacity
 //!   deletes the claim (the provider has marked those offerings unavailable, so the next provisioning round
-//!   picks others); another failure sets `Launched=False` with the error's category as reason and is retried.
+//!   picks others); another failure sets `Launched=Unknown` with the provider's reason and message (upstream's
+//!   `LaunchFailed` and the error when it gives none) and is retried after a per-claim exponential back-off
+//!   (1 s doubling to 5 minutes, [`crate::launch_backoff`]), not on every pass.
 //! - **Registration**: once a Node with the claim's provider ID exists, it gets the claim's labels and
 //!   `karpenter.sh/registered=true`, loses the `karpenter.sh/unregistered` taint, is owned by the claim and
 //!   gets the `karpenter.sh/termination` finalizer, so `kubectl delete node` goes through the terminator
@@ -22,6 +24,10 @@
 //! - **Liveness**: a claim not launched 5 minutes after its creation, or whose Node has not registered 15
 //!   minutes after the launch, is deleted (the terminator removes any instance) and its pods are provisioned
 //!   again.
+//!
+//! Each registration and each liveness deletion of a claim owned by a NodePool is reported to
+//! [`RegistrationHealth`], from which the NodePool status controller writes the pool's
+//! `NodeRegistrationHealthy` condition.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -47,7 +53,12 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::{ProvisionerError, initialization::awaiting_initialization};
+use crate::{
+    ProvisionerError,
+    initialization::awaiting_initialization,
+    launch_backoff::LaunchBackoff,
+    registration_health::{Outcome, RegistrationHealth},
+};
 
 /// The lifecycle controller's context.
 pub struct Lifecycle {
@@ -60,6 +71,10 @@ pub struct Lifecycle {
     /// Launches whose result is not yet recorded on the claim, by claim UID: if writing the result fails (a
     /// conflict, an API error), the next pass records this instance instead of launching a second one.
     launched: std::sync::Mutex<BTreeMap<String, NodeClaim>>,
+    /// Where registrations and liveness deletions are reported, per owning NodePool.
+    registration_health: Arc<RegistrationHealth>,
+    /// Failed launches by claim UID, and when each may be tried again (on the lifecycle's clock).
+    launch_backoff: std::sync::Mutex<LaunchBackoff>,
 }
 
 /// What one pass did, by claim name.
@@ -79,6 +94,9 @@ pub struct LifecyclePass {
 pub const LAUNCH_TTL: Duration = Duration::from_secs(5 * 60);
 pub const REGISTRATION_TTL: Duration = Duration::from_secs(15 * 60);
 
+/// The `Launched` reason of a launch that failed with an error the provider gave no reason for (upstream's).
+pub const LAUNCH_FAILED: &str = "LaunchFailed";
+
 impl Lifecycle {
     pub fn new(
         client: Client,
@@ -93,6 +111,27 @@ impl Lifecycle {
             clock,
             interval: Duration::from_secs(1),
             launched: std::sync::Mutex::new(BTreeMap::new()),
+            registration_health: Arc::default(),
+            launch_backoff: std::sync::Mutex::new(LaunchBackoff::default()),
+        }
+    }
+
+    /// Reports registrations and liveness deletions to `health` (the NodePool status controller's).
+    pub fn with_registration_health(mut self, health: Arc<RegistrationHealth>) -> Self {
+        self.registration_health = health;
+        self
+    }
+
+    /// Reports `outcome` for the NodePool that owns `claim` (as upstream, a claim without a NodePool owner
+    /// reference, or whose pool was recreated under the same name, counts for none).
+    fn report(&self, claim: &NodeClaim, outcome: Outcome) {
+        let pool = claim.labels().get(labels::NODEPOOL_LABEL);
+        let owner = claim
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "NodePool" && Some(&o.name) == pool);
+        if let Some(owner) = owner {
+            self.registration_health.observe(&owner.uid, outcome);
         }
     }
 
@@ -118,7 +157,14 @@ impl Lifecycle {
             .into_iter()
             .filter_map(|n| Some((n.spec.as_ref()?.provider_id.clone()?, n)))
             .collect();
-        for claim in self.state.node_claims.all() {
+        let claims = self.state.node_claims.all();
+        if let Ok(mut backoff) = self.launch_backoff.lock()
+            && !backoff.is_empty()
+        {
+            let live = claims.iter().filter_map(|c| c.uid()).collect();
+            backoff.retain(&live);
+        }
+        for claim in claims {
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
@@ -142,7 +188,20 @@ impl Lifecycle {
         let Some(provider_id) = status.provider_id.clone() else {
             let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
             if created.is_some_and(|c| now.duration_since(c).as_secs() >= LAUNCH_TTL.as_secs() as i64) {
-                return self.give_up(&name, "launch", done).await;
+                // As upstream, the pool's condition names what the launch last failed with.
+                let launched = find_condition(&status.conditions, conditions::LAUNCHED);
+                let outcome = Outcome::Failed {
+                    reason: launched
+                        .map(|c| c.reason.clone())
+                        .unwrap_or_else(|| LAUNCH_FAILED.to_string()),
+                    message: launched.map(|c| c.message.clone()).unwrap_or_default(),
+                };
+                return self.give_up(claim, "launch", outcome, done).await;
+            }
+            let uid = claim.uid().unwrap_or_else(|| name.clone());
+            let waiting = self.launch_backoff.lock().is_ok_and(|b| !b.may_launch(&uid, now));
+            if waiting {
+                return Ok(());
             }
             return self.launch(claim, done).await;
         };
@@ -157,12 +216,17 @@ impl Lifecycle {
                 && launched
                     .is_some_and(|l| now.duration_since(l).as_secs() >= REGISTRATION_TTL.as_secs() as i64)
             {
-                return self.give_up(&name, "registration", done).await;
+                let outcome = Outcome::Failed {
+                    reason: "RegistrationFailed".to_string(),
+                    message: "Failed to register node".to_string(),
+                };
+                return self.give_up(claim, "registration", outcome, done).await;
             }
             return Ok(());
         };
         if !is_true(conditions::REGISTERED) {
             self.register(claim, &node).await?;
+            self.report(claim, Outcome::Registered);
             let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
             karpenter_metrics::metrics()
                 .nodes_created
@@ -225,18 +289,20 @@ impl Lifecycle {
     /// any instance), so the provisioner tries again for its pods.
     async fn give_up(
         &self,
-        name: &str,
+        claim: &NodeClaim,
         what: &str,
+        outcome: Outcome,
         done: &mut LifecyclePass,
     ) -> Result<(), ProvisionerError> {
+        let name = claim.name_any();
         tracing::warn!(nodeclaim = %name, "{what} did not complete in time; deleting the NodeClaim");
         let api: Api<NodeClaim> = Api::all(self.client.clone());
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => self.report(claim, outcome),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
-        done.timed_out.push(name.to_string());
+        done.timed_out.push(name);
         Ok(())
     }
 
@@ -278,16 +344,26 @@ impl Lifecycle {
                 launched
             }
             Err(error) if error.category() == "InsufficientCapacity" => {
+                self.forget_failures(&uid);
                 tracing::info!(nodeclaim = %name, %error, "no capacity; deleting the NodeClaim so another offering is tried");
                 api.delete(&name, &DeleteParams::default()).await?;
                 done.insufficient_capacity.push(name);
                 return Ok(());
             }
             Err(error) => {
-                let conditions = with_conditions(
+                let now = self.clock.now();
+                let wait = self
+                    .launch_backoff
+                    .lock()
+                    .map(|mut b| b.failed(&uid, now))
+                    .unwrap_or_default();
+                tracing::info!(nodeclaim = %name, %error, retry_in = ?wait, "launch failed; retrying after a back-off");
+                let (reason, message) = launch_failure(&error);
+                let conditions = with_condition_message(
                     &existing,
-                    &[(conditions::LAUNCHED, ConditionStatus::False, error.category())],
-                    self.clock.now(),
+                    (conditions::LAUNCHED, ConditionStatus::Unknown, &reason),
+                    &message,
+                    now,
                 );
                 self.patch_status(&name, json!({"status": {"conditions": conditions}}))
                     .await?;
@@ -336,8 +412,15 @@ impl Lifecycle {
         if let Ok(mut cache) = self.launched.lock() {
             cache.remove(&uid);
         }
+        self.forget_failures(&uid);
         done.launched.push(name);
         Ok(())
+    }
+
+    fn forget_failures(&self, uid: &str) {
+        if let Ok(mut backoff) = self.launch_backoff.lock() {
+            backoff.forget(uid);
+        }
     }
 
     async fn register(&self, claim: &NodeClaim, node: &Node) -> Result<(), ProvisionerError> {
@@ -406,6 +489,23 @@ impl Lifecycle {
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
         Ok(())
+    }
+}
+
+/// The `Launched` reason and message of a failed launch, as upstream: the provider's own for a create error,
+/// else `LaunchFailed` and the error, cut to 300 characters.
+fn launch_failure(error: &karpenter_core::cloudprovider::CloudProviderError) -> (String, String) {
+    use karpenter_core::cloudprovider::CloudProviderError;
+    match error {
+        CloudProviderError::Create { reason, message } => (reason.clone(), message.clone()),
+        other => {
+            let text = other.to_string();
+            let message = match text.char_indices().nth(300) {
+                Some((cut, _)) => format!("{}...", &text[..cut]),
+                None => text,
+            };
+            (LAUNCH_FAILED.to_string(), message)
+        }
     }
 }
 

@@ -6,6 +6,10 @@
 //! The same pass keeps the NodePool's hash annotations and re-hashes NodeClaims stamped by another hash
 //! version ([`crate::nodepool_hash`]).
 //!
+//! It also writes NodeRegistrationHealthy and `status.nodeClassObservedGeneration` from the outcomes the
+//! lifecycle reported ([`crate::registration_health`]); being the only writer of the conditions, it never races
+//! another controller over the list.
+//!
 //! The NodeClass is read by its reference: a kind the provider does not serve is Unknown; otherwise the API
 //! server's discovery resolves the kind (cached, so a pass costs one GET per NodePool) and the object's Ready
 //! condition decides.
@@ -33,6 +37,7 @@ use crate::{
     nodepool_conditions::{NodeClassReadiness, nodepool_conditions},
     nodepool_hash::sync_hashes,
     nodepool_resources::pool_resources,
+    registration_health::{Generations, RegistrationHealth},
 };
 
 /// What one pass did.
@@ -56,6 +61,8 @@ pub struct NodePoolStatusController {
     kinds: Mutex<HashMap<(String, String), Option<ApiResource>>>,
     /// Between passes (tokio time).
     pub interval: Duration,
+    /// The registration outcomes the lifecycle reports.
+    registration_health: Arc<RegistrationHealth>,
 }
 
 impl NodePoolStatusController {
@@ -74,7 +81,14 @@ impl NodePoolStatusController {
             label_policy,
             kinds: Mutex::new(HashMap::new()),
             interval: Duration::from_secs(5),
+            registration_health: Arc::default(),
         }
+    }
+
+    /// Writes NodeRegistrationHealthy from the outcomes reported to `health` (the lifecycle's).
+    pub fn with_registration_health(mut self, health: Arc<RegistrationHealth>) -> Self {
+        self.registration_health = health;
+        self
     }
 
     /// Runs passes until the future is dropped; a failed pass is logged and the next one retries.
@@ -99,7 +113,10 @@ impl NodePoolStatusController {
         let nodes = self.state.nodes.all();
         let claims = self.state.node_claims.all();
         let mut pass = NodePoolStatusPass::default();
+        let mut live = std::collections::HashSet::new();
         for pool in self.state.node_pools.all() {
+            let uid = pool.metadata.uid.clone().unwrap_or_default();
+            live.insert(uid.clone());
             if pool.metadata.deletion_timestamp.is_some() {
                 continue;
             }
@@ -107,23 +124,40 @@ impl NodePoolStatusController {
             let hashes = sync_hashes(&self.client, &pool, &claims).await?;
             pass.rehashed.extend(hashes.rehashed);
             let counted = pool_resources(&name, nodes.iter().map(|n| &**n), claims.iter().map(|c| &**c));
-            let readiness = self
+            let (readiness, class_generation) = self
                 .node_class_readiness(&pool.spec.template.spec.node_class_ref)
                 .await?;
             let current = pool.status.clone().unwrap_or_default();
+            let mut conditions = nodepool_conditions(
+                &current.conditions,
+                &pool.validate(self.label_policy),
+                &readiness,
+                pool.metadata.generation,
+                now,
+            );
+            let mut node_class_observed_generation = current.node_class_observed_generation;
+            // As upstream, only a NodePool whose NodeClass exists is judged.
+            if let Some(class_generation) = class_generation {
+                conditions = self.registration_health.conditions(
+                    &uid,
+                    &conditions,
+                    Generations {
+                        node_pool: pool.metadata.generation,
+                        node_class: Some(class_generation),
+                        observed_node_class: current.node_class_observed_generation,
+                    },
+                    now,
+                );
+                node_class_observed_generation = Some(class_generation);
+            }
             let wanted = NodePoolStatus {
                 resources: Some(counted.resources),
                 nodes: Some(counted.nodes),
-                conditions: nodepool_conditions(
-                    &current.conditions,
-                    &pool.validate(self.label_policy),
-                    &readiness,
-                    pool.metadata.generation,
-                    now,
-                ),
-                ..current.clone()
+                conditions,
+                node_class_observed_generation,
             };
             if same_status(&current, &wanted) {
+                self.registration_health.written(&uid);
                 continue;
             }
             let api: Api<NodePool> = Api::all(self.client.clone());
@@ -135,47 +169,51 @@ impl NodePoolStatusController {
                 )
                 .await
             {
-                Ok(_) => pass.patched.push(name),
+                Ok(_) => {
+                    self.registration_health.written(&uid);
+                    pass.patched.push(name);
+                }
                 // Deleted since the cache saw it.
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
         }
+        self.registration_health.retain(&live);
         Ok(pass)
     }
 
+    /// The NodeClass's readiness, and its generation when it was found.
     async fn node_class_readiness(
         &self,
         reference: &NodeClassReference,
-    ) -> Result<NodeClassReadiness, ProvisionerError> {
+    ) -> Result<(NodeClassReadiness, Option<i64>), ProvisionerError> {
         let served_by_provider = self
             .cloud
             .supported_node_classes()
             .iter()
             .any(|k| k.group == reference.group && k.kind == reference.kind);
         if !served_by_provider {
-            return Ok(NodeClassReadiness::UnknownKind {
-                message: format!(
-                    "{}/{} is not a NodeClass kind the {} provider serves",
-                    reference.group,
-                    reference.kind,
-                    self.cloud.name()
-                ),
-            });
+            let message = format!(
+                "{}/{} is not a NodeClass kind the {} provider serves",
+                reference.group,
+                reference.kind,
+                self.cloud.name()
+            );
+            return Ok((NodeClassReadiness::UnknownKind { message }, None));
         }
         let Some(resource) = self.resolve(&reference.group, &reference.kind).await else {
-            return Ok(NodeClassReadiness::UnknownKind {
-                message: format!(
-                    "the API server does not serve {}/{} (is its CRD installed?)",
-                    reference.group, reference.kind
-                ),
-            });
+            let message = format!(
+                "the API server does not serve {}/{} (is its CRD installed?)",
+                reference.group, reference.kind
+            );
+            return Ok((NodeClassReadiness::UnknownKind { message }, None));
         };
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let Some(object) = api.get_opt(&reference.name).await? else {
-            return Ok(NodeClassReadiness::NotFound);
+            return Ok((NodeClassReadiness::NotFound, None));
         };
-        Ok(readiness_of(&object, self.cloud.node_classes_report_readiness()))
+        let readiness = readiness_of(&object, self.cloud.node_classes_report_readiness());
+        Ok((readiness, Some(object.metadata.generation.unwrap_or_default())))
     }
 
     /// How the API server serves `group`/`kind`, from discovery once per kind. A failed discovery is not cached,
@@ -230,6 +268,7 @@ fn same_status(current: &NodePoolStatus, wanted: &NodePoolStatus) -> bool {
     current.nodes == wanted.nodes
         && current.resources == wanted.resources
         && current.conditions == wanted.conditions
+        && current.node_class_observed_generation == wanted.node_class_observed_generation
 }
 
 /// The merge patch from `current` to `wanted`: resources gone from the pool are set to null, since a merge
@@ -249,6 +288,7 @@ fn status_patch(current: &NodePoolStatus, wanted: &NodePoolStatus) -> Result<Val
     Ok(json!({"status": {
         "resources": resources,
         "nodes": wanted.nodes,
+        "nodeClassObservedGeneration": wanted.node_class_observed_generation,
         "conditions": conditions,
     }}))
 }

@@ -31,7 +31,7 @@ mod node_resources;
 mod nodepools;
 mod nodes;
 mod overlays;
-mod pods;
+pub(crate) mod pods;
 mod selectors;
 mod static_claims;
 mod taints;

@@ -50,7 +50,7 @@ pub(super) fn daemon_set_owner(pod: &CompactPod) -> Option<(String, String)> {
     })
 }
 
-pub(super) fn is_mirror(pod: &CompactPod) -> bool {
+pub(crate) fn is_mirror(pod: &CompactPod) -> bool {
     owner_kind(pod, "Node").is_some()
         || pod
             .metadata
@@ -59,18 +59,18 @@ pub(super) fn is_mirror(pod: &CompactPod) -> bool {
             .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
 }
 
-pub(super) fn is_terminal(pod: &CompactPod) -> bool {
+pub(crate) fn is_terminal(pod: &CompactPod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     )
 }
 
-pub(super) fn is_terminating(pod: &CompactPod) -> bool {
+pub(crate) fn is_terminating(pod: &CompactPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
-pub(super) fn node_name(pod: &CompactPod) -> Option<&str> {
+pub(crate) fn node_name(pod: &CompactPod) -> Option<&str> {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())

@@ -16,8 +16,10 @@
 //!   fails with `InsufficientCapacity` naming it, and it is cached unavailable for
 //!   [`SimCloudOptions::unavailable_offering_ttl`], 3 minutes like upstream's unavailable-offerings cache, so the
 //!   next create falls back to the next offering); [`SimCloudProvider::set_never_register`] (instances launched
-//!   while set never get a Node); [`SimCloudProvider::set_drifted`]; [`SimCloudProvider::terminate_instance`]
-//!   (the instance dies outside Karpenter).
+//!   while set never get a Node); [`SimCloudProvider::set_failing_launches`] (every launch fails with a
+//!   provider error that is not about capacity, as a quota or permission problem would; the attempts are in
+//!   [`SimCloudProvider::failed_launches`]); [`SimCloudProvider::set_drifted`];
+//!   [`SimCloudProvider::terminate_instance`] (the instance dies outside Karpenter).
 //! - Interruptions: [`SimCloudProvider::schedule_interruption`] delivers an [`InterruptionEvent`] at a virtual
 //!   time to every [`SimCloudProvider::interruptions`] receiver; a spot interruption also terminates the instance
 //!   [`SimCloudOptions::spot_interruption_notice`] (2 minutes) later, with an `InstanceTerminating` event.
@@ -190,6 +192,10 @@ struct CloudState {
     /// Offerings with no capacity (fault).
     exhausted: BTreeSet<OfferingKey>,
     never_register: bool,
+    /// While set, every launch fails with this (reason, message) (fault).
+    failing_launches: Option<(String, String)>,
+    /// When each failed launch was attempted.
+    failed_launches: Vec<Timestamp>,
     drifted: BTreeMap<String, String>,
     launches: Vec<LaunchRecord>,
     timers: Vec<JoinHandle<()>>,
@@ -271,6 +277,8 @@ impl SimCloudProvider {
             unavailable: BTreeMap::new(),
             exhausted: BTreeSet::new(),
             never_register: false,
+            failing_launches: None,
+            failed_launches: Vec::new(),
             drifted: BTreeMap::new(),
             launches: Vec::new(),
             timers: Vec::new(),
@@ -314,6 +322,17 @@ impl SimCloudProvider {
     /// While set, launched instances never start a kubelet, so no Node ever registers for them.
     pub fn set_never_register(&self, never: bool) {
         self.shared.state().never_register = never;
+    }
+
+    /// While `Some((reason, message))`, every launch fails with [`CloudProviderError::Create`] carrying them;
+    /// `None` lets launches succeed again.
+    pub fn set_failing_launches(&self, failure: Option<(&str, &str)>) {
+        self.shared.state().failing_launches = failure.map(|(r, m)| (r.to_string(), m.to_string()));
+    }
+
+    /// When each launch that [`SimCloudProvider::set_failing_launches`] failed was attempted.
+    pub fn failed_launches(&self) -> Vec<Timestamp> {
+        self.shared.state().failed_launches.clone()
     }
 
     /// Makes [`DriftProvider::is_drifted`] answer `reason` for the instance (`None` clears it).
@@ -631,6 +650,14 @@ impl CloudProvider for SimCloudProvider {
 
     async fn create(&self, claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
         tokio::time::sleep(self.shared.options.launch_latency).await;
+        let now = self.now();
+        {
+            let mut state = self.shared.state();
+            if let Some((reason, message)) = state.failing_launches.clone() {
+                state.failed_launches.push(now);
+                return Err(CloudProviderError::Create { reason, message });
+            }
+        }
         self.launch(claim)
     }
 
