@@ -113,6 +113,8 @@ pub struct NewNodeClaim {
     pub pods: Vec<usize>,
     /// minValues could not be met and was relaxed (BestEffort).
     pub min_values_relaxed: bool,
+    /// The labels its requirements give the NodeClaim object (see [`claim_labels`]), sorted by key.
+    pub labels: Vec<(Symbol, Symbol)>,
     pub launch: Option<Launch>,
 }
 
@@ -447,7 +449,7 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
-        self.finish(errors)
+        self.finish(errors, interner)
     }
 
     /// Tries existing nodes, then open NodeClaims, then a new NodeClaim per NodePool.
@@ -1000,7 +1002,7 @@ impl<'a> Scheduler<'a> {
         msg
     }
 
-    fn finish(self, errors: HashMap<usize, String>) -> SchedulingResults {
+    fn finish(self, errors: HashMap<usize, String>, interner: &mut LabelInterner) -> SchedulingResults {
         let input = self.input;
         let mut reservations: HashMap<Symbol, i64> = HashMap::new();
         let mut new_node_claims = Vec::with_capacity(self.claims.len());
@@ -1048,6 +1050,7 @@ impl<'a> Scheduler<'a> {
                 self.spot,
                 &mut reservations,
             );
+            let labels = claim_labels(&requirements, &input.well_known, interner);
             new_node_claims.push(NewNodeClaim {
                 template: claim.template,
                 requirements,
@@ -1055,6 +1058,7 @@ impl<'a> Scheduler<'a> {
                 requests,
                 pods: claim.pods,
                 min_values_relaxed: claim.min_values_relaxed,
+                labels,
                 launch,
             });
         }
@@ -1073,6 +1077,38 @@ impl<'a> Scheduler<'a> {
             pod_errors,
         }
     }
+}
+
+/// The labels a NodeClaim's requirements give its object, as upstream's `resolveCustomLabelsFromRequirements`
+/// resolves them at creation: a key with one allowed value is labelled with it; a key a user defined (not
+/// well-known) with several allowed values, or constrained by `Exists`, `NotIn`, `Gt`, `Lt`, `Gte` or `Lte`, is
+/// labelled with one value it allows ([`Requirement::any_value`]: the first listed, or the smallest integer within
+/// the bounds and not excluded, where upstream picks at random); `DoesNotExist` and the hostname give none.
+/// Well-known keys with several values are left to the launch, which labels them from the instance type and
+/// offering it picks (those are the cloud provider's to set).
+///
+/// `requirements` are the claim's narrowed ones (the NodePool's intersected with every pod placed), so the value
+/// chosen satisfies each pod on the claim: a pod needing `team In [b]` on a pool allowing `team In [a, b]` gets
+/// a node labelled `team=b`.
+///
+/// [`Requirement::any_value`]: crate::requirements::Requirement::any_value
+pub fn claim_labels(
+    requirements: &Requirements,
+    well_known: &WellKnownKeys,
+    interner: &mut LabelInterner,
+) -> Vec<(Symbol, Symbol)> {
+    let hostname = interner.intern_key(labels::HOSTNAME_LABEL);
+    let mut out: Vec<(Symbol, Symbol)> = requirements
+        .iter()
+        .filter(|r| r.key() != hostname)
+        .filter_map(|r| match r.single_value() {
+            Some(v) => Some((r.key(), v)),
+            None if well_known.contains(r.key()) => None,
+            None => r.any_value(interner).map(|v| (r.key(), v)),
+        })
+        .collect();
+    out.sort_unstable_by(|a, b| interner.resolve(a.0).cmp(interner.resolve(b.0)));
+    out
 }
 
 /// What an instance type has left for pods once its DaemonSet pods run.
