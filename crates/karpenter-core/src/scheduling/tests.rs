@@ -1136,6 +1136,40 @@ fn a_pod_larger_than_every_type_is_told_no_type_has_enough_resources() {
 }
 
 #[test]
+fn a_well_known_value_no_type_has_is_told_no_type_met_the_requirements() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let t = fx.template("default", 0, &[], &cat);
+    let mut pod = fx.pod("a", 500, 256);
+    // `size` is well-known (the catalog's own label), so the NodePool need not declare it; no type is `huge`.
+    pod.base_requirements = fx.reqs(&[("size", "In", &["huge"])]);
+    let input = make_input(fx.wk.clone(), vec![t], vec![pod]);
+    assert_eq!(
+        pod_error(&mut fx, &input),
+        "incompatible with nodepool \"default\", daemonset overhead={}, no instance type met all requirements, \
+         requirements=karpenter.sh/nodepool In [default], size In [huge], \
+         resources={\"cpu\":\"500m\",\"memory\":\"256Mi\",\"pods\":\"1\"}"
+    );
+}
+
+#[test]
+fn a_too_large_pod_selecting_a_missing_value_is_told_both() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let t = fx.template("default", 0, &[], &cat);
+    let mut pod = fx.pod("a", 64_000, 256);
+    pod.base_requirements = fx.reqs(&[("size", "In", &["huge"])]);
+    let input = make_input(fx.wk.clone(), vec![t], vec![pod]);
+    let why = pod_error(&mut fx, &input);
+    assert!(
+        why.contains(
+            ", no instance type met the scheduling requirements or had enough resources, requirements="
+        ),
+        "{why}"
+    );
+}
+
+#[test]
 fn a_cpu_request_in_millions_hints_at_an_m_typed_for_m() {
     let mut fx = Fx::new();
     let cat = fx.catalog();
