@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    label_policy::{KeyUse, LabelPolicy, key_problems},
+    label_policy::{KeyUse, LabelPolicy, key_problems, restricted_label_problem},
     validation::{Validator, label_value_problem, qualified_name_problem},
 };
 
@@ -141,7 +141,14 @@ fn validate_requirement(
         if let Some(p) = qualified_name_problem(&r.key) {
             v.error(format!("invalid label key {p}"));
         }
-        for message in key_problems(policy, use_, &r.key) {
+        let problems = key_problems(policy, use_, &r.key);
+        // The controller's run-time check on NodePool and NodeOverlay requirements (upstream's ValidateRequirement
+        // normalizes the key first), which the CRD leaves to it; told only when the CRD's own rules pass.
+        let runtime = matches!(use_, KeyUse::NodePoolRequirement | KeyUse::NodeOverlayRequirement)
+            .then(|| restricted_label_problem(crate::labels::normalize_label_key(&r.key)))
+            .flatten()
+            .filter(|_| problems.is_empty());
+        for message in problems.into_iter().chain(runtime) {
             v.error(message);
         }
     });

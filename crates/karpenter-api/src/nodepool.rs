@@ -16,7 +16,7 @@ use crate::{
         validate_requirements, validate_taints,
     },
     duration::{GoDuration, NillableDuration},
-    label_policy::{KeyUse, LabelPolicy, key_problems},
+    label_policy::{KeyUse, LabelPolicy, key_problems, restricted_label_problem},
     quantity,
     validation::{ValidationErrors, Validator, label_value_problem, qualified_name_problem},
 };
@@ -447,7 +447,11 @@ fn validate_template_metadata(v: &mut Validator, metadata: &TemplateMetadata, po
                 if let Some(p) = label_value_problem(value) {
                     v.error(format!("invalid label value {p}"));
                 }
-                for message in key_problems(policy, KeyUse::NodePoolLabel, key) {
+                let problems = key_problems(policy, KeyUse::NodePoolLabel, key);
+                // The controller's run-time check, which the CRD leaves to it; told only when the CRD's own
+                // rules pass, so one problem is not reported twice.
+                let runtime = restricted_label_problem(key).filter(|_| problems.is_empty());
+                for message in problems.into_iter().chain(runtime) {
                     v.error(message);
                 }
             });

@@ -533,39 +533,53 @@ fn price_patterns_agree_with_parsers() {
     }
 }
 
-/// NodeOverlay requirement keys, accepted and rejected exactly as upstream v1.14.1's CRDs do (kubernetes-sigs/karpenter
-/// `hack/validation/requirements.sh`; aws/karpenter-provider-aws `hack/validation/requirements.sh`, whose
-/// NodeOverlay allow-list is the NodePool one without the tenancy, capacity-reservation and placement-group keys):
-/// `validate()` and the shipped CRD must agree on each.
+/// What upstream v1.14.1 does with a NodeOverlay requirement key.
+#[derive(Debug, Clone, Copy)]
+enum Verdict {
+    Accepted,
+    /// The CRD rejects it, with this message fragment.
+    Rejected(&'static str),
+    /// The CRD accepts it and the controller rejects it at run time (`IsRestrictedLabel`), with this fragment.
+    RuntimeOnly(&'static str),
+}
+
+/// NodeOverlay requirement keys, accepted and rejected exactly as upstream v1.14.1 does (kubernetes-sigs/karpenter
+/// `hack/validation/requirements.sh` and `IsRestrictedLabel`; aws/karpenter-provider-aws
+/// `hack/validation/requirements.sh`, whose NodeOverlay allow-list is the NodePool one without the tenancy,
+/// capacity-reservation and placement-group keys): `validate()` and the shipped CRD must agree on each.
 #[test]
 fn overlay_requirement_keys_match_upstream() {
-    let cases: [(LabelPolicy, &str, Option<&str>); 10] = [
-        (LabelPolicy::Aws, "karpenter.k8s.aws/ec2nodeclass", None),
-        (LabelPolicy::Aws, "karpenter.k8s.aws/instance-family", None),
-        (LabelPolicy::Core, "node-role.kubernetes.io/worker", None),
-        (LabelPolicy::Core, "kubernetes.io/custom", None),
-        (LabelPolicy::Core, "node.k8s.io/x", None),
-        (LabelPolicy::Core, "karpenter.sh/nodepool", None),
+    use Verdict::*;
+    let restricted = "is restricted; specify a well known label";
+    let cases: [(LabelPolicy, &str, Verdict); 12] = [
+        (LabelPolicy::Aws, "karpenter.k8s.aws/ec2nodeclass", Accepted),
+        (LabelPolicy::Aws, "karpenter.k8s.aws/instance-family", Accepted),
+        (LabelPolicy::Core, "node-role.kubernetes.io/worker", Accepted),
+        (LabelPolicy::Core, "node.kubernetes.io/instance-type", Accepted),
+        (LabelPolicy::Core, "kubernetes.io/custom", RuntimeOnly(restricted)),
+        (LabelPolicy::Core, "node.k8s.io/x", RuntimeOnly(restricted)),
+        (LabelPolicy::Core, "karpenter.sh/nodepool", Accepted),
         (
             LabelPolicy::Aws,
             "karpenter.k8s.aws/capacity-reservation-id",
-            Some("\"karpenter.k8s.aws\" is restricted"),
+            Rejected("\"karpenter.k8s.aws\" is restricted"),
         ),
         (
             LabelPolicy::Aws,
             "karpenter.k8s.aws/placement-group-id",
-            Some("\"karpenter.k8s.aws\" is restricted"),
+            Rejected("\"karpenter.k8s.aws\" is restricted"),
         ),
         (
             LabelPolicy::Core,
             "kubernetes.io/hostname",
-            Some("\"kubernetes.io/hostname\" is restricted"),
+            Rejected("\"kubernetes.io/hostname\" is restricted"),
         ),
         (
             LabelPolicy::Core,
             "karpenter.sh/custom",
-            Some("label domain \"karpenter.sh\" is restricted"),
+            Rejected("label domain \"karpenter.sh\" is restricted"),
         ),
+        (LabelPolicy::Core, "example.com/custom", Accepted),
     ];
     let mut failures = Vec::new();
     for (policy, key, expected) in cases {
@@ -578,8 +592,9 @@ fn overlay_requirement_keys_match_upstream() {
             .chain(support::schema_errors(&shipped, &obj))
             .collect::<Vec<_>>();
         let ok = match expected {
-            None => rust.is_ok() && crd.is_empty(),
-            Some(m) => rust.as_ref().is_err_and(|e| e.contains(m)) && crd.iter().any(|e| e.contains(m)),
+            Accepted => rust.is_ok() && crd.is_empty(),
+            Rejected(m) => rust.as_ref().is_err_and(|e| e.contains(m)) && crd.iter().any(|e| e.contains(m)),
+            RuntimeOnly(m) => rust.as_ref().is_err_and(|e| e.contains(m)) && crd.is_empty(),
         };
         if !ok {
             failures.push(format!(

@@ -183,6 +183,28 @@ fn pool_rows() -> Vec<Row> {
             crd: Crd::Cel("karpenter.k8s.aws\" is restricted"),
         },
         Row {
+            name: "label in the kubernetes.io domain",
+            object: with(
+                p(),
+                "/spec/template/metadata/labels",
+                json!({"kubernetes.io/custom": "x"}),
+            ),
+            path: "spec.template.metadata.labels[\"kubernetes.io/custom\"]",
+            message: "label kubernetes.io/custom is restricted; specify a well known label",
+            crd: Crd::RuntimeOnly,
+        },
+        Row {
+            name: "requirement in the k8s.io domain",
+            object: with(
+                p(),
+                &format!("{req}/0"),
+                json!({"key": "example.k8s.io/tier", "operator": "Exists"}),
+            ),
+            path: "spec.template.spec.requirements[0].key",
+            message: "label example.k8s.io/tier is restricted",
+            crd: Crd::RuntimeOnly,
+        },
+        Row {
             name: "capacity-type with no known value",
             object: with(p(), &format!("{req}/2/values"), json!(["cheap"])),
             path: "spec.template.spec.requirements[2]",
@@ -801,9 +823,12 @@ fn nodeclaim_rules() {
 /// and rejects only in the controller (ValidationSucceeded=False), which `validate()` rejects and the CRD accepts.
 ///
 /// Upstream sources: kubernetes-sigs/karpenter `hack/validation/labels.sh`, `requirements.sh`, `taint.sh` (the CEL
-/// rules and patterns injected into `pkg/apis/crds/*.yaml`) and `pkg/apis/v1/labels.go` (`RestrictedLabelDomains`
-/// is `karpenter.sh` only, `IsRestrictedLabel`), `pkg/apis/v1/nodeclaim_validation.go` (`ValidateRequirement`
-/// checks values with `IsValidLabelValue`; taint values are qualified names).
+/// rules and patterns injected into `pkg/apis/crds/*.yaml`) and `pkg/apis/v1/labels.go` (`IsRestrictedLabel`:
+/// `RestrictedLabelDomains` are `kubernetes.io`, `k8s.io` and `karpenter.sh`, less the well-known keys and the
+/// `LabelDomainExceptions` `node-role.kubernetes.io`, `kops.k8s.io`, `node-restriction.kubernetes.io`, and the
+/// kubelet's own `node.kubernetes.io`), `pkg/apis/v1/nodeclaim_validation.go` (`ValidateRequirement` normalizes
+/// the key, checks it with `IsRestrictedLabel` and values with `IsValidLabelValue`; taint values are qualified
+/// names).
 #[test]
 fn keys_and_values_are_exactly_as_strict_as_upstream() {
     #[derive(Debug, Clone, Copy, PartialEq)]
@@ -838,12 +863,45 @@ fn keys_and_values_are_exactly_as_strict_as_upstream() {
             label("node-role.kubernetes.io/worker"),
             Accepted,
         ),
-        ("label kubernetes.io/role", label("kubernetes.io/role"), Accepted),
-        ("label node.k8s.io/pool", label("node.k8s.io/pool"), Accepted),
+        (
+            "label node.kubernetes.io/pool",
+            label("node.kubernetes.io/pool"),
+            Accepted,
+        ),
+        (
+            "label node-restriction.kubernetes.io/pool",
+            label("node-restriction.kubernetes.io/pool"),
+            Accepted,
+        ),
+        (
+            "label kops.k8s.io/instancegroup",
+            label("kops.k8s.io/instancegroup"),
+            Accepted,
+        ),
+        (
+            "label topology.kubernetes.io/zone",
+            label("topology.kubernetes.io/zone"),
+            Accepted,
+        ),
+        (
+            "label kubernetes.io/role",
+            label("kubernetes.io/role"),
+            RuntimeRejected("is restricted; specify a well known label"),
+        ),
+        (
+            "label node.k8s.io/pool",
+            label("node.k8s.io/pool"),
+            RuntimeRejected("is restricted; specify a well known label"),
+        ),
         (
             "label app.kubernetes.io/name",
             label("app.kubernetes.io/name"),
-            Accepted,
+            RuntimeRejected("is restricted; specify a well known label"),
+        ),
+        (
+            "label beta.kubernetes.io/arch",
+            label("beta.kubernetes.io/arch"),
+            RuntimeRejected("is restricted; specify a well known label"),
         ),
         (
             "label karpenter.sh/capacity-type",
@@ -879,11 +937,22 @@ fn keys_and_values_are_exactly_as_strict_as_upstream() {
         (
             "requirement kubernetes.io/custom",
             requirement("kubernetes.io/custom"),
-            Accepted,
+            RuntimeRejected("is restricted; specify a well known label"),
         ),
         (
             "requirement node.k8s.io/x",
             requirement("node.k8s.io/x"),
+            RuntimeRejected("is restricted; specify a well known label"),
+        ),
+        // Deprecated aliases are normalized first, as upstream's ValidateRequirement does.
+        (
+            "requirement beta.kubernetes.io/arch",
+            requirement("beta.kubernetes.io/arch"),
+            Accepted,
+        ),
+        (
+            "requirement node.kubernetes.io/instance-type",
+            requirement("node.kubernetes.io/instance-type"),
             Accepted,
         ),
         (

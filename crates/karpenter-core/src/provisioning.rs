@@ -2,8 +2,9 @@
 //! way upstream's `NodeClaimTemplate.ToNodeClaim` builds it. `karpenter schedule` prints the same object's
 //! fields, so what the CLI shows is what the controller would create.
 //!
-//! - metadata: `generateName: <nodepool>-`; the template's labels, the claim's single-valued requirements and
-//!   `karpenter.sh/nodepool`; the template's annotations, the NodePool hash and its version, and
+//! - metadata: `generateName: <nodepool>-`; the template's labels, the labels the claim's requirements resolve to
+//!   (`NewNodeClaim::labels`: single values, and a value chosen for user-defined keys that allow several, as
+//!   upstream's `resolveCustomLabelsFromRequirements` chooses one) and `karpenter.sh/nodepool`; the template's annotations, the NodePool hash and its version, and
 //!   `karpenter.sh/nodeclaim-min-values-relaxed` when minValues was relaxed; an owner reference to the NodePool
 //!   when its uid is known (so deleting the NodePool deletes its NodeClaims);
 //! - spec: the narrowed requirements (the kept instance types among them, hostname left out: it is only a
@@ -53,13 +54,7 @@ pub fn node_claim_object(cx: &ClaimContext<'_>, claim: &NewNodeClaim) -> NodeCla
         .iter()
         .map(|&(k, v)| (resolve(k), resolve(v)))
         .collect();
-    claim_labels.extend(
-        claim
-            .requirements
-            .labels()
-            .map(|(k, v)| (resolve(k), resolve(v)))
-            .filter(|(k, _)| !is_hostname(k)),
-    );
+    claim_labels.extend(claim.labels.iter().map(|&(k, v)| (resolve(k), resolve(v))));
     claim_labels.insert(labels::NODEPOOL_LABEL.to_string(), template.name.clone());
 
     let metadata = &template.claim_metadata;
@@ -252,5 +247,136 @@ mod tests {
         named.metadata.name = Some("web-abcde".into());
         let policy = karpenter_api::label_policy::LabelPolicy::Aws;
         assert!(named.validate(policy).is_ok(), "{:?}", named.validate(policy));
+    }
+
+    /// The labels of the NodeClaim object the provisioner creates for one pod (needing `pod_extra`) on a NodePool
+    /// with `requirements` (YAML flow entries).
+    fn claim_labels_for(requirements: &[&str], pod_extra: &str) -> BTreeMap<String, String> {
+        let listed: String = requirements.iter().map(|r| format!("      - {r}\n")).collect();
+        let pool = format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: pool}}\nspec:\n  template:\n    spec:\n      requirements:\n{listed}      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n"
+        );
+        let pod = pending_pod("default", "a", "100m", pod_extra);
+        let snap = snapshot(&[&pool, &pod]);
+        let mut inputs = build_schedule_inputs(&snap, &catalog(), &BuildOptions::default());
+        let results = schedule(&inputs.input, &mut inputs.interner, &inputs.table);
+        assert_eq!(results.new_node_claims.len(), 1, "{:?}", results.pod_errors);
+        let claim = &results.new_node_claims[0];
+        let object = node_claim_object(
+            &ClaimContext {
+                interner: &inputs.interner,
+                table: &inputs.table,
+                template: &inputs.input.templates[claim.template],
+                nodepool_hash: None,
+                nodepool_uid: None,
+            },
+            claim,
+        );
+        object.metadata.labels.unwrap_or_default()
+    }
+
+    #[test]
+    fn each_requirement_operator_becomes_a_label_value_the_pods_accept() {
+        let affinity = |expression: &str| {
+            format!(
+                "  affinity: {{nodeAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: {{nodeSelectorTerms: [{{matchExpressions: [{expression}]}}]}}}}}}\n"
+            )
+        };
+        // (NodePool requirements, the pod's own constraint, the key, the label the NodeClaim gets)
+        let cases: Vec<(Vec<&str>, String, &str, Option<&str>)> = vec![
+            (
+                vec!["{key: team, operator: In, values: [web]}"],
+                String::new(),
+                "team",
+                Some("web"),
+            ),
+            // Several values: the one the pod needs, not the NodePool's first.
+            (
+                vec!["{key: team, operator: In, values: [a, b]}"],
+                "  nodeSelector: {team: b}\n".into(),
+                "team",
+                Some("b"),
+            ),
+            (
+                vec!["{key: team, operator: In, values: [a, b]}"],
+                affinity("{key: team, operator: NotIn, values: [a]}"),
+                "team",
+                Some("b"),
+            ),
+            // Exists, NotIn and the integer operators: an integer the requirement (and the pod) allow.
+            (
+                vec!["{key: rack, operator: Exists}"],
+                String::new(),
+                "rack",
+                Some("0"),
+            ),
+            (
+                vec!["{key: rack, operator: NotIn, values: [\"0\", \"1\"]}"],
+                String::new(),
+                "rack",
+                Some("2"),
+            ),
+            (
+                vec!["{key: gen, operator: Gt, values: [\"3\"]}"],
+                String::new(),
+                "gen",
+                Some("4"),
+            ),
+            (
+                vec!["{key: gen, operator: Gt, values: [\"3\"]}"],
+                affinity("{key: gen, operator: Gt, values: [\"5\"]}"),
+                "gen",
+                Some("6"),
+            ),
+            (
+                vec!["{key: gen, operator: Gte, values: [\"3\"]}"],
+                String::new(),
+                "gen",
+                Some("3"),
+            ),
+            (
+                vec![
+                    "{key: gen, operator: Lt, values: [\"3\"]}",
+                    "{key: gen, operator: NotIn, values: [\"0\"]}",
+                ],
+                String::new(),
+                "gen",
+                Some("1"),
+            ),
+            (
+                vec!["{key: gen, operator: Lte, values: [\"0\"]}"],
+                String::new(),
+                "gen",
+                Some("0"),
+            ),
+            // No value is allowed: no label.
+            (
+                vec!["{key: legacy, operator: DoesNotExist}"],
+                String::new(),
+                "legacy",
+                None,
+            ),
+            // Well-known keys with several values are the launch's to label, from the instance type it picks.
+            (
+                vec!["{key: topology.kubernetes.io/zone, operator: In, values: [test-zone-1, test-zone-2]}"],
+                String::new(),
+                "topology.kubernetes.io/zone",
+                None,
+            ),
+            (
+                vec!["{key: topology.kubernetes.io/zone, operator: In, values: [test-zone-1, test-zone-2]}"],
+                "  nodeSelector: {topology.kubernetes.io/zone: test-zone-2}\n".into(),
+                "topology.kubernetes.io/zone",
+                Some("test-zone-2"),
+            ),
+        ];
+        for (requirements, pod_extra, key, expected) in cases {
+            let labels = claim_labels_for(&requirements, &pod_extra);
+            assert_eq!(
+                labels.get(key).map(String::as_str),
+                expected,
+                "{requirements:?} with pod {pod_extra:?}: {labels:?}"
+            );
+        }
     }
 }

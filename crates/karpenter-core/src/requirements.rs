@@ -22,9 +22,9 @@ mod min_values;
 mod parse;
 mod set;
 
-pub use explain::{Incompatibility, RequirementDisplay, RequirementsDisplay, Sides};
+pub use explain::{Incompatibility, RequirementDisplay, RequirementsDisplay};
 pub use interner::{LabelInterner, Symbol, WellKnownKeys};
-pub use min_values::MinValuesShortfall;
+pub use min_values::{MinValuesShortfall, explain_shortfalls};
 pub use parse::{Operator, RequirementError, RequirementSpec, UnknownOperator};
 
 use set::SymbolSet;
@@ -300,7 +300,7 @@ impl Requirement {
         None
     }
 
-    /// Formats the constraint (without the key) for people: `In [a, b]`, `NotIn [a]`, `Exists`, `Gte 4, Lte 8`.
+    /// Formats the requirement as upstream prints one: `key In [a b]`, `key NotIn [a]`, `key Exists >=4 <=8`.
     pub fn display<'a>(&'a self, interner: &'a LabelInterner) -> RequirementDisplay<'a> {
         RequirementDisplay {
             requirement: self,
@@ -546,7 +546,7 @@ impl Requirements {
         self.items.iter().any(|r| r.min_values.is_some())
     }
 
-    /// Formats as `key In [a, b], key2 Exists`, keys sorted by name.
+    /// Formats as upstream prints requirements: `key In [a b], key2 Exists`, sorted.
     pub fn display<'a>(&'a self, interner: &'a LabelInterner) -> RequirementsDisplay<'a> {
         RequirementsDisplay {
             requirements: self,

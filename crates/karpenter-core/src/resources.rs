@@ -334,6 +334,14 @@ impl Resources {
             .collect()
     }
 
+    /// Formats as upstream's pod errors quote resources: `{"cpu":"1500m","memory":"1Gi","pods":"3"}`.
+    pub fn json<'a>(&'a self, table: &'a ResourceTable) -> ResourcesJson<'a> {
+        ResourcesJson {
+            resources: self,
+            table,
+        }
+    }
+
     /// Formats as `{cpu: 1500m, memory: 1Gi, pods: 3}` for logs and explanations.
     pub fn display<'a>(&'a self, table: &'a ResourceTable) -> ResourcesDisplay<'a> {
         ResourcesDisplay {
@@ -404,6 +412,34 @@ impl fmt::Display for ResourcesDisplay<'_> {
                 f,
                 "{}{name}: {}",
                 if n > 0 { ", " } else { "" },
+                format_milli(name, v)
+            )?;
+        }
+        f.write_str("}")
+    }
+}
+
+/// [`Resources`] formatted as upstream's `resources.String` prints a ResourceList: compact JSON with names sorted,
+/// e.g. `{"cpu":"1500m","memory":"1Gi","pods":"3"}`; `{}` when nothing is requested.
+pub struct ResourcesJson<'a> {
+    resources: &'a Resources,
+    table: &'a ResourceTable,
+}
+
+impl fmt::Display for ResourcesJson<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut entries: Vec<(&str, i64)> = self
+            .resources
+            .iter()
+            .map(|(id, v)| (self.table.name(id), v))
+            .collect();
+        entries.sort_unstable_by_key(|(name, _)| *name);
+        f.write_str("{")?;
+        for (n, (name, v)) in entries.into_iter().enumerate() {
+            write!(
+                f,
+                "{}{name:?}:\"{}\"",
+                if n > 0 { "," } else { "" },
                 format_milli(name, v)
             )?;
         }

@@ -178,9 +178,12 @@ fn a_pod_that_fits_nowhere_is_a_pod_error_naming_the_nodepool() {
     assert_eq!(errors.len(), 1, "{errors:#?}");
     assert_eq!(errors[0]["pod"], "shop/huge");
     let msg = errors[0]["error"].as_str().expect("a message");
-    assert!(msg.contains("\"default\""), "names the NodePool: {msg}");
     assert!(
-        msg.contains("no instance type has room") || msg.contains("cpu"),
+        msg.starts_with("incompatible with nodepool \"default\", daemonset overhead="),
+        "names the NodePool, in upstream's words: {msg}"
+    );
+    assert!(
+        msg.contains("no instance type has enough resources, requirements=") && msg.contains("resources={\"cpu\":"),
         "says why: {msg}"
     );
 }

@@ -10,40 +10,6 @@ use super::{LabelInterner, Requirement, Requirements, Symbol, WellKnownKeys};
 /// Values shown before "and N others", so a NodePool listing hundreds of instance types stays readable.
 const MAX_LISTED_VALUES: usize = 5;
 
-/// What the two sides of a compatibility check are called in explanations, and how to fix an undefined label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sides<'a> {
-    /// The side that asks (usually "pod").
-    pub incoming: &'a str,
-    /// The side that offers ("NodePool", "node", "instance type").
-    pub existing: &'a str,
-    /// What to do when `incoming` selects a label `existing` does not define.
-    pub how_to_define: Option<&'a str>,
-}
-
-impl Sides<'static> {
-    pub const POD_AND_NODEPOOL: Self = Sides {
-        incoming: "pod",
-        existing: "NodePool",
-        how_to_define: Some("add it to spec.template.metadata.labels or requirements"),
-    };
-    pub const POD_AND_NODE: Self = Sides {
-        incoming: "pod",
-        existing: "node",
-        how_to_define: None,
-    };
-    pub const POD_AND_INSTANCE_TYPE: Self = Sides {
-        incoming: "pod",
-        existing: "instance type",
-        how_to_define: None,
-    };
-    pub const POD_AND_OFFERING: Self = Sides {
-        incoming: "pod",
-        existing: "offering",
-        how_to_define: None,
-    };
-}
-
 /// Why one set of requirements cannot be met by another.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Incompatibility {
@@ -87,21 +53,16 @@ impl Incompatibility {
         }
     }
 
-    /// The explanation, e.g. `key "topology.kubernetes.io/zone": pod requires In [us-east-1a], NodePool allows
-    /// In [us-east-1b, us-east-1c]`.
-    pub fn explain(&self, interner: &LabelInterner, sides: Sides<'_>) -> String {
+    /// The explanation in upstream's words (`Requirements.Compatible`): `label "example.com/team" does not have
+    /// known values (typo of "example.com/teams"?)` for an undefined label, and `key topology.kubernetes.io/zone,
+    /// topology.kubernetes.io/zone In [us-east-1a] not in topology.kubernetes.io/zone In [us-east-1b us-east-1c]`
+    /// (what the incoming side asks, then what the other side allows) for disjoint values.
+    pub fn explain(&self, interner: &LabelInterner) -> String {
         match self {
             Self::Undefined { key, suggestion } => {
-                let mut msg = format!(
-                    "label {:?} is not defined by the {}",
-                    interner.resolve(*key),
-                    sides.existing
-                );
-                if let Some(fix) = sides.how_to_define {
-                    msg.push_str(&format!(" ({fix})"));
-                }
+                let mut msg = format!("label {:?} does not have known values", interner.resolve(*key));
                 if let Some(s) = suggestion {
-                    msg.push_str(&format!("; did you mean {:?}?", interner.resolve(*s)));
+                    msg.push_str(&format!(" (typo of {:?}?)", interner.resolve(*s)));
                 }
                 msg
             }
@@ -110,11 +71,9 @@ impl Incompatibility {
                 incoming,
                 existing,
             } => format!(
-                "key {:?}: {} requires {}, {} allows {}",
+                "key {}, {} not in {}",
                 interner.resolve(*key),
-                sides.incoming,
                 incoming.display(interner),
-                sides.existing,
                 existing.display(interner),
             ),
         }
@@ -145,8 +104,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// A [`Requirement`] formatted without its key: `In [a, b]`, `NotIn [a]`, `Exists`, `DoesNotExist`,
-/// `Gte 4, Lte 8`, with `, minValues N` when set.
+/// A [`Requirement`] formatted as upstream's `Requirement.String()` does: `key In [a b]`, `key NotIn [a]`,
+/// `key Exists`, `key DoesNotExist`, integer bounds appended (`key Exists >=4 <=8`), then ` minValues N`. Values
+/// are sorted and cut after five (`and N others`), so a NodePool listing hundreds of instance types stays readable.
 pub struct RequirementDisplay<'a> {
     pub(super) requirement: &'a Requirement,
     pub(super) interner: &'a LabelInterner,
@@ -155,51 +115,44 @@ pub struct RequirementDisplay<'a> {
 impl fmt::Display for RequirementDisplay<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = self.requirement;
+        write!(f, "{} ", self.interner.resolve(r.key()))?;
         let mut values: Vec<&str> = r.values().iter().map(|&v| self.interner.resolve(v)).collect();
         values.sort_unstable();
-        let listed = |f: &mut fmt::Formatter<'_>, op: &str| -> fmt::Result {
-            write!(f, "{op} [")?;
+        let operator = match (r.is_complement(), values.is_empty()) {
+            (false, true) => "DoesNotExist",
+            (false, false) => "In",
+            (true, true) => "Exists",
+            (true, false) => "NotIn",
+        };
+        f.write_str(operator)?;
+        if !values.is_empty() {
+            f.write_str(" [")?;
             for (n, v) in values.iter().take(MAX_LISTED_VALUES).enumerate() {
                 if n > 0 {
-                    f.write_str(", ")?;
+                    f.write_str(" ")?;
                 }
                 f.write_str(v)?;
             }
             if values.len() > MAX_LISTED_VALUES {
                 write!(f, " and {} others", values.len() - MAX_LISTED_VALUES)?;
             }
-            f.write_str("]")
-        };
-        if !r.is_complement() {
-            if values.is_empty() {
-                f.write_str("DoesNotExist")?;
-            } else {
-                listed(f, "In")?;
-            }
-        } else {
-            let mut parts = 0;
-            if !values.is_empty() {
-                listed(f, "NotIn")?;
-                parts += 1;
-            }
-            for (op, bound) in [("Gte", r.lower_bound()), ("Lte", r.upper_bound())] {
-                if let Some(b) = bound {
-                    write!(f, "{}{op} {b}", if parts > 0 { ", " } else { "" })?;
-                    parts += 1;
-                }
-            }
-            if parts == 0 {
-                f.write_str("Exists")?;
-            }
+            f.write_str("]")?;
+        }
+        if let Some(b) = r.lower_bound() {
+            write!(f, " >={b}")?;
+        }
+        if let Some(b) = r.upper_bound() {
+            write!(f, " <={b}")?;
         }
         if let Some(m) = r.min_values() {
-            write!(f, ", minValues {m}")?;
+            write!(f, " minValues {m}")?;
         }
         Ok(())
     }
 }
 
-/// [`Requirements`] formatted as `key In [a], key2 Exists`, sorted by key name.
+/// [`Requirements`] formatted as upstream's `Requirements.String()`: each requirement as [`RequirementDisplay`],
+/// sorted, joined by `, `.
 pub struct RequirementsDisplay<'a> {
     pub(super) requirements: &'a Requirements,
     pub(super) interner: &'a LabelInterner,
@@ -207,19 +160,13 @@ pub struct RequirementsDisplay<'a> {
 
 impl fmt::Display for RequirementsDisplay<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut items: Vec<(&str, &Requirement)> = self
+        let mut items: Vec<String> = self
             .requirements
             .iter()
-            .map(|r| (self.interner.resolve(r.key()), r))
+            .map(|r| r.display(self.interner).to_string())
             .collect();
-        items.sort_unstable_by_key(|(k, _)| *k);
-        for (n, (key, r)) in items.into_iter().enumerate() {
-            if n > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{key} {}", r.display(self.interner))?;
-        }
-        Ok(())
+        items.sort_unstable();
+        f.write_str(&items.join(", "))
     }
 }
 
@@ -244,22 +191,21 @@ mod tests {
         let pod = reqs(&mut i, &[("topology.kubernetes.io/zone", "In", &["us-east-1a"])]);
         let err = nodepool.compatible(&pod, &WellKnownKeys::none()).unwrap_err();
         assert_eq!(
-            err.explain(&i, Sides::POD_AND_NODEPOOL),
-            "key \"topology.kubernetes.io/zone\": pod requires In [us-east-1a], \
-             NodePool allows In [us-east-1b, us-east-1c]"
+            err.explain(&i),
+            "key topology.kubernetes.io/zone, topology.kubernetes.io/zone In [us-east-1a] not in \
+             topology.kubernetes.io/zone In [us-east-1b us-east-1c]"
         );
     }
 
     #[test]
-    fn undefined_label_explains_how_to_define_it() {
+    fn undefined_label_is_a_label_without_known_values() {
         let mut i = LabelInterner::new();
         let nodepool = reqs(&mut i, &[("kubernetes.io/arch", "In", &["amd64"])]);
         let pod = reqs(&mut i, &[("example.com/team", "In", &["a"])]);
         let err = nodepool.compatible(&pod, &WellKnownKeys::none()).unwrap_err();
         assert_eq!(
-            err.explain(&i, Sides::POD_AND_NODEPOOL),
-            "label \"example.com/team\" is not defined by the NodePool \
-             (add it to spec.template.metadata.labels or requirements)"
+            err.explain(&i),
+            "label \"example.com/team\" does not have known values"
         );
     }
 
@@ -274,10 +220,10 @@ mod tests {
             .unwrap_err()
             .with_suggestion(&nodepool, &wk, &i);
         assert!(
-            err.explain(&i, Sides::POD_AND_NODE)
-                .ends_with("; did you mean \"karpenter.k8s.aws/instance-family\"?"),
+            err.explain(&i)
+                .ends_with(" (typo of \"karpenter.k8s.aws/instance-family\"?)"),
             "{}",
-            err.explain(&i, Sides::POD_AND_NODE)
+            err.explain(&i)
         );
         let pod = reqs(&mut i, &[("example.org/team", "In", &["a"])]);
         let err = nodepool
@@ -293,7 +239,7 @@ mod tests {
     fn long_value_lists_are_truncated() {
         let mut i = LabelInterner::new();
         let r = reqs(&mut i, &[("t", "In", &["a", "b", "c", "d", "e", "f", "g"])]);
-        assert_eq!(r.display(&i).to_string(), "t In [a, b, c, d, e and 2 others]");
+        assert_eq!(r.display(&i).to_string(), "t In [a b c d e and 2 others]");
     }
 
     #[test]
@@ -307,13 +253,13 @@ mod tests {
                 ("cpu", "NotIn", &["8"]),
             ],
         );
-        assert_eq!(r.display(&i).to_string(), "cpu NotIn [8], Gte 4, Lte 16");
+        assert_eq!(r.display(&i).to_string(), "cpu NotIn [8] >=4 <=16");
         let r = Requirement::parse("family", "Exists", &[] as &[&str], Some(3), &mut i).unwrap();
-        assert_eq!(r.display(&i).to_string(), "Exists, minValues 3");
+        assert_eq!(r.display(&i).to_string(), "family Exists minValues 3");
         let k = i.intern_key("k");
         assert_eq!(
             Requirement::does_not_exist(k).display(&i).to_string(),
-            "DoesNotExist"
+            "k DoesNotExist"
         );
     }
 

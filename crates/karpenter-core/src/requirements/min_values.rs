@@ -26,6 +26,17 @@ impl MinValuesShortfall {
     }
 }
 
+/// The shortfalls in upstream's words (`InstanceTypes.SatisfiesMinValues`):
+/// `minValues requirement is not met for label(s) (label(s)=[karpenter.k8s.aws/instance-family])`, keys sorted.
+pub fn explain_shortfalls(shortfalls: &[MinValuesShortfall], interner: &LabelInterner) -> String {
+    let mut keys: Vec<&str> = shortfalls.iter().map(|s| interner.resolve(s.key)).collect();
+    keys.sort_unstable();
+    format!(
+        "minValues requirement is not met for label(s) (label(s)=[{}])",
+        keys.join(" ")
+    )
+}
+
 impl Requirements {
     /// Checks `minValues` against instance types given by their requirements, in order (cheapest first, say).
     ///

@@ -21,7 +21,7 @@ pub use pod::{
 };
 pub use scheduler::{
     BoundPod, Launch, MinValuesPolicy, NewNodeClaim, SchedulingInput, SchedulingResults, SchedulingSettings,
-    schedule,
+    claim_labels, schedule,
 };
 
 #[cfg(test)]

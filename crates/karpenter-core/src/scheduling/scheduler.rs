@@ -10,8 +10,8 @@ use std::{collections::BTreeSet, collections::HashMap, collections::VecDeque, sy
 
 use crate::{
     instance_type::{InstanceType, Offering},
-    requirements::{Incompatibility, LabelInterner, Requirements, Sides, Symbol, WellKnownKeys},
-    resources::{ResourceTable, Resources, first_exceeding, fits, sum_fits},
+    requirements::{Incompatibility, LabelInterner, Requirements, Symbol, WellKnownKeys},
+    resources::{ResourceTable, Resources, fits, sum_fits},
 };
 use karpenter_api::labels;
 
@@ -113,6 +113,8 @@ pub struct NewNodeClaim {
     pub pods: Vec<usize>,
     /// minValues could not be met and was relaxed (BestEffort).
     pub min_values_relaxed: bool,
+    /// The labels its requirements give the NodeClaim object (see [`claim_labels`]), sorted by key.
+    pub labels: Vec<(Symbol, Symbol)>,
     pub launch: Option<Launch>,
 }
 
@@ -162,15 +164,23 @@ struct NodeState {
     pods: Vec<usize>,
 }
 
-/// Why a pod could not go onto a NodeClaim, to explain it.
+/// Why a pod could not go onto a NodeClaim, to explain it. Cheap to build: the words (and, for instance types,
+/// which of requirements, resources and offerings ruled them out) are worked out only for the rejections a pod
+/// is told about.
 enum Rejection {
     Taint,
     HostPort,
     Requirements(Incompatibility),
     Topology(TopologyError),
-    NoInstanceType { requests: Resources, compatible: usize },
+    /// No instance type left could take the pod (its requirements, resources or offerings ruled them all out).
+    NoInstanceType,
     MinValues(Vec<crate::requirements::MinValuesShortfall>),
-    Limits(String),
+    /// The NodePool's node limit is used up.
+    NodeLimit,
+    /// Every instance type's capacity exceeds what is left of the NodePool's limits.
+    ResourceLimits,
+    /// The NodePool's requirements allow none of the instance types.
+    NoInstanceTypes,
 }
 
 /// Runs one simulation. `interner` must be the one the input was built with; placeholder hostnames for new
@@ -439,7 +449,7 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
-        self.finish(errors)
+        self.finish(errors, interner)
     }
 
     /// Tries existing nodes, then open NodeClaims, then a new NodeClaim per NodePool.
@@ -635,11 +645,7 @@ impl<'a> Scheduler<'a> {
             return Err(Rejection::Topology(e));
         }
         if !sum_fits(&claim.pod_requests, &pod.requests, &claim.max_room) {
-            let requests = claim.pod_requests.saturating_add(&pod.requests);
-            return Err(Rejection::NoInstanceType {
-                requests,
-                compatible: claim.types.len(),
-            });
+            return Err(Rejection::NoInstanceType);
         }
         let requests = claim.pod_requests.saturating_add(&pod.requests);
         // Most pods add no requirement a claim does not already have; build merged requirements only when
@@ -704,7 +710,7 @@ impl<'a> Scheduler<'a> {
             if compatible == 0 && compatible_but_port_blocked > 0 {
                 return Err(Rejection::HostPort);
             }
-            return Err(Rejection::NoInstanceType { requests, compatible });
+            return Err(Rejection::NoInstanceType);
         }
         let mut min_values_relaxed = claim.min_values_relaxed;
         if view.has_min_values() {
@@ -753,7 +759,7 @@ impl<'a> Scheduler<'a> {
     fn open_claim(&mut self, p: usize, t: usize, reqs: &Requirements) -> Result<(), Rejection> {
         let template = &self.input.templates[t];
         if self.remaining_nodes[t].is_some_and(|n| n <= 0) {
-            return Err(Rejection::Limits("its limit on nodes is reached".into()));
+            return Err(Rejection::NodeLimit);
         }
         let mut types = Vec::with_capacity(template.instance_types.len());
         let mut max_room = Resources::zero();
@@ -770,12 +776,28 @@ impl<'a> Scheduler<'a> {
             types.push(u32::try_from(i).unwrap_or(u32::MAX));
         }
         if types.is_empty() {
-            let msg = if template.instance_types.is_empty() {
-                "it has no instance type its requirements allow".to_string()
+            return Err(if template.instance_types.is_empty() {
+                Rejection::NoInstanceTypes
             } else {
-                "every instance type would exceed what is left of its limits".to_string()
-            };
-            return Err(Rejection::Limits(msg));
+                Rejection::ResourceLimits
+            });
+        }
+        // Upstream checks a new NodeClaim's taints, then its requirements, before anything else: a pod that
+        // fails both is told about those first, not about an instance type too small for it.
+        if untolerated(
+            &self.input.pods[p].tolerations,
+            &template.taints,
+            !self.relax[p].prefer_no_schedule_tolerated,
+        )
+        .is_some()
+        {
+            return Err(Rejection::Taint);
+        }
+        if !reqs.is_empty() {
+            template
+                .requirements
+                .compatible(reqs, &self.input.well_known)
+                .map_err(Rejection::Requirements)?;
         }
         let hostname = host_of_node(self.input.existing.len() + self.claims.len());
         let claim = OpenClaim {
@@ -809,6 +831,9 @@ impl<'a> Scheduler<'a> {
         Ok(())
     }
 
+    /// Why pod `p` fits nowhere, in upstream's words: one clause per NodePool, joined by `; ` as upstream joins
+    /// its per-NodePool errors, each naming the NodePool (upstream keeps the name in its log's structured fields;
+    /// here the message is all a user gets), then the NodePools that were skipped.
     fn explain(
         &self,
         p: usize,
@@ -817,87 +842,167 @@ impl<'a> Scheduler<'a> {
         interner: &LabelInterner,
         table: &ResourceTable,
     ) -> String {
-        let pod = &self.input.pods[p];
         let skipped = &self.input.skipped_nodepools;
-        if reasons.is_empty() {
-            if !skipped.is_empty() {
-                return format!(
-                    "no existing node has room and no NodePool can launch a node for it: {}",
-                    skipped.join("; ")
-                );
-            }
-            return "no existing node has room and no NodePool exists to launch a node".to_string();
+        if reasons.is_empty() && skipped.is_empty() {
+            return "no nodepools found".to_string();
         }
-        let resolve = |s: Symbol| interner.resolve(s).to_string();
-        let parts: Vec<String> = reasons
+        reasons
             .iter()
-            .map(|(t, r)| {
-                let template = &self.input.templates[*t];
-                let why = match r {
-                    Rejection::Taint => {
-                        let taint = untolerated(&pod.tolerations, &template.taints, true);
-                        match taint {
-                            Some(t) => format!(
-                                "the pod does not tolerate taint {}{}:{:?}",
-                                resolve(t.key),
-                                t.value.map(|v| format!("={}", resolve(v))).unwrap_or_default(),
-                                t.effect
-                            ),
-                            None => "a taint is not tolerated".to_string(),
-                        }
-                    }
-                    Rejection::HostPort => {
-                        "its host ports conflict with a pod's or a DaemonSet's on every instance type left"
-                            .to_string()
-                    }
-                    Rejection::Requirements(inc) => inc.explain(interner, Sides::POD_AND_NODEPOOL),
-                    Rejection::Topology(e) => e.explain(resolve),
-                    Rejection::NoInstanceType { requests, compatible } => {
-                        if *compatible == 0 {
-                            format!("no instance type satisfies the requirements {}", reqs.display(interner))
-                        } else {
-                            let overheads = &template.daemon_overheads;
-                            let largest = template
-                                .instance_types
-                                .iter()
-                                .enumerate()
-                                .map(|(i, it)| room(&it.allocatable, &overheads.of(i).requests))
-                                .fold(Resources::zero(), |a, b| a.max(&b));
-                            let exceeded = first_exceeding(requests, &largest)
-                                .map(|e| e.explain(table))
-                                .unwrap_or_default();
-                            let daemons = match overheads.bounds(0..template.instance_types.len()) {
-                                Some((min, max)) if min != max => format!(
-                                    "{} to {} by instance type",
-                                    min.display(table),
-                                    max.display(table)
-                                ),
-                                Some((min, _)) => min.display(table).to_string(),
-                                None => Resources::zero().display(table).to_string(),
-                            };
-                            format!(
-                                "no instance type has room for the pod's requests {} plus DaemonSet overhead {daemons} ({exceeded})",
-                                pod.requests.display(table),
-                            )
-                        }
-                    }
-                    Rejection::MinValues(shortfalls) => {
-                        let each: Vec<String> = shortfalls.iter().map(|s| s.explain(interner)).collect();
-                        format!("minValues cannot be met: {}", each.join(", "))
-                    }
-                    Rejection::Limits(m) => m.clone(),
-                };
-                format!("NodePool {:?}: {why}", template.name)
-            })
+            .map(|(t, r)| self.explain_nodepool(p, *t, reqs, r, interner, table))
             .chain(skipped.iter().cloned())
-            .collect();
-        format!(
-            "no existing node has room and no NodePool can launch a node for it: {}",
-            parts.join("; ")
-        )
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
-    fn finish(self, errors: HashMap<usize, String>) -> SchedulingResults {
+    /// Why NodePool `t` cannot launch a node for pod `p`.
+    fn explain_nodepool(
+        &self,
+        p: usize,
+        t: usize,
+        reqs: &Requirements,
+        rejection: &Rejection,
+        interner: &LabelInterner,
+        table: &ResourceTable,
+    ) -> String {
+        let pod = &self.input.pods[p];
+        let template = &self.input.templates[t];
+        let name = &template.name;
+        let why = match rejection {
+            Rejection::NodeLimit => {
+                return format!("node limits have been exhausted for nodepool (NodePool={name})");
+            }
+            Rejection::ResourceLimits => {
+                return format!("all available instance types exceed limits for nodepool (NodePool={name})");
+            }
+            Rejection::NoInstanceTypes => {
+                return format!(
+                    "nodepool requirements filtered out all available instance types (NodePool={name})"
+                );
+            }
+            Rejection::Taint => match untolerated(&pod.tolerations, &template.taints, true) {
+                Some(taint) => format!(
+                    "did not tolerate {}={}:{:?}",
+                    interner.resolve(taint.key),
+                    taint.value.map(|v| interner.resolve(v)).unwrap_or_default(),
+                    taint.effect
+                ),
+                None => "did not tolerate a taint".to_string(),
+            },
+            Rejection::HostPort => {
+                let conflicting = pod.host_ports.iter().find(|hp| {
+                    template
+                        .daemon_overheads
+                        .groups()
+                        .iter()
+                        .any(|g| g.conflicts(std::slice::from_ref(*hp), self.wildcard_ip))
+                });
+                match conflicting {
+                    Some(hp) => format!(
+                        "checking host port usage, IP={} Port={} Proto={} conflicts with existing HostPort configuration",
+                        match interner.resolve(hp.ip) {
+                            "" => "0.0.0.0",
+                            ip => ip,
+                        },
+                        hp.port,
+                        interner.resolve(hp.protocol)
+                    ),
+                    None => {
+                        "checking host port usage, a host port conflicts with existing HostPort configuration"
+                            .to_string()
+                    }
+                }
+            }
+            Rejection::Requirements(inc) => format!(
+                "incompatible requirements, {}",
+                inc.clone()
+                    .with_suggestion(&template.requirements, &self.input.well_known, interner)
+                    .explain(interner)
+            ),
+            Rejection::Topology(e) => e.explain(|s| interner.resolve(s).to_string()),
+            Rejection::NoInstanceType => self.explain_instance_types(p, t, reqs, None, interner, table),
+            Rejection::MinValues(shortfalls) => {
+                self.explain_instance_types(p, t, reqs, Some(shortfalls), interner, table)
+            }
+        };
+        let daemons = match template.daemon_overheads.bounds(0..template.instance_types.len()) {
+            Some((min, max)) if min != max => format!("min={}, max={}", min.json(table), max.json(table)),
+            Some((min, _)) => min.json(table).to_string(),
+            None => Resources::zero().json(table).to_string(),
+        };
+        format!("incompatible with nodepool {name:?}, daemonset overhead={daemons}, {why}")
+    }
+
+    /// Why no instance type of NodePool `t` can take pod `p` on a new NodeClaim, as upstream's
+    /// `InstanceTypeFilterError` says it: which of the three criteria (the requirements, enough resources, an
+    /// available offering) no instance type met, alone or in pairs, or the minValues labels the survivors fall
+    /// short on; then the requirements and the resources (the pod's requests plus DaemonSet overhead, as a range
+    /// when the overhead differs by instance type) that were checked.
+    fn explain_instance_types(
+        &self,
+        p: usize,
+        t: usize,
+        reqs: &Requirements,
+        min_values: Option<&[crate::requirements::MinValuesShortfall]>,
+        interner: &LabelInterner,
+        table: &ResourceTable,
+    ) -> String {
+        let pod = &self.input.pods[p];
+        let template = &self.input.templates[t];
+        // The requirements a new NodeClaim would have had: the NodePool's, the pod's and its topology's.
+        let mut requirements = template.requirements.intersect(reqs);
+        let host = host_of_node(self.input.existing.len() + self.claims.len());
+        if let Ok(topology) = self.topology_requirements(p, reqs, &requirements, host)
+            && requirements.compatible(&topology, &self.input.well_known).is_ok()
+        {
+            requirements.intersect_with(&topology);
+        }
+        let overheads = &template.daemon_overheads;
+        let port_blocked = |g: usize| {
+            !pod.host_ports.is_empty() && overheads.groups()[g].conflicts(&pod.host_ports, self.wildcard_ip)
+        };
+        let within_limits = |i: usize| {
+            self.remaining[t]
+                .as_ref()
+                .is_none_or(|rem| fits(&template.instance_types[i].capacity, rem))
+        };
+        let considered: Vec<usize> = (0..template.instance_types.len())
+            .filter(|&i| within_limits(i) && !port_blocked(overheads.group_of(i)))
+            .collect();
+        let mut met = Criteria::default();
+        for &i in &considered {
+            let it = &template.instance_types[i];
+            let compatible = it.requirements.intersects(&requirements).is_ok();
+            let fit = sum_fits(&pod.requests, &overheads.of(i).requests, &it.allocatable);
+            let offering = it
+                .cheapest_offering(&requirements, self.zone_key, self.ct_key)
+                .is_some();
+            met.record(compatible, fit, offering);
+        }
+        let resources = match overheads.bounds(considered.iter().copied()) {
+            Some((min, max)) if min != max => format!(
+                "min={}, max={}",
+                pod.requests.saturating_add(&min).json(table),
+                pod.requests.saturating_add(&max).json(table)
+            ),
+            Some((min, _)) => pod.requests.saturating_add(&min).json(table).to_string(),
+            None => pod.requests.json(table).to_string(),
+        };
+        let reason = match min_values {
+            Some(shortfalls) => crate::requirements::explain_shortfalls(shortfalls, interner),
+            None => met.failure_reason().to_string(),
+        };
+        let mut msg = format!(
+            "{reason}, requirements={}, resources={resources}",
+            requirements.display(interner)
+        );
+        // A CPU request of a million cores is almost always `M` typed for `m`.
+        if min_values.is_none() && !met.fits && pod.requests.cpu() >= 1_000_000_000 {
+            msg.push_str(" (CPU request >= 1 Million, m vs M typo?)");
+        }
+        msg
+    }
+
+    fn finish(self, errors: HashMap<usize, String>, interner: &mut LabelInterner) -> SchedulingResults {
         let input = self.input;
         let mut reservations: HashMap<Symbol, i64> = HashMap::new();
         let mut new_node_claims = Vec::with_capacity(self.claims.len());
@@ -945,6 +1050,7 @@ impl<'a> Scheduler<'a> {
                 self.spot,
                 &mut reservations,
             );
+            let labels = claim_labels(&requirements, &input.well_known, interner);
             new_node_claims.push(NewNodeClaim {
                 template: claim.template,
                 requirements,
@@ -952,6 +1058,7 @@ impl<'a> Scheduler<'a> {
                 requests,
                 pods: claim.pods,
                 min_values_relaxed: claim.min_values_relaxed,
+                labels,
                 launch,
             });
         }
@@ -970,6 +1077,38 @@ impl<'a> Scheduler<'a> {
             pod_errors,
         }
     }
+}
+
+/// The labels a NodeClaim's requirements give its object, as upstream's `resolveCustomLabelsFromRequirements`
+/// resolves them at creation: a key with one allowed value is labelled with it; a key a user defined (not
+/// well-known) with several allowed values, or constrained by `Exists`, `NotIn`, `Gt`, `Lt`, `Gte` or `Lte`, is
+/// labelled with one value it allows ([`Requirement::any_value`]: the first listed, or the smallest integer within
+/// the bounds and not excluded, where upstream picks at random); `DoesNotExist` and the hostname give none.
+/// Well-known keys with several values are left to the launch, which labels them from the instance type and
+/// offering it picks (those are the cloud provider's to set).
+///
+/// `requirements` are the claim's narrowed ones (the NodePool's intersected with every pod placed), so the value
+/// chosen satisfies each pod on the claim: a pod needing `team In [b]` on a pool allowing `team In [a, b]` gets
+/// a node labelled `team=b`.
+///
+/// [`Requirement::any_value`]: crate::requirements::Requirement::any_value
+pub fn claim_labels(
+    requirements: &Requirements,
+    well_known: &WellKnownKeys,
+    interner: &mut LabelInterner,
+) -> Vec<(Symbol, Symbol)> {
+    let hostname = interner.intern_key(labels::HOSTNAME_LABEL);
+    let mut out: Vec<(Symbol, Symbol)> = requirements
+        .iter()
+        .filter(|r| r.key() != hostname)
+        .filter_map(|r| match r.single_value() {
+            Some(v) => Some((r.key(), v)),
+            None if well_known.contains(r.key()) => None,
+            None => r.any_value(interner).map(|v| (r.key(), v)),
+        })
+        .collect();
+    out.sort_unstable_by(|a, b| interner.resolve(a.0).cmp(interner.resolve(b.0)));
+    out
 }
 
 /// What an instance type has left for pods once its DaemonSet pods run.
@@ -993,6 +1132,62 @@ struct ClaimUpdate {
     max_room: Resources,
     pod_requests: Resources,
     min_values_relaxed: bool,
+}
+
+/// Which of upstream's three instance-type criteria (its requirements, enough resources, an available offering)
+/// at least one instance type met, alone and in pairs, to say which of them ruled every type out.
+#[derive(Debug, Default, Clone, Copy)]
+struct Criteria {
+    requirements: bool,
+    fits: bool,
+    offering: bool,
+    /// One type met the requirements and had room, but no offering.
+    requirements_and_fits: bool,
+    /// One type met the requirements and had an offering, but no room.
+    requirements_and_offering: bool,
+    /// One type had room and an offering, but did not meet the requirements.
+    fits_and_offering: bool,
+}
+
+impl Criteria {
+    fn record(&mut self, compatible: bool, fits: bool, offering: bool) {
+        self.requirements |= compatible;
+        self.fits |= fits;
+        self.offering |= offering;
+        self.requirements_and_fits |= compatible && fits && !offering;
+        self.requirements_and_offering |= compatible && offering && !fits;
+        self.fits_and_offering |= fits && offering && !compatible;
+    }
+
+    /// Upstream's sentence for why no instance type is left: the criteria no type met at all first (all three,
+    /// then pairs, then one), then the pairs no single type met together.
+    fn failure_reason(&self) -> &'static str {
+        match (self.requirements, self.fits, self.offering) {
+            (false, false, false) => {
+                "no instance type met the scheduling requirements or had enough resources or had a required offering"
+            }
+            (false, false, true) => {
+                "no instance type met the scheduling requirements or had enough resources"
+            }
+            (false, true, false) => {
+                "no instance type met the scheduling requirements or had a required offering"
+            }
+            (true, false, false) => "no instance type had enough resources or had a required offering",
+            (false, true, true) => "no instance type met all requirements",
+            (true, false, true) => "no instance type has enough resources",
+            (true, true, false) => "no instance type has the required offering",
+            (true, true, true) if self.requirements_and_fits => {
+                "no instance type which met the scheduling requirements and had enough resources, had a required offering"
+            }
+            (true, true, true) if self.fits_and_offering => {
+                "no instance type which had enough resources and the required offering met the scheduling requirements"
+            }
+            (true, true, true) if self.requirements_and_offering => {
+                "no instance type which met the scheduling requirements and the required offering had the required resources"
+            }
+            (true, true, true) => "no instance type met the requirements/resources/offering tuple",
+        }
+    }
 }
 
 /// Keeps the `max` cheapest types, extending the cut only as far as minValues needs.

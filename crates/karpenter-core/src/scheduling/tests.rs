@@ -568,7 +568,7 @@ fn taints_must_be_tolerated_and_startup_taints_are_ignored() {
     assert!(
         r.pod_errors[0]
             .1
-            .contains("does not tolerate taint nvidia.com/gpu:NoSchedule"),
+            .contains("did not tolerate nvidia.com/gpu=:NoSchedule"),
         "{}",
         r.pod_errors[0].1
     );
@@ -855,7 +855,9 @@ fn nodepool_limits_are_enforced_pessimistically() {
     assert_eq!(r.new_node_claims.len(), 1);
     assert_eq!(r.pod_errors.len(), 2);
     assert!(
-        r.pod_errors[0].1.contains("limit on nodes"),
+        r.pod_errors[0]
+            .1
+            .contains("node limits have been exhausted for nodepool (NodePool=default)"),
         "{}",
         r.pod_errors[0].1
     );
@@ -1042,15 +1044,240 @@ fn every_pending_pod_says_which_nodepools_were_tried_and_why() {
     );
     let r = fx.run(&input);
     let why = &r.pod_errors[0].1;
+    // One clause per NodePool, by weight, joined as upstream joins its per-NodePool errors.
+    assert_eq!(
+        why,
+        "incompatible with nodepool \"small-only\", daemonset overhead={}, no instance type has enough resources, \
+         requirements=karpenter.sh/nodepool In [small-only], size In [small], \
+         resources={\"cpu\":\"4\",\"memory\":\"256Mi\",\"pods\":\"1\"}; \
+         incompatible with nodepool \"tainted\", daemonset overhead={}, did not tolerate dedicated=:NoExecute"
+    );
+}
+
+/// The message a user sees for pod `p` of `input`.
+fn pod_error(fx: &mut Fx, input: &SchedulingInput) -> String {
+    let r = fx.run(input);
+    assert_eq!(r.pod_errors.len(), 1, "{:?}", r.pod_errors);
+    r.pod_errors[0].1.clone()
+}
+
+#[test]
+fn a_label_no_nodepool_knows_is_an_incompatible_requirement() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let t = fx.template("default", 0, &[], &cat);
+    let mut pod = fx.pod("a", 500, 256);
+    pod.base_requirements = fx.reqs(&[("acme.io/team", "In", &["web"])]);
+    let input = make_input(fx.wk.clone(), vec![t], vec![pod]);
+    assert_eq!(
+        pod_error(&mut fx, &input),
+        "incompatible with nodepool \"default\", daemonset overhead={}, incompatible requirements, \
+         label \"acme.io/team\" does not have known values"
+    );
+}
+
+#[test]
+fn values_a_nodepool_does_not_allow_are_an_incompatible_requirement() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let t = fx.template(
+        "default",
+        0,
+        &[("topology.kubernetes.io/zone", "In", &["zone-a"])],
+        &cat,
+    );
+    let mut pod = fx.pod("a", 500, 256);
+    pod.base_requirements = fx.reqs(&[("topology.kubernetes.io/zone", "In", &["zone-b"])]);
+    let input = make_input(fx.wk.clone(), vec![t], vec![pod]);
+    assert_eq!(
+        pod_error(&mut fx, &input),
+        "incompatible with nodepool \"default\", daemonset overhead={}, incompatible requirements, \
+         key topology.kubernetes.io/zone, topology.kubernetes.io/zone In [zone-b] not in \
+         topology.kubernetes.io/zone In [zone-a]"
+    );
+}
+
+#[test]
+fn incompatible_requirements_win_over_a_pod_too_large_for_every_type() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let t = fx.template(
+        "default",
+        0,
+        &[("topology.kubernetes.io/zone", "In", &["zone-a"])],
+        &cat,
+    );
+    let mut pod = fx.pod("a", 64_000, 256);
+    pod.base_requirements = fx.reqs(&[("topology.kubernetes.io/zone", "In", &["zone-b"])]);
+    let input = make_input(fx.wk.clone(), vec![t], vec![pod]);
+    let why = pod_error(&mut fx, &input);
     assert!(
-        why.contains("NodePool \"small-only\": no instance type has room"),
+        why.contains(", incompatible requirements, key topology.kubernetes.io/zone"),
         "{why}"
     );
-    assert!(why.contains("cpu"), "{why}");
+}
+
+#[test]
+fn a_pod_larger_than_every_type_is_told_no_type_has_enough_resources() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let mut t = fx.template("default", 0, &[], &cat);
+    t.daemon_overheads = DaemonOverheads::uniform(DaemonOverhead {
+        requests: Fx::res(200, 128 << 20, 2),
+        host_ports: Vec::new(),
+    });
+    let input = make_input(fx.wk.clone(), vec![t], vec![fx.pod("a", 20_000, 256)]);
+    assert_eq!(
+        pod_error(&mut fx, &input),
+        "incompatible with nodepool \"default\", daemonset overhead={\"cpu\":\"200m\",\"memory\":\"128Mi\",\"pods\":\"2\"}, \
+         no instance type has enough resources, requirements=karpenter.sh/nodepool In [default], \
+         resources={\"cpu\":\"20200m\",\"memory\":\"384Mi\",\"pods\":\"3\"}"
+    );
+}
+
+#[test]
+fn a_well_known_value_no_type_has_is_told_no_type_met_the_requirements() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let t = fx.template("default", 0, &[], &cat);
+    let mut pod = fx.pod("a", 500, 256);
+    // `size` is well-known (the catalog's own label), so the NodePool need not declare it; no type is `huge`.
+    pod.base_requirements = fx.reqs(&[("size", "In", &["huge"])]);
+    let input = make_input(fx.wk.clone(), vec![t], vec![pod]);
+    assert_eq!(
+        pod_error(&mut fx, &input),
+        "incompatible with nodepool \"default\", daemonset overhead={}, no instance type met all requirements, \
+         requirements=karpenter.sh/nodepool In [default], size In [huge], \
+         resources={\"cpu\":\"500m\",\"memory\":\"256Mi\",\"pods\":\"1\"}"
+    );
+}
+
+#[test]
+fn a_too_large_pod_selecting_a_missing_value_is_told_both() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let t = fx.template("default", 0, &[], &cat);
+    let mut pod = fx.pod("a", 64_000, 256);
+    pod.base_requirements = fx.reqs(&[("size", "In", &["huge"])]);
+    let input = make_input(fx.wk.clone(), vec![t], vec![pod]);
+    let why = pod_error(&mut fx, &input);
     assert!(
-        why.contains("NodePool \"tainted\": the pod does not tolerate taint dedicated:NoExecute"),
+        why.contains(
+            ", no instance type met the scheduling requirements or had enough resources, requirements="
+        ),
         "{why}"
     );
+}
+
+#[test]
+fn a_cpu_request_in_millions_hints_at_an_m_typed_for_m() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let t = fx.template("default", 0, &[], &cat);
+    let input = make_input(fx.wk.clone(), vec![t], vec![fx.pod("a", 2_000_000_000, 256)]);
+    assert!(
+        pod_error(&mut fx, &input).ends_with(" (CPU request >= 1 Million, m vs M typo?)"),
+        "2M CPUs is 2m mistyped"
+    );
+}
+
+#[test]
+fn types_without_an_available_offering_are_told_apart_from_too_small_ones() {
+    let mut fx = Fx::new();
+    let mut cat = fx.catalog();
+    // Every type lists zone-a, but none has capacity there right now.
+    let zone_a = fx.sym("zone-a");
+    for it in &mut cat {
+        let it = Arc::make_mut(it);
+        it.offerings
+            .iter_mut()
+            .filter(|o| o.zone == zone_a)
+            .for_each(|o| o.available = false);
+    }
+    let t = fx.template("default", 0, &[], &cat);
+    let mut pod = fx.pod("a", 500, 256);
+    pod.base_requirements = fx.reqs(&[("topology.kubernetes.io/zone", "In", &["zone-a"])]);
+    let input = make_input(fx.wk.clone(), vec![t], vec![pod]);
+    assert_eq!(
+        pod_error(&mut fx, &input),
+        "incompatible with nodepool \"default\", daemonset overhead={}, no instance type has the required offering, \
+         requirements=karpenter.sh/nodepool In [default], topology.kubernetes.io/zone In [zone-a], \
+         resources={\"cpu\":\"500m\",\"memory\":\"256Mi\",\"pods\":\"1\"}"
+    );
+}
+
+#[test]
+fn types_that_fit_but_are_not_selected_are_told_apart_from_selected_ones_too_small() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let t = fx.template("default", 0, &[], &cat);
+    let mut pod = fx.pod("a", 4000, 256);
+    pod.base_requirements = fx.reqs(&[("size", "In", &["small"])]);
+    let input = make_input(fx.wk.clone(), vec![t], vec![pod]);
+    assert_eq!(
+        pod_error(&mut fx, &input),
+        "incompatible with nodepool \"default\", daemonset overhead={}, no instance type which had enough \
+         resources and the required offering met the scheduling requirements, \
+         requirements=karpenter.sh/nodepool In [default], size In [small], \
+         resources={\"cpu\":\"4\",\"memory\":\"256Mi\",\"pods\":\"1\"}"
+    );
+}
+
+#[test]
+fn a_nodepool_whose_limits_every_type_exceeds_says_so_by_name() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let mut t = fx.template("capped", 0, &[], &cat);
+    t.remaining = Some(Fx::res(1000, 64 * GI, 1000));
+    let input = make_input(fx.wk.clone(), vec![t], vec![fx.pod("a", 500, 256)]);
+    assert_eq!(
+        pod_error(&mut fx, &input),
+        "all available instance types exceed limits for nodepool (NodePool=capped)"
+    );
+}
+
+#[test]
+fn a_nodepool_whose_requirements_allow_no_type_says_so_by_name() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let t = fx.template("none", 0, &[("size", "In", &["huge"])], &cat);
+    assert!(t.instance_types.is_empty());
+    let input = make_input(fx.wk.clone(), vec![t], vec![fx.pod("a", 500, 256)]);
+    assert_eq!(
+        pod_error(&mut fx, &input),
+        "nodepool requirements filtered out all available instance types (NodePool=none)"
+    );
+}
+
+#[test]
+fn min_values_the_types_left_fall_short_of_names_the_label() {
+    let mut fx = Fx::new();
+    let cat = fx.catalog();
+    let sizes = Requirement::parse(
+        "size",
+        "In",
+        &["small", "medium", "large", "xlarge"],
+        Some(3),
+        &mut fx.i,
+    )
+    .unwrap();
+    let mut t = fx.template("default", 0, &[], &cat);
+    t.requirements.add(sizes);
+    let input = make_input(fx.wk.clone(), vec![t], vec![fx.pod("a", 7000, 256)]);
+    assert_eq!(
+        pod_error(&mut fx, &input),
+        "incompatible with nodepool \"default\", daemonset overhead={}, \
+         minValues requirement is not met for label(s) (label(s)=[size]), \
+         requirements=karpenter.sh/nodepool In [default], size In [large medium small xlarge] minValues 3, \
+         resources={\"cpu\":\"7\",\"memory\":\"256Mi\",\"pods\":\"1\"}"
+    );
+}
+
+#[test]
+fn without_any_nodepool_a_pod_is_told_none_was_found() {
+    let mut fx = Fx::new();
+    let input = make_input(fx.wk.clone(), Vec::new(), vec![fx.pod("a", 500, 256)]);
+    assert_eq!(pod_error(&mut fx, &input), "no nodepools found");
 }
 
 #[test]

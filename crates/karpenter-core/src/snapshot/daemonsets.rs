@@ -418,7 +418,10 @@ mod tests {
         let (types, _, errors) = schedule(&[DEFAULT_POOL, &exporter, &pod]);
         assert!(types.is_empty(), "{types:?}");
         assert!(
-            errors.len() == 1 && errors[0].contains("host ports conflict"),
+            errors.len() == 1
+                && errors[0].contains(
+                    "checking host port usage, IP=0.0.0.0 Port=9100 Proto=TCP conflicts with existing HostPort configuration"
+                ),
             "{errors:?}"
         );
 

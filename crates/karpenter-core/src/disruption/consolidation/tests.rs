@@ -91,6 +91,7 @@ impl Fx {
             requests: Resources::zero(),
             pods: vec![0],
             min_values_relaxed: false,
+            labels: Vec::new(),
             launch: None,
         }
     }
