@@ -183,7 +183,8 @@ fn a_pod_that_fits_nowhere_is_a_pod_error_naming_the_nodepool() {
         "names the NodePool, in upstream's words: {msg}"
     );
     assert!(
-        msg.contains("no instance type has enough resources, requirements=") && msg.contains("resources={\"cpu\":"),
+        msg.contains("no instance type has enough resources, requirements=")
+            && msg.contains("resources={\"cpu\":"),
         "says why: {msg}"
     );
 }

@@ -16,7 +16,10 @@ use crate::{
     provisioning::{ClaimContext, node_claim_object},
     requirements::Requirement,
     resources::Resources,
-    scheduling::{NewNodeClaim, scheduler::truncate_keeping_min_values},
+    scheduling::{
+        NewNodeClaim,
+        scheduler::{claim_labels, truncate_keeping_min_values},
+    },
 };
 
 use super::{
@@ -101,8 +104,11 @@ pub fn static_node_claims(
         cx.keys.instance_type,
         types.iter().map(|it| it.name_symbol),
     ));
+    // As the provisioner's claims: the labels its requirements resolve to (no pod narrows them here).
+    let labels = claim_labels(&requirements, &well_known, &mut cx.interner);
     let claim = NewNodeClaim {
         template: 0,
+        labels,
         requirements,
         instance_types: types,
         requests: Resources::zero(),
