@@ -17,7 +17,9 @@
 //!   partition), image, capacity and allocatable, and the class's drift hash annotations. A class with a
 //!   placement group launches into it ([`crate::placement_groups`]): the launch template names the group (and
 //!   a partition the claim pins), and a partition group's instance is described once after the launch for the
-//!   partition EC2 chose.
+//!   partition EC2 chose. A claim that rules out default tenancy gets a template with dedicated tenancy
+//!   ([`crate::tenancy`]) and the `instance-tenancy` label says which; the class's `spec.context` goes into
+//!   CreateFleet's `Context`.
 //! - `delete`, `get`, `list`: by provider ID and by the cluster's tags; NodeClaimNotFound once terminated.
 //! - `instance_types`: the discovered types under the NodePool's class's capacity settings, priced, with
 //!   recently out-of-capacity offerings and zones without a subnet of the class unavailable, and with the
@@ -40,8 +42,9 @@ use karpenter_api::ec2nodeclass::{
 use karpenter_api::labels::{
     AWS_CAPACITY_RESERVATION_ID_LABEL, AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL,
     AWS_CAPACITY_RESERVATION_TYPE_LABEL, AWS_EC2NODECLASS_HASH_ANNOTATION,
-    AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL, AWS_GROUP, AWS_TAG_NODECLAIM,
-    AWS_ZONE_ID_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL, RESOURCE_EFA, ZONE_LABEL,
+    AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL, AWS_GROUP, AWS_INSTANCE_TENANCY_LABEL,
+    AWS_TAG_NODECLAIM, AWS_ZONE_ID_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL,
+    RESOURCE_EFA, ZONE_LABEL,
 };
 use karpenter_api::nodeclaim::{NodeClaim, NodeClaimStatus};
 use karpenter_api::nodepool::NodePool;
@@ -83,6 +86,7 @@ use crate::pricing::PricingProvider;
 use crate::settings::AwsSettings;
 use crate::subnet_ips::SubnetIps;
 use crate::tags::launch_tags;
+use crate::tenancy::{self, claim_tenancy};
 use crate::unavailable_offerings::UnavailableOfferings;
 use crate::userdata::{self, ClusterInfo, UserDataInput, kubelet_labels};
 use karpenter_metrics::{InstanceTypeLabels, InstanceTypeOfferingLabels, NodeClassLabels};
@@ -611,6 +615,7 @@ impl AwsCloudProvider {
                 .iter()
                 .filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?)))
                 .collect(),
+            context: node_class.spec.context.clone(),
         };
         let launched = match self.fleet.launch(&request).await {
             Err(CloudProviderError::Create { reason, .. }) if reason == LAUNCH_TEMPLATE_NOT_FOUND => {
@@ -819,6 +824,8 @@ impl AwsCloudProvider {
                 group_id: target.group.id.clone(),
                 partition: target.partition,
             });
+            template.tenancy = (claim_tenancy(&claim.spec.requirements) == tenancy::DEDICATED)
+                .then(|| tenancy::DEDICATED.to_string());
             let name = self
                 .launch_templates()
                 .ensure(&template, Instant::now())
@@ -865,6 +872,11 @@ impl AwsCloudProvider {
         labels.insert(INSTANCE_TYPE_LABEL.into(), instance.instance_type.clone());
         labels.insert(ZONE_LABEL.into(), instance.zone.clone());
         labels.insert(CAPACITY_TYPE_LABEL.into(), instance.capacity_type.clone());
+        // Every type offers both tenancies; the claim's requirements chose one (see `crate::tenancy`).
+        labels.insert(
+            AWS_INSTANCE_TENANCY_LABEL.into(),
+            claim_tenancy(&claim.spec.requirements).into(),
+        );
         // The type admits every reservation label once it has a reservation, and every partition of its
         // placement group; the launch decides which apply.
         for key in [

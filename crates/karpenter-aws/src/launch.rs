@@ -68,6 +68,8 @@ pub struct LaunchRequest {
     pub tags: BTreeMap<String, String>,
     /// Zone → zone ID, for the `zone_id` label of launch failures.
     pub zone_ids: BTreeMap<String, String>,
+    /// The EC2NodeClass's `spec.context`, CreateFleet's reserved `Context` field.
+    pub context: Option<String>,
 }
 
 /// `karpenter_cloudprovider_instance_launch_failures_total` for one failed offering.
@@ -268,7 +270,8 @@ pub fn create_fleet_request(
                 .default_target_capacity_type(target_capacity_type)
                 .build(),
         )
-        .set_tag_specifications((!tag_specifications.is_empty()).then_some(tag_specifications));
+        .set_tag_specifications((!tag_specifications.is_empty()).then_some(tag_specifications))
+        .set_context(request.context.clone());
     call = if spot {
         call.spot_options(
             SpotOptionsRequest::builder()
@@ -382,4 +385,43 @@ pub fn read_fleet_output(
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(context: Option<&str>) -> LaunchRequest {
+        LaunchRequest {
+            launch_template_name: "karpenter.k8s.aws/template".into(),
+            capacity_type: "on-demand".into(),
+            reservation: None,
+            overrides: vec![LaunchOverride {
+                instance_type: "m5.large".into(),
+                zone: "us-east-1a".into(),
+                subnet_id: "subnet-a".into(),
+                price: 0.096,
+                image_id: None,
+                launch_template_name: None,
+            }],
+            tags: BTreeMap::new(),
+            zone_ids: BTreeMap::new(),
+            context: context.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_node_class_context_is_sent_in_create_fleet() {
+        // A client that is never called: only the request is built.
+        let ec2 = aws_sdk_ec2::Client::from_conf(
+            aws_sdk_ec2::Config::builder()
+                .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+                .region(aws_sdk_ec2::config::Region::new("us-east-1"))
+                .build(),
+        );
+        let with = create_fleet_request(&ec2, &request(Some("ctx-0123456789")), 1);
+        assert_eq!(with.as_input().get_context().as_deref(), Some("ctx-0123456789"));
+        let without = create_fleet_request(&ec2, &request(None), 1);
+        assert_eq!(without.as_input().get_context(), &None);
+    }
 }

@@ -92,6 +92,10 @@ pub struct LaunchTemplateSpec {
     /// The placement group instances launch into. Left out of the name's hash when unset, like the fields above.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placement: Option<TemplatePlacement>,
+    /// `dedicated` for claims that require dedicated instances ([`crate::tenancy`]); unset (shared hardware)
+    /// otherwise, and then left out of the name's hash like the fields above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenancy: Option<String>,
 }
 
 /// A template's placement: the group by id (unambiguous, and the only way to name a group shared from
@@ -184,6 +188,7 @@ impl LaunchTemplateSpec {
                 .and_then(|c| c.nested_virtualization.clone()),
             capacity_reservation: None,
             placement: None,
+            tenancy: None,
         })
     }
 

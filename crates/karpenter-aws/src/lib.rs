@@ -108,6 +108,7 @@ pub mod settings;
 pub mod subnet_ips;
 pub mod subnets;
 pub mod tags;
+pub mod tenancy;
 pub mod unavailable_offerings;
 pub mod userdata;
 

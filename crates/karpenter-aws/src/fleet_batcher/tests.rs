@@ -106,6 +106,7 @@ fn request(claim: &str, instance_type: &str) -> LaunchRequest {
             (AWS_TAG_NODECLAIM.to_string(), claim.to_string()),
         ]),
         zone_ids: BTreeMap::new(),
+        context: None,
     }
 }
 

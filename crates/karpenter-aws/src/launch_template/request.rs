@@ -13,7 +13,7 @@ use aws_sdk_ec2::types::{
     LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplatePlacementRequest,
     LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest, MarketType,
     NestedVirtualizationSpecification, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification,
-    VolumeType,
+    Tenancy, VolumeType,
 };
 
 use super::interfaces::interface_requests;
@@ -101,11 +101,12 @@ pub fn launch_template_data(spec: &LaunchTemplateSpec) -> RequestLaunchTemplateD
             );
         }
     }
-    if let Some(placement) = &spec.placement {
+    if spec.placement.is_some() || spec.tenancy.is_some() {
         data = data.placement(
             LaunchTemplatePlacementRequest::builder()
-                .group_id(&placement.group_id)
-                .set_partition_number(placement.partition)
+                .set_group_id(spec.placement.as_ref().map(|p| p.group_id.clone()))
+                .set_partition_number(spec.placement.as_ref().and_then(|p| p.partition))
+                .set_tenancy(spec.tenancy.as_deref().map(Tenancy::from))
                 .build(),
         );
     }

@@ -371,6 +371,37 @@ fn a_placement_group_template_names_the_group_and_a_pinned_partition() {
 }
 
 #[test]
+fn a_dedicated_template_asks_for_dedicated_tenancy_and_a_shared_one_keeps_its_name() {
+    let plain = spec_of(&class(alias("al2023@latest")));
+    let plain_name = plain.name();
+    assert!(launch_template_data(&plain).placement().is_none());
+
+    let mut dedicated = plain.clone();
+    dedicated.tenancy = Some("dedicated".into());
+    let data = launch_template_data(&dedicated);
+    assert_eq!(
+        data.placement().and_then(|p| p.tenancy()),
+        Some(&aws_sdk_ec2::types::Tenancy::Dedicated)
+    );
+    assert_eq!(data.placement().and_then(|p| p.group_id()), None);
+    assert_ne!(dedicated.name(), plain_name, "dedicated instances get their own template");
+    assert_eq!(plain.name(), plain_name, "an unset tenancy leaves the name as it was");
+
+    let mut grouped = dedicated.clone();
+    grouped.placement = Some(super::TemplatePlacement {
+        group_id: "pg-0abc".into(),
+        partition: None,
+    });
+    let data = launch_template_data(&grouped);
+    let placement = data.placement().unwrap();
+    assert_eq!(
+        (placement.group_id(), placement.tenancy()),
+        (Some("pg-0abc"), Some(&aws_sdk_ec2::types::Tenancy::Dedicated)),
+        "a placement group and dedicated tenancy together"
+    );
+}
+
+#[test]
 fn templates_without_the_interface_and_cpu_fields_keep_their_names() {
     // Pinned: a template of a class that sets none of networkInterfaces, ipPrefixCount, connectionTracking or
     // cpuOptions must keep the name it had before those fields were supported, or every node would be replaced.

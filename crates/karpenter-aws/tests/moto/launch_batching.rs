@@ -58,6 +58,7 @@ async fn launches_at_once_share_one_create_fleet_and_each_instance_carries_its_n
             ("karpenter.sh/nodeclaim".into(), claim.into()),
         ]),
         zone_ids: BTreeMap::new(),
+        context: None,
     };
     let unavailable = Arc::new(UnavailableOfferings::default());
     let batcher = FleetBatcher::new(
