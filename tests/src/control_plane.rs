@@ -566,6 +566,11 @@ impl ControlPlane {
                 format!("--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"),
                 "--cluster-name=karpenter-rs-test".into(),
                 "--leader-elect=false".into(),
+                // The defaults (20 QPS) create a large Deployment's pods at 20 a second; `bench controller --real`
+                // scales to tens of thousands of pods, as a production control plane's settings allow.
+                "--kube-api-qps=300".into(),
+                "--kube-api-burst=600".into(),
+                "--concurrent-replicaset-syncs=10".into(),
                 // No HTTPS endpoint: nothing scrapes it, and two control planes need no second port each.
                 "--secure-port=0".into(),
                 "--profiling=false".into(),
@@ -579,6 +584,9 @@ impl ControlPlane {
                 format!("--authentication-kubeconfig={kc}"),
                 format!("--authorization-kubeconfig={kc}"),
                 "--leader-elect=false".into(),
+                // As the controller-manager's: binding tens of thousands of pods at the default 50 QPS takes minutes.
+                "--kube-api-qps=300".into(),
+                "--kube-api-burst=600".into(),
                 "--secure-port=0".into(),
                 "--profiling=false".into(),
             ],

@@ -7,9 +7,11 @@
 //!
 //! A Deployment scaled from 0 to 200 pods gets NodeClaims and kwok Nodes and every pod Running; a NodePool
 //! template change drifts every node, replaced at most the Drifted budget at once while the real Eviction API
-//! and disruption controller hold a PDB; midway the leader gets SIGTERM and the standby replica takes the Lease
-//! and finishes the drift; scaled back to 0 the empty nodes are consolidated away. Neither replica's log has a
-//! 403/Forbidden: the chart's RBAC covers everything these paths call. Needs Go (the control plane is built
+//! and disruption controller hold a PDB; midway the leader gets SIGTERM and the standby replica takes the Lease;
+//! the stopped replica restarts as the standby, and with a command in flight (an old node tainted while its
+//! replacement launches) the new leader is killed with SIGKILL: the restarted replica takes the Lease once it
+//! expires and finishes the drift from what the cluster shows (no node left tainted, nothing orphaned); scaled
+//! back to 0 the empty nodes are consolidated away. No replica's log has a 403/Forbidden: the chart's RBAC covers everything these paths call. Needs Go (the control plane is built
 //! once), openssl, kubectl and python3 with .ci/requirements.txt; fails, never skips, when one is missing.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // test helpers outside #[test] fns
 
@@ -174,6 +176,8 @@ fn service_account_kubeconfig(cp: &ControlPlane, namespace: &str, name: &str, di
 /// A controller process; killed however the test ends.
 struct Controller {
     identity: &'static str,
+    /// Which start of this identity (a restarted replica keeps its name, as a restarted container does).
+    start: usize,
     child: Child,
     log: PathBuf,
 }
@@ -202,6 +206,12 @@ impl Controller {
                 lines[lines.len().saturating_sub(40)..].join("\n")
             );
         }
+    }
+
+    /// SIGKILL, as a crash or an OOM kill ends a process: no hand-back, no Lease release.
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 
     fn sigterm_and_wait(&mut self, within: Duration) -> Option<ExitStatus> {
@@ -260,15 +270,16 @@ fn wait_for(
     }
 }
 
-/// Starts `karpenter` with the chart's arguments and environment as replica `identity`.
+/// Starts `karpenter` with the chart's arguments and environment as replica `identity` (its `start`th start).
 fn spawn_controller(
     identity: &'static str,
+    start: usize,
     args: &[String],
     env: &BTreeMap<String, String>,
     kubeconfig: &Path,
 ) -> Controller {
     // Outside the control plane's run directory, which the next start removes: the log outlives a failure.
-    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{identity}.log"));
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{identity}-{start}.log"));
     let log_file = fs::File::create(&log).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
         .args(args)
@@ -284,7 +295,12 @@ fn spawn_controller(
         .spawn()
         .unwrap();
     eprintln!("controller {identity}: {args:?}, log {}", log.display());
-    Controller { identity, child, log }
+    Controller {
+        identity,
+        start,
+        child,
+        log,
+    }
 }
 
 /// The Lease's holder, if any.
@@ -429,7 +445,7 @@ fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_
         .expect("the chart passes --cloud-provider")
         + 1;
     args[cloud] = "kwok".into();
-    let mut first = spawn_controller(FIRST, &args, &env, &kubeconfig);
+    let mut first = spawn_controller(FIRST, 1, &args, &env, &kubeconfig);
     wait_for(
         &mut [&mut first],
         "the first replica to take the Lease",
@@ -443,6 +459,7 @@ fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_
     );
     let mut second = spawn_controller(
         SECOND,
+        1,
         &args,
         &deployment_env(deployment, &namespace, SECOND),
         &kubeconfig,
@@ -580,7 +597,10 @@ fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_
 
     // 6. Drift: the NodePool's template changes, every old node is replaced, never more than DRIFT_BUDGET at
     // once, and the real Eviction API holds the PDB throughout. Midway the leader gets SIGTERM: the standby
-    // takes the Lease and finishes the work the first left in flight.
+    // takes the Lease and finishes the work the first left in flight. The first then restarts (as its container
+    // would) and waits as the standby; later, with a command in flight, the new leader is killed outright
+    // (SIGKILL: no hand-back, no Lease release) and the restarted replica takes the Lease once it expires and
+    // finishes the drift from what the cluster shows.
     apply(cp, &node_pool("2"));
     let old_claims: Vec<String> = claims
         .iter()
@@ -589,11 +609,21 @@ fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_
     let mut most_disrupted_at_once = 0;
     let mut pdb_checks = 0;
     let mut handed_over: Option<Duration> = None;
+    let mut restarted: Option<Controller> = None;
+    let mut checks_since_handover = 0;
+    let mut crashed: Option<(Duration, String)> = None;
     let drift = wait_for(
-        &mut [&mut second],
+        &mut [],
         "every drifted node to be replaced",
         Duration::from_secs(900),
         || {
+            // The replicas that should be running now (wait_for cannot hold them: some are stopped here).
+            if crashed.is_none() {
+                second.assert_running();
+            }
+            if let Some(r) = restarted.as_mut() {
+                r.assert_running();
+            }
             let claims = items(cp, &["nodeclaims"]);
             let old: Vec<&Value> = claims
                 .iter()
@@ -623,6 +653,7 @@ fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_
                 "the PDB was broken: {healthy} healthy pods, {desired} desired"
             );
             pdb_checks += 1;
+            let nodes = items(cp, &["nodes", "--selector", "karpenter.sh/kwok=true"]);
 
             // The first replica leaves once drift is under way (a replacement launched or an old node going).
             if handed_over.is_none() && (disrupted > 0 || claims.len() > old_claims.len()) {
@@ -646,20 +677,66 @@ fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_
                     left.elapsed(),
                     claims.len()
                 );
+                // The first comes back, as its container would, and waits as the standby.
+                restarted = Some(spawn_controller(FIRST, 2, &args, &env, &kubeconfig));
+            } else if handed_over.is_some() && crashed.is_none() {
+                checks_since_handover += 1;
+                // Mid-command: an old node tainted for disruption whose NodeClaim is not yet deleted (its
+                // replacement is launching), or, failing that moment, old nodes being drained.
+                let tainted_waiting: Vec<String> = nodes
+                    .iter()
+                    .filter(|n| has_disrupted_taint(n))
+                    .filter_map(|n| n["metadata"]["name"].as_str())
+                    .filter(|name| {
+                        !claims.iter().any(|c| {
+                            c["status"]["nodeName"] == *name && c["metadata"]["deletionTimestamp"].is_string()
+                        })
+                    })
+                    .map(str::to_string)
+                    .collect();
+                let mid_command = if !tainted_waiting.is_empty() {
+                    Some(format!(
+                        "{} tainted for disruption, waiting for a replacement",
+                        tainted_waiting.join(", ")
+                    ))
+                } else if disrupted > 0 && checks_since_handover >= 5 {
+                    Some(format!("{disrupted} old NodeClaims being drained"))
+                } else {
+                    None
+                };
+                if let Some(what) = mid_command {
+                    second.kill();
+                    let killed = Instant::now();
+                    while lease_holder(cp, &namespace, &lease_name).as_deref() != Some(FIRST) {
+                        assert!(
+                            killed.elapsed() < Duration::from_secs(90),
+                            "the restarted replica did not take the Lease within 90 s of the leader's SIGKILL"
+                        );
+                        restarted.as_mut().unwrap().assert_running();
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    eprintln!(
+                        "crash: {SECOND} killed mid-command ({what}); the restarted {FIRST} holds the Lease \
+                         {:.1?} later",
+                        killed.elapsed()
+                    );
+                    crashed = Some((killed.elapsed(), what));
+                }
             }
-            let nodes = items(cp, &["nodes", "--selector", "karpenter.sh/kwok=true"]);
             let new_ready = nodes
                 .iter()
                 .filter(|n| is_ready(n) && n["metadata"]["labels"]["example.com/generation"] == "2")
                 .count();
+            let tainted = nodes.iter().filter(|n| has_disrupted_taint(n)).count();
             let running = running_pods(cp);
             let state = format!(
-                "{} old NodeClaims left ({disrupted} being deleted), {new_ready}/{} Nodes of the new template Ready, \
-                 {running}/{REPLICAS} pods Running",
+                "{} old NodeClaims left ({disrupted} being deleted), {new_ready}/{} Nodes of the new template Ready \
+                 ({tainted} tainted for disruption), {running}/{REPLICAS} pods Running",
                 old.len(),
                 nodes.len()
             );
-            (old.is_empty() && new_ready == nodes.len() && running == REPLICAS)
+            // Done when no old node is left, every node is of the new template, untainted, and runs the pods.
+            (old.is_empty() && new_ready == nodes.len() && tainted == 0 && running == REPLICAS)
                 .then_some(())
                 .ok_or(state)
         },
@@ -668,9 +745,13 @@ fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_
         handed_over.is_some(),
         "drift finished before the first replica could be stopped midway"
     );
+    let Some((takeover, what)) = crashed else {
+        panic!("drift finished before the leader could be killed mid-command");
+    };
+    let mut leader = restarted.expect("the first replica restarted");
     eprintln!(
         "drift: {} nodes replaced in {drift:.1?}, at most {most_disrupted_at_once} at once (budget {DRIFT_BUDGET}), \
-         PDB held at {pdb_checks} checks",
+         PDB held at {pdb_checks} checks; leader killed mid-command ({what}), taken over in {takeover:.1?}",
         old_claims.len()
     );
     assert!(
@@ -678,7 +759,8 @@ fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_
         "no old NodeClaim was ever seen being deleted"
     );
 
-    // 7. Scale down: the empty nodes are consolidated away by the replica that took over.
+    // 7. Scale down: the empty nodes are consolidated away by the restarted replica, now the leader; nothing the
+    // killed leader launched is left behind.
     output(cp.kubectl().args([
         "scale",
         "deployment",
@@ -689,7 +771,7 @@ fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_
     ]));
     let nodes_before = items(cp, &["nodes", "--selector", "karpenter.sh/kwok=true"]).len();
     let scale_down = wait_for(
-        &mut [&mut second],
+        &mut [&mut leader],
         "the empty nodes to be consolidated away",
         Duration::from_secs(600),
         || {
@@ -703,22 +785,30 @@ fn with_the_charts_rbac_only_two_replicas_scale_up_replace_drifted_nodes_within_
     );
     eprintln!("scale-down: {nodes_before} nodes consolidated away in {scale_down:.1?}");
 
-    // 8. Every call either replica made was allowed by the chart's RBAC; the second stops cleanly too.
-    let status = second.sigterm_and_wait(Duration::from_secs(30));
-    for controller in [&first, &second] {
+    // 8. Every call any replica made was allowed by the chart's RBAC; the leader stops cleanly too.
+    let status = leader.sigterm_and_wait(Duration::from_secs(30));
+    for controller in [&first, &second, &leader] {
         let log = controller.log();
         let forbidden = forbidden_lines(&log);
         assert!(
             forbidden.is_empty(),
-            "the API server refused {} calls of {} under the chart's RBAC ({}):\n{}",
+            "the API server refused {} calls of {} (start {}) under the chart's RBAC ({}):\n{}",
             forbidden.len(),
             controller.identity,
+            controller.start,
             controller.log.display(),
             forbidden.join("\n")
         );
     }
     assert!(
         status.is_some_and(|s| s.success()),
-        "the second replica did not exit 0 within 30 s of SIGTERM: {status:?}"
+        "the restarted replica did not exit 0 within 30 s of SIGTERM: {status:?}"
     );
+}
+
+/// Whether the node carries the taint a voluntary disruption puts on it before draining.
+fn has_disrupted_taint(node: &Value) -> bool {
+    node["spec"]["taints"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["key"] == "karpenter.sh/disrupted"))
 }
