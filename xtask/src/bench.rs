@@ -18,6 +18,7 @@ mod cache_heap;
 mod catalogs;
 mod controller;
 mod controller_cluster;
+mod controller_real;
 mod disrupt;
 mod disrupt_workloads;
 mod report;
@@ -82,6 +83,12 @@ pub enum BenchCommand {
         /// Skip the provisioning runs.
         #[arg(long)]
         skip_provision: bool,
+        /// Measure on a real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok; built
+        /// from tests/control-plane once): scale 30 Deployments from 0 to N x 30 pods (default N = 1000) and
+        /// time the NodeClaims and the pods Ready, then restart the controller on the full cluster; then the
+        /// karpenter-sim memory row of the same size (unless --skip-memory). Needs Go, openssl and kubectl.
+        #[arg(long)]
+        real: bool,
     },
 }
 
@@ -102,12 +109,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             pending,
             skip_memory,
             skip_provision,
+            real,
         } => controller::run(&controller::Options {
             json: *json,
             nodes: *nodes,
             pending: *pending,
             skip_memory: *skip_memory,
             skip_provision: *skip_provision,
+            real: *real,
         }),
     }
 }

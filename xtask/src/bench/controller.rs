@@ -60,7 +60,7 @@ use nix::{
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{cache_heap, controller_cluster, workloads};
+use super::{cache_heap, controller_cluster, controller_real, workloads};
 
 /// Disruption reconciles to wait for once ready.
 const DISRUPTION_PASSES: u64 = 3;
@@ -73,6 +73,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 const SCRAPE_EVERY: Duration = Duration::from_secs(2);
 const READY_POLL: Duration = Duration::from_millis(100);
 const DEFAULT_NODES: usize = 5000;
+/// Nodes of `--real` (30 pods each): issue 22's 1,000 nodes / 30,000 pods.
+const DEFAULT_REAL_NODES: usize = 1000;
 const PODS_PER_NODE: usize = 30;
 const DEFAULT_PENDING: usize = 10_000;
 const MIB: f64 = 1024.0 * 1024.0;
@@ -159,6 +161,9 @@ pub struct Options {
     pub pending: Option<usize>,
     pub skip_memory: bool,
     pub skip_provision: bool,
+    /// Measure on a real control plane with kwok instead (see [`super::controller_real`]), beside the
+    /// karpenter-sim memory row of the same size.
+    pub real: bool,
 }
 
 pub fn run(options: &Options) -> Result<()> {
@@ -169,6 +174,9 @@ pub fn run(options: &Options) -> Result<()> {
         );
     }
     let catalog = aws_catalog("us-east-1", &Default::default()).map_err(|e| anyhow!("{e}"))?;
+    if options.real {
+        return run_real(options, &catalog);
+    }
     let karpenter = if options.skip_memory {
         None
     } else {
@@ -229,6 +237,33 @@ pub fn run(options: &Options) -> Result<()> {
     Ok(())
 }
 
+/// `--real`: the rows on a real control plane, then the karpenter-sim memory row of the same size.
+fn run_real(options: &Options, catalog: &CatalogFile) -> Result<()> {
+    controller_real::require_kubectl()?;
+    let karpenter = super::disrupt::build_karpenter()?;
+    let nodes = options.nodes.unwrap_or(DEFAULT_REAL_NODES);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let real = runtime.block_on(controller_real::real(&karpenter, nodes))?;
+    if options.json {
+        println!("{}", real.to_json());
+    } else {
+        real.print();
+    }
+    if !options.skip_memory {
+        let row = runtime.block_on(memory(&karpenter, catalog, nodes))?;
+        if options.json {
+            println!("{}", row.to_json());
+        } else {
+            print_memory(&row);
+        }
+    }
+    Ok(())
+}
+
 fn print_memory(r: &MemoryRow) {
     println!(
         "{:<28} {:>5} {:>6} {:>7} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>6} {:>3} {:>9} {:>5}",
@@ -269,24 +304,24 @@ fn print_memory(r: &MemoryRow) {
 }
 
 /// A free TCP port on 127.0.0.1 (bound then released; the controller binds it right after).
-fn free_port() -> Result<u16> {
+pub(super) fn free_port() -> Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
     Ok(listener.local_addr()?.port())
 }
 
 /// The child controller; killed (SIGKILL) and reaped when dropped, so no path leaves it running.
-struct Controller {
+pub(super) struct Controller {
     child: Child,
 }
 
 impl Controller {
-    fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// SIGINT (the binary stops its controllers and exits), SIGKILL after [`STOP_TIMEOUT`]. Both go to the
     /// child's process group, so a profiling wrapper's controller gets them too.
-    fn stop(mut self) -> Result<()> {
+    pub(super) fn stop(mut self) -> Result<()> {
         let pid = i32::try_from(self.child.id()).context("pid")?;
         let _ = killpg(Pid::from_raw(pid), Signal::SIGINT);
         let deadline = Instant::now() + STOP_TIMEOUT;
@@ -318,7 +353,7 @@ impl Drop for Controller {
 }
 
 /// `key:  N kB` of /proc/PID/status, in bytes.
-fn proc_status_bytes(pid: u32, key: &str) -> u64 {
+pub(super) fn proc_status_bytes(pid: u32, key: &str) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -331,7 +366,7 @@ fn proc_status_bytes(pid: u32, key: &str) -> u64 {
 }
 
 /// User + system CPU seconds of PID (fields 14 and 15 of /proc/PID/stat, in USER_HZ = 100 ticks).
-fn proc_cpu_seconds(pid: u32) -> f64 {
+pub(super) fn proc_cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
@@ -346,7 +381,7 @@ fn proc_cpu_seconds(pid: u32) -> f64 {
 }
 
 /// GET `path` on 127.0.0.1:`port`: the status code and body (HTTP/1.1, connection closed).
-async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+pub(super) async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
     let fetch = async {
         let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
         let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
@@ -372,7 +407,7 @@ async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
 }
 
 /// The sum of every sample of `name` whose labels contain all of `labels` (`key="value"` strings).
-fn metric_sum(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+pub(super) fn metric_sum(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
     let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some(rest) = line.strip_prefix(name) else {
@@ -393,7 +428,7 @@ fn metric_sum(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
 }
 
 /// controller_runtime_reconcile_total by controller.
-fn reconciles(text: &str) -> BTreeMap<String, u64> {
+pub(super) fn reconciles(text: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("controller_runtime_reconcile_total{") else {
@@ -415,14 +450,21 @@ fn reconciles(text: &str) -> BTreeMap<String, u64> {
     out
 }
 
-fn bench_dir() -> Result<PathBuf> {
+pub(super) fn bench_dir() -> Result<PathBuf> {
     let dir = crate::workspace_root().join("target/bench");
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     Ok(dir)
 }
 
-fn spawn_controller(karpenter: &Path, kubeconfig: &Path, metrics: u16, probes: u16) -> Result<Controller> {
-    let log_path = bench_dir()?.join("controller.log");
+/// Starts `karpenter controller --cloud-provider kwok` on `kubeconfig`, its output in target/bench/`log`.
+pub(super) fn spawn_controller(
+    karpenter: &Path,
+    kubeconfig: &Path,
+    metrics: u16,
+    probes: u16,
+    log: &str,
+) -> Result<Controller> {
+    let log_path = bench_dir()?.join(log);
     let log = fs::File::create(&log_path).with_context(|| format!("cannot write {}", log_path.display()))?;
     // A profiling aid (see the module documentation).
     let wrapper: Vec<String> = std::env::var("KARPENTER_BENCH_WRAPPER")
@@ -487,7 +529,13 @@ async fn memory(karpenter: &Path, catalog: &CatalogFile, nodes: usize) -> Result
     let (metrics_port, probes_port) = (free_port()?, free_port()?);
 
     let started = Instant::now();
-    let controller = spawn_controller(karpenter, &kubeconfig, metrics_port, probes_port)?;
+    let controller = spawn_controller(
+        karpenter,
+        &kubeconfig,
+        metrics_port,
+        probes_port,
+        "controller.log",
+    )?;
     let pid = controller.pid();
     let measured = watch_controller(&controller, metrics_port, probes_port, started).await;
     let peak_rss_bytes = proc_status_bytes(pid, "VmHWM");
@@ -516,17 +564,17 @@ async fn memory(karpenter: &Path, catalog: &CatalogFile, nodes: usize) -> Result
     })
 }
 
-struct Observed {
-    ready_seconds: f64,
-    rss_at_ready_bytes: u64,
-    reconciles: BTreeMap<String, u64>,
-    disruption_seconds_mean: Option<f64>,
-    disruption_decisions: u64,
-    nodeclaims_created: u64,
+pub(super) struct Observed {
+    pub(super) ready_seconds: f64,
+    pub(super) rss_at_ready_bytes: u64,
+    pub(super) reconciles: BTreeMap<String, u64>,
+    pub(super) disruption_seconds_mean: Option<f64>,
+    pub(super) disruption_decisions: u64,
+    pub(super) nodeclaims_created: u64,
 }
 
 /// Waits for /readyz, then for the disruption passes, scraping /metrics.
-async fn watch_controller(
+pub(super) async fn watch_controller(
     controller: &Controller,
     metrics_port: u16,
     probes_port: u16,
@@ -539,7 +587,7 @@ async fn watch_controller(
             bail!("the controller was not ready within {READY_TIMEOUT:?}");
         }
         if !alive() {
-            bail!("the controller exited before it was ready (see target/bench/controller.log)");
+            bail!("the controller exited before it was ready (see its log in target/bench/)");
         }
         if let Ok((200, _)) = http_get(probes_port, "/readyz").await {
             break;
@@ -557,7 +605,7 @@ async fn watch_controller(
     loop {
         tokio::time::sleep(SCRAPE_EVERY).await;
         if !alive() {
-            bail!("the controller exited (see target/bench/controller.log)");
+            bail!("the controller exited (see its log in target/bench/)");
         }
         match http_get(metrics_port, "/metrics").await {
             Ok((200, body)) => text = body,
