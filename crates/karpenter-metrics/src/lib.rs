@@ -16,7 +16,7 @@ mod summary;
 pub use describe::Descriptor;
 pub use labels::*;
 pub use node_gauges::{NODE_LABEL_NAMES, NodeResourceGauge, NodeSeries};
-pub use pod_gauge::{POD_LABEL_NAMES, PodEntry, PodNodeLabels, PodStateGauge, PodTable};
+pub use pod_gauge::{POD_LABEL_NAMES, PodEntry, PodNodeLabels, PodRows, PodSource, PodStateGauge, PodTable};
 pub use registry::{Metrics, ReconcileTimer, metrics};
 pub use summary::{NodePoolSummary, SUMMARY_MAX_AGE, SUMMARY_QUANTILES, Summary};
 

@@ -1,6 +1,6 @@
 //! Gauges that describe the cluster as the state cache sees it, recomputed just before each scrape: nodes and
-//! their allocatable and pod requests, NodePool usage and limits, cluster utilization, cache sync, and one
-//! `karpenter_pods_state` series per pod.
+//! their allocatable and pod requests, NodePool usage and limits, cluster utilization, cache sync; and one
+//! `karpenter_pods_state` series per pod, which the scrape itself reads from the cache (`CachedPods`).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_core::resources::{ResourceId, ResourceTable, Resources, pod_requests};
 use karpenter_core::snapshot::CompactPod;
 use karpenter_metrics::{
-    NodePoolResourceLabels, NodeSeries, PodEntry, PodNodeLabels, PodTable, ResourceTypeLabels, metrics,
+    NodePoolResourceLabels, NodeSeries, PodEntry, PodNodeLabels, PodRows, PodSource, ResourceTypeLabels,
+    metrics,
 };
 use karpenter_state::ClusterState;
 use kube::ResourceExt;
@@ -96,8 +97,9 @@ pub fn refresh(state: &ClusterState) {
         }
     }
 
+    // Read from the cache by the scrape itself, a chunk at a time: no table of 150,000 pods is built here.
+    m.pods_state.set_source(Arc::new(CachedPods(state.clone())));
     let mut shared = SharedStrings::default();
-    m.pods_state.replace(pod_table(&pods, &nodes, &mut shared));
     let (mut allocatable_series, mut requests_series, mut daemon_series) =
         (Vec::new(), Vec::new(), Vec::new());
     let mut pool_usage: BTreeMap<String, Resources> = BTreeMap::new();
@@ -236,48 +238,72 @@ fn write_owner(out: &mut String, pod: &CompactPod, namespace: &str) {
     }
 }
 
-/// `karpenter_pods_state`: every pod in the cache, with the labels of the node it is bound to.
-fn pod_table(pods: &[Arc<CompactPod>], nodes: &[Arc<Node>], shared: &mut SharedStrings) -> PodTable {
-    let name_bytes = pods
-        .iter()
-        .map(|p| p.metadata.name.as_ref().map_or(0, String::len))
-        .sum();
-    let mut table = PodTable::with_capacity(pods.len(), name_bytes);
-    for node in nodes {
-        let labels = node.labels();
-        let mut label = |key: &str| shared.get(labels.get(key).map_or("", String::as_str));
-        let values = [
-            label("karpenter.sh/nodepool"),
-            label("topology.kubernetes.io/zone"),
-            label("kubernetes.io/arch"),
-            label("karpenter.sh/capacity-type"),
-            label("node.kubernetes.io/instance-type"),
-        ];
-        let managed = !values[0].is_empty();
-        table.add_node(&node.name_any(), PodNodeLabels { values, managed });
+/// `karpenter_pods_state`'s source: every pod in the cache, with the labels of the node it is bound to, read when
+/// a scrape starts. Nothing of it is kept between scrapes; a scrape holds the cache's pods (shared, not copied)
+/// and a map of node labels until its response is written.
+struct CachedPods(ClusterState);
+
+impl PodSource for CachedPods {
+    fn rows(&self) -> Arc<dyn PodRows> {
+        let nodes = self.0.nodes.all();
+        let mut shared = SharedStrings::default();
+        let mut node_labels = HashMap::with_capacity(nodes.len());
+        for node in &nodes {
+            let labels = node.labels();
+            let mut label = |key: &str| shared.get(labels.get(key).map_or("", String::as_str));
+            let values = [
+                label("karpenter.sh/nodepool"),
+                label("topology.kubernetes.io/zone"),
+                label("kubernetes.io/arch"),
+                label("karpenter.sh/capacity-type"),
+                label("node.kubernetes.io/instance-type"),
+            ];
+            let managed = !values[0].is_empty();
+            node_labels.insert(node.name_any(), PodNodeLabels { values, managed });
+        }
+        Arc::new(CachedPodRows {
+            pods: self.0.pods.all(),
+            nodes: node_labels,
+        })
     }
-    let mut owner = String::new();
-    for pod in pods {
+}
+
+/// One scrape's pods (see [`CachedPods`]), in the cache's key order.
+struct CachedPodRows {
+    pods: Vec<Arc<CompactPod>>,
+    nodes: HashMap<String, PodNodeLabels>,
+}
+
+impl PodRows for CachedPodRows {
+    fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    fn row<'a>(&'a self, i: usize, scratch: &'a mut String) -> (PodEntry<'a>, Option<&'a PodNodeLabels>) {
+        let Some(pod) = self.pods.get(i) else {
+            return (PodEntry::default(), None);
+        };
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        write_owner(&mut owner, pod, namespace);
+        write_owner(scratch, pod, namespace);
         let status = pod.status.as_ref();
         let ready = status
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        table.push(PodEntry {
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default();
+        let entry = PodEntry {
             name: pod.metadata.name.as_deref().unwrap_or_default(),
             namespace,
-            owner: &owner,
-            node: pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .unwrap_or_default(),
+            owner: scratch.as_str(),
+            node,
             phase: status.and_then(|s| s.phase.as_deref()).unwrap_or_default(),
             ready,
-        });
+        };
+        (entry, self.nodes.get(node))
     }
-    table
 }
 
 #[cfg(test)]
