@@ -16,7 +16,10 @@ use crate::{
     provisioning::{ClaimContext, node_claim_object},
     requirements::Requirement,
     resources::Resources,
-    scheduling::{NewNodeClaim, scheduler::truncate_keeping_min_values},
+    scheduling::{
+        NewNodeClaim,
+        scheduler::{claim_labels, truncate_keeping_min_values},
+    },
 };
 
 use super::{
@@ -101,6 +104,7 @@ pub fn static_node_claims(
         cx.keys.instance_type,
         types.iter().map(|it| it.name_symbol),
     ));
+    let labels = claim_labels(&requirements, &well_known, &mut cx.interner);
     let claim = NewNodeClaim {
         template: 0,
         requirements,
@@ -108,6 +112,7 @@ pub fn static_node_claims(
         requests: Resources::zero(),
         pods: Vec::new(),
         min_values_relaxed: false,
+        labels,
         launch: None,
     };
     let hash = pool.hash();
