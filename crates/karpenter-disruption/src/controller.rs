@@ -14,7 +14,9 @@ use karpenter_api::{
 use karpenter_core::{
     clock::Clock,
     cloudprovider::CloudProvider,
-    disruption::pass::{PassResult, PassSettings, disruption_pass},
+    disruption::pass::{
+        ConsolidationProgress, PassResult, PassSettings, SearchLimits, disruption_pass_within,
+    },
     provisioning::{ClaimContext, node_claim_object},
     snapshot::{BuildOptions, DisruptionInputs, Snapshot, build_disruption_inputs},
 };
@@ -119,6 +121,8 @@ pub struct DisruptionController {
     events: DedupedRecorder,
     /// Whether taints left by a previous process have been cleared (once, on the first synced tick).
     recovered: std::sync::atomic::AtomicBool,
+    /// The NodePools single-node consolidation did not reach before its last timeout, tried first next pass.
+    consolidation_progress: std::sync::Mutex<ConsolidationProgress>,
 }
 
 fn is_initialized(claim: &NodeClaim) -> bool {
@@ -145,6 +149,7 @@ impl DisruptionController {
             settings,
             in_flight: Mutex::new(None),
             recovered: std::sync::atomic::AtomicBool::new(false),
+            consolidation_progress: std::sync::Mutex::default(),
         }
     }
 
@@ -295,14 +300,20 @@ impl DisruptionController {
         Ok((snapshot, inputs))
     }
 
+    /// Runs a pass, its consolidation searches within upstream's time limits on the controller's clock.
     fn pass(&self, inputs: &mut DisruptionInputs) -> PassResult {
-        disruption_pass(
-            inputs,
-            &PassSettings {
-                now: self.clock.now(),
-                spot_to_spot: self.settings.spot_to_spot,
-            },
-        )
+        let settings = PassSettings {
+            now: self.clock.now(),
+            spot_to_spot: self.settings.spot_to_spot,
+        };
+        let limits = SearchLimits::upstream(self.clock.as_ref());
+        let mut progress = self
+            .consolidation_progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let result = disruption_pass_within(inputs, &settings, Some(&limits), &mut progress);
+        crate::pass_metrics::record_timeouts(&result);
+        result
     }
 
     async fn start(&self, snapshot: Snapshot, mut inputs: DisruptionInputs) -> Result<Tick, DisruptionError> {

@@ -1,10 +1,12 @@
 //! What a disruption pass tells Prometheus: the nodes each reason could disrupt, how many disruptions each
-//! NodePool's budgets allow now, and how long each method took to decide; and, from the same inputs, what each
-//! NodePool's nodes cost an hour.
+//! NodePool's budgets allow now, how long each method took to decide and which consolidation searches ran out
+//! of time; and, from the same inputs, what each NodePool's nodes cost an hour.
 
 use karpenter_api::nodepool::DisruptionReason;
 use karpenter_core::{disruption::pass::PassResult, snapshot::DisruptionInputs};
-use karpenter_metrics::{EvaluationLabels, NodePoolLabels, NodePoolReasonLabels, ReasonLabels, metrics};
+use karpenter_metrics::{
+    ConsolidationTypeLabels, EvaluationLabels, NodePoolLabels, NodePoolReasonLabels, ReasonLabels, metrics,
+};
 
 /// A reason no budget limits reports the largest 32-bit integer, as upstream's budget mapping does.
 const UNLIMITED: i64 = i32::MAX as i64;
@@ -45,6 +47,19 @@ pub fn record_pass<'a>(result: &PassResult, pool_name: impl Fn(usize) -> &'a str
     }
 }
 
+/// `karpenter_voluntary_disruption_consolidation_timeouts_total`: one per consolidation search of the pass that
+/// stopped at its time limit, by `consolidation_type` (`multi`, `single`).
+pub fn record_timeouts(result: &PassResult) {
+    for kind in &result.consolidation_timeouts {
+        metrics()
+            .voluntary_disruption_consolidation_timeouts
+            .get_or_create(&ConsolidationTypeLabels {
+                consolidation_type: kind.as_str().into(),
+            })
+            .inc();
+    }
+}
+
 /// `karpenter_nodepools_cost_total`: per NodePool, the sum of the hourly prices of its NodeClaims' offerings
 /// (0 for a NodePool without nodes; a NodePool that is gone loses its series), as upstream's cost tracker sums
 /// the offerings of its NodeClaims. A claim whose offering the catalog no longer lists counts 0.
@@ -79,7 +94,7 @@ fn set_cost<'a>(pools: impl ExactSizeIterator<Item = &'a str>, claims: impl Iter
 mod tests {
     use std::time::Duration;
 
-    use karpenter_core::disruption::pass::{BudgetEntry, Method, MethodEvaluation};
+    use karpenter_core::disruption::pass::{BudgetEntry, ConsolidationType, Method, MethodEvaluation};
 
     use super::*;
 
@@ -142,6 +157,31 @@ mod tests {
             .is_some_and(|n| n >= 1.0),
             "{text}"
         );
+    }
+
+    #[test]
+    fn each_consolidation_search_that_ran_out_of_time_counts_once_by_type() {
+        let counter = |kind: &str| {
+            sample(
+                &metrics().encode(),
+                &format!(
+                    "karpenter_voluntary_disruption_consolidation_timeouts_total{{consolidation_type=\"{kind}\"}}"
+                ),
+            )
+            .unwrap_or(0.0)
+        };
+        let (multi, single) = (counter("multi"), counter("single"));
+        record_timeouts(&PassResult {
+            consolidation_timeouts: vec![ConsolidationType::Multi, ConsolidationType::Single],
+            ..PassResult::default()
+        });
+        record_timeouts(&PassResult {
+            consolidation_timeouts: vec![ConsolidationType::Single],
+            ..PassResult::default()
+        });
+        record_timeouts(&PassResult::default());
+        assert_eq!(counter("multi"), multi + 1.0);
+        assert_eq!(counter("single"), single + 2.0);
     }
 
     #[test]

@@ -353,7 +353,7 @@ impl Metrics {
             "Number of nodes eligible for disruption, by reason.",
             &m.voluntary_disruption_eligible_nodes,
         );
-        b.add("karpenter_voluntary_disruption_consolidation_timeouts", "Number of times the consolidation search reached its timeout, by consolidation type (never incremented: the search has no timeout).", &m.voluntary_disruption_consolidation_timeouts);
+        b.add("karpenter_voluntary_disruption_consolidation_timeouts", "Number of times a consolidation search reached its timeout (multi-node 1 minute, single-node 3 minutes), by consolidation type.", &m.voluntary_disruption_consolidation_timeouts);
         b.add("karpenter_voluntary_disruption_failed_validations", "Number of disruption commands that failed validation before being executed, by reason and consolidation type.", &m.voluntary_disruption_failed_validations);
         b.add("karpenter_voluntary_disruption_queue_failures", "Number of disruption commands that failed while being executed (rolled back), by decision, reason and consolidation type.", &m.voluntary_disruption_queue_failures);
         b.add("karpenter_nodepools_allowed_disruptions", "Number of nodes the nodepool's disruption budgets allow to be disrupted now, by nodepool and reason.", &m.nodepools_allowed_disruptions);

@@ -17,14 +17,19 @@
 //!   budget) that can go at once, and never replaces several nodes with a type one of them already is unless it
 //!   is cheaper than that node;
 //! - single-node consolidation takes candidates round-robin across NodePools and acts on the first that works;
+//! - each search has a time limit ([`Deadline`], on a clock the caller passes in): multi-node consolidation stops
+//!   after [`MULTI_NODE_TIMEOUT`] with the last prefix that worked, single-node after [`SINGLE_NODE_TIMEOUT`]
+//!   with no command, naming the NodePools it never reached so the next search starts with them;
 //! - `Balanced` NodePools also require the move to pass [`super::balanced`]'s score.
 
 use std::sync::Arc;
 
+use jiff::{SignedDuration, Timestamp};
 use karpenter_api::{labels, nodepool::ConsolidationPolicy};
 
 use super::{balanced, cost::order_by_disruption_cost};
 use crate::{
+    clock::Clock,
     instance_type::{InstanceType, Offering},
     requirements::{LabelInterner, Requirement, Requirements, Symbol},
     scheduling::{Launch, NewNodeClaim},
@@ -35,6 +40,47 @@ use crate::{
 pub const MIN_INSTANCE_TYPES_FOR_SPOT_TO_SPOT: usize = 15;
 /// Multi-node consolidation looks at most at this many candidates.
 pub const MAX_MULTI_CANDIDATES: usize = 100;
+/// How long multi-node consolidation searches before it settles for the last prefix that worked (upstream
+/// `MultiNodeConsolidationTimeoutDuration`).
+pub const MULTI_NODE_TIMEOUT: SignedDuration = SignedDuration::from_secs(60);
+/// How long single-node consolidation tries candidates before it gives up for this pass (upstream
+/// `SingleNodeConsolidationTimeoutDuration`).
+pub const SINGLE_NODE_TIMEOUT: SignedDuration = SignedDuration::from_secs(180);
+
+/// When a consolidation search must stop: once `clock` reads later than the limit set at its start. The caller
+/// passes the clock in (core never reads the machine's), so a test can advance it per simulated candidate. As
+/// upstream, the search looks at it before each step and stops there; a step already begun runs to its end.
+#[derive(Clone, Copy)]
+pub struct Deadline<'a> {
+    clock: &'a dyn Clock,
+    at: Timestamp,
+}
+
+impl<'a> Deadline<'a> {
+    /// `limit` from now on `clock`.
+    pub fn after(clock: &'a dyn Clock, limit: SignedDuration) -> Self {
+        let now = clock.now();
+        Self {
+            clock,
+            at: now.checked_add(limit).unwrap_or(Timestamp::MAX),
+        }
+    }
+
+    /// Whether the clock is past the limit.
+    pub fn passed(&self) -> bool {
+        self.clock.now() > self.at
+    }
+}
+
+impl std::fmt::Debug for Deadline<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deadline").field("at", &self.at).finish()
+    }
+}
+
+fn past(deadline: Option<&Deadline<'_>>) -> bool {
+    deadline.is_some_and(Deadline::passed)
+}
 
 /// One node consolidation may remove.
 #[derive(Debug, Clone, PartialEq)]
@@ -169,13 +215,35 @@ fn disqualified(c: &ConsolidationCandidate) -> Option<&'static str> {
 /// `budgets_left[node_pool]` is how many more nodes each NodePool may lose (a pool missing from it may lose
 /// none); on return it is reduced by the nodes the command removes. The prefixes form a binary search, as
 /// upstream's, so the longest prefix found is not necessarily the longest that works when validity is not
-/// monotone.
+/// monotone. No time limit: see [`multi_node_within`].
 pub fn multi_node(
     candidates: &[ConsolidationCandidate],
     budgets_left: &mut [usize],
     sim: &mut dyn Resimulator,
     settings: &ConsolidationSettings,
 ) -> Option<ConsolidationCommand> {
+    multi_node_within(candidates, budgets_left, sim, settings, None).command
+}
+
+/// What a multi-node search found, and whether its time ran out first.
+#[derive(Debug, Clone)]
+pub struct MultiNodeOutcome {
+    /// The longest prefix that worked, even when the search stopped at its deadline (as upstream, which returns
+    /// the last valid command it found).
+    pub command: Option<ConsolidationCommand>,
+    /// The deadline passed before the binary search ended.
+    pub timed_out: bool,
+}
+
+/// [`multi_node`], stopping at `deadline` (checked before each re-simulation) with the best command found so
+/// far.
+pub fn multi_node_within(
+    candidates: &[ConsolidationCandidate],
+    budgets_left: &mut [usize],
+    sim: &mut dyn Resimulator,
+    settings: &ConsolidationSettings,
+    deadline: Option<&Deadline<'_>>,
+) -> MultiNodeOutcome {
     let mut budgets = budgets_left.to_vec();
     let mut eligible: Vec<&ConsolidationCandidate> = Vec::new();
     for i in order_by_disruption_cost(candidates) {
@@ -193,11 +261,19 @@ pub fn multi_node(
         eligible.push(c);
     }
     if eligible.len() < 2 {
-        return None;
+        return MultiNodeOutcome {
+            command: None,
+            timed_out: false,
+        };
     }
     let (mut lo, mut hi) = (2, eligible.len());
     let mut best: Option<(usize, ConsolidationCommand)> = None;
+    let mut timed_out = false;
     while lo <= hi {
+        if past(deadline) {
+            timed_out = true;
+            break;
+        }
         let mid = lo + (hi - lo) / 2;
         match compute(&eligible[..mid], sim, settings, Method::Multi) {
             Ok(cmd) => {
@@ -207,13 +283,15 @@ pub fn multi_node(
             Err(_) => hi = mid - 1,
         }
     }
-    let (n, cmd) = best?;
-    for c in &eligible[..n] {
-        if let Some(left) = budgets_left.get_mut(c.node_pool) {
-            *left = left.saturating_sub(1);
+    let command = best.map(|(n, cmd)| {
+        for c in &eligible[..n] {
+            if let Some(left) = budgets_left.get_mut(c.node_pool) {
+                *left = left.saturating_sub(1);
+            }
         }
-    }
-    Some(cmd)
+        cmd
+    });
+    MultiNodeOutcome { command, timed_out }
 }
 
 /// Single-node consolidation: every candidate in turn (ascending disruption cost, round-robin across NodePools,
@@ -221,19 +299,68 @@ pub fn multi_node(
 ///
 /// Returns the command, why each candidate tried before it was not consolidated (by
 /// [`ConsolidationCandidate::index`], including those skipped for budget or policy), and how many candidates
-/// were re-simulated.
+/// were re-simulated. No time limit: see [`single_node_within`].
 pub fn single_node(
     candidates: &[ConsolidationCandidate],
     budgets_left: &[usize],
     sim: &mut dyn Resimulator,
     settings: &ConsolidationSettings,
 ) -> (Option<ConsolidationCommand>, Vec<(usize, String)>, usize) {
-    let mut rejected = Vec::new();
-    let mut evaluated = 0;
-    for i in interleave_by_node_pool(candidates) {
+    let outcome = single_node_within(candidates, budgets_left, sim, settings, &[], None);
+    (outcome.command, outcome.rejected, outcome.evaluated)
+}
+
+/// What a single-node search found, and where its time ran out.
+#[derive(Debug, Clone, Default)]
+pub struct SingleNodeOutcome {
+    pub command: Option<ConsolidationCommand>,
+    /// Why each candidate tried was not consolidated (see [`single_node`]).
+    pub rejected: Vec<(usize, String)>,
+    /// Candidates re-simulated.
+    pub evaluated: usize,
+    /// The deadline passed before a command was found or every candidate tried; there is no command then.
+    pub timed_out: bool,
+    /// After a timeout: the candidates never reached ([`ConsolidationCandidate::index`]), in the order they
+    /// would have been tried.
+    pub unreached: Vec<usize>,
+    /// After a timeout: the NodePools none of whose candidates was reached, to try first next time (upstream's
+    /// `PreviouslyUnseenNodePools`).
+    pub unseen_node_pools: Vec<usize>,
+}
+
+/// [`single_node`], with the candidates of `first_pools` (NodePool indices) leading the round-robin, and stopping
+/// at `deadline` (checked before each candidate, as upstream) without a command.
+pub fn single_node_within(
+    candidates: &[ConsolidationCandidate],
+    budgets_left: &[usize],
+    sim: &mut dyn Resimulator,
+    settings: &ConsolidationSettings,
+    first_pools: &[usize],
+    deadline: Option<&Deadline<'_>>,
+) -> SingleNodeOutcome {
+    let mut out = SingleNodeOutcome::default();
+    let order = interleave_with_first(candidates, first_pools);
+    for (position, &i) in order.iter().enumerate() {
         let c = &candidates[i];
+        if past(deadline) {
+            out.timed_out = true;
+            out.unreached = order[position..].iter().map(|&u| candidates[u].index).collect();
+            let mut seen: Vec<usize> = order[..position]
+                .iter()
+                .map(|&s| candidates[s].node_pool)
+                .collect();
+            seen.sort_unstable();
+            seen.dedup();
+            for &u in &order[position..] {
+                let pool = candidates[u].node_pool;
+                if seen.binary_search(&pool).is_err() && !out.unseen_node_pools.contains(&pool) {
+                    out.unseen_node_pools.push(pool);
+                }
+            }
+            return out;
+        }
         if budgets_left.get(c.node_pool).copied().unwrap_or(0) == 0 {
-            rejected.push((
+            out.rejected.push((
                 c.index,
                 format!(
                     "the disruption budget of NodePool {:?} allows no more nodes to be disrupted now",
@@ -243,22 +370,31 @@ pub fn single_node(
             continue;
         }
         if let Some(why) = disqualified(c) {
-            rejected.push((c.index, why.to_string()));
+            out.rejected.push((c.index, why.to_string()));
             continue;
         }
-        evaluated += 1;
+        out.evaluated += 1;
         match compute(&[c], sim, settings, Method::Single) {
-            Ok(cmd) => return (Some(cmd), rejected, evaluated),
-            Err(why) => rejected.push((c.index, why)),
+            Ok(cmd) => {
+                out.command = Some(cmd);
+                return out;
+            }
+            Err(why) => out.rejected.push((c.index, why)),
         }
     }
-    (None, rejected, evaluated)
+    out
 }
 
 /// Positions of `candidates` by ascending disruption cost within each NodePool, taken round-robin across
 /// NodePools (the NodePool whose cheapest candidate comes first leads), so one large NodePool does not starve
 /// the others.
 pub fn interleave_by_node_pool(candidates: &[ConsolidationCandidate]) -> Vec<usize> {
+    interleave_with_first(candidates, &[])
+}
+
+/// [`interleave_by_node_pool`], the NodePools of `first` leading (among themselves, and the others, in the usual
+/// order).
+fn interleave_with_first(candidates: &[ConsolidationCandidate], first: &[usize]) -> Vec<usize> {
     let mut pools: Vec<(usize, Vec<usize>)> = Vec::new();
     for i in order_by_disruption_cost(candidates) {
         let pool = candidates[i].node_pool;
@@ -267,6 +403,8 @@ pub fn interleave_by_node_pool(candidates: &[ConsolidationCandidate]) -> Vec<usi
             None => pools.push((pool, vec![i])),
         }
     }
+    // Stable: within each group the NodePool whose cheapest candidate comes first still leads.
+    pools.sort_by_key(|(p, _)| !first.contains(p));
     let longest = pools.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
     let mut order = Vec::with_capacity(candidates.len());
     for round in 0..longest {

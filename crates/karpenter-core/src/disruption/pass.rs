@@ -1,17 +1,26 @@
 //! One disruption pass: the methods in upstream's order (emptiness, static drift, drift, multi-node
 //! consolidation, single-node consolidation); the first that yields commands wins the pass. Every managed node
 //! the pass does not act on is listed with the reason, so "why is this node not consolidated?" has an answer.
+//! The consolidation searches stop at upstream's time limits when the caller gives a clock
+//! ([`disruption_pass_within`]); single-node consolidation then carries the NodePools it did not reach to the next
+//! pass ([`ConsolidationProgress`]).
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use karpenter_api::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
 
-use crate::snapshot::{ClaimInfo, DisruptionInputs};
+use crate::{
+    clock::Clock,
+    snapshot::{ClaimInfo, DisruptionInputs},
+};
 
 use super::{
     budgets::{allowed_disruptions, is_active},
     candidates::{MethodClass, blocked_reason, is_empty},
     consolidation::SimulationOutcome,
-    consolidation::{ConsolidationCandidate, ConsolidationSettings, Decision, multi_node, single_node},
+    consolidation::{
+        ConsolidationCandidate, ConsolidationSettings, Deadline, Decision, MULTI_NODE_TIMEOUT,
+        SINGLE_NODE_TIMEOUT, multi_node_within, single_node_within,
+    },
     drift::DriftReason,
     resimulate::{SchedulerResimulator, simulate_removal},
 };
@@ -55,6 +64,50 @@ impl Method {
             _ => "",
         }
     }
+}
+
+/// Which consolidation search: upstream's `consolidation_type` metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsolidationType {
+    Multi,
+    Single,
+}
+
+impl ConsolidationType {
+    /// `multi` or `single`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Multi => "multi",
+            Self::Single => "single",
+        }
+    }
+}
+
+/// How long the consolidation searches may run, measured on `clock`.
+#[derive(Clone, Copy)]
+pub struct SearchLimits<'a> {
+    pub clock: &'a dyn Clock,
+    pub multi_node: SignedDuration,
+    pub single_node: SignedDuration,
+}
+
+impl<'a> SearchLimits<'a> {
+    /// Upstream's limits: one minute for multi-node, three for single-node consolidation.
+    pub fn upstream(clock: &'a dyn Clock) -> Self {
+        Self {
+            clock,
+            multi_node: MULTI_NODE_TIMEOUT,
+            single_node: SINGLE_NODE_TIMEOUT,
+        }
+    }
+}
+
+/// What one pass leaves the next: the NodePools single-node consolidation did not reach before its time ran out
+/// (by name), whose candidates lead the next search (upstream's `PreviouslyUnseenNodePools`). Cleared when a
+/// search tries every candidate without finding a command; kept as it is when a command is found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsolidationProgress {
+    pub unseen_node_pools: Vec<String>,
 }
 
 /// One method the pass ran and how long it took (upstream's decision-evaluation histogram). Methods after the
@@ -122,6 +175,8 @@ pub struct PassResult {
     pub evaluations: Vec<MethodEvaluation>,
     /// Nodes the methods that ran could disrupt for each reason, before budgets (upstream's eligible-nodes gauge).
     pub eligible: Vec<(DisruptionReason, usize)>,
+    /// The consolidation searches that stopped at their time limit (upstream's consolidation-timeouts counter).
+    pub consolidation_timeouts: Vec<ConsolidationType>,
 }
 
 impl PassResult {
@@ -162,8 +217,22 @@ fn budget_applies(budgets: Option<&[Budget]>, reason: DisruptionReason, now: Tim
     }
 }
 
-/// Runs one pass at `settings.now`.
+/// Runs one pass at `settings.now`, its consolidation searches without a time limit (what `karpenter disrupt`
+/// runs: its answer does not depend on how fast the machine is).
 pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -> PassResult {
+    disruption_pass_within(inputs, settings, None, &mut ConsolidationProgress::default())
+}
+
+/// Runs one pass at `settings.now`, its consolidation searches stopping at `limits` when given: multi-node
+/// consolidation then takes the best command found so far, single-node consolidation none, and `progress` records
+/// the NodePools it did not reach for the next pass. Each search that stops is listed in
+/// [`PassResult::consolidation_timeouts`].
+pub fn disruption_pass_within(
+    inputs: &mut DisruptionInputs,
+    settings: &PassSettings,
+    limits: Option<&SearchLimits<'_>>,
+    progress: &mut ConsolidationProgress,
+) -> PassResult {
     let now = settings.now;
     let mut result = PassResult::default();
 
@@ -330,20 +399,61 @@ pub fn disruption_pass(inputs: &mut DisruptionInputs, settings: &PassSettings) -
             }
         }
         let mut sim = SchedulerResimulator::new(inputs);
-        let multi = multi_node(&candidates, &mut budgets_left.clone(), &mut sim, &settings_c);
+        let deadline = limits.map(|l| Deadline::after(l.clock, l.multi_node));
+        let multi = multi_node_within(
+            &candidates,
+            &mut budgets_left.clone(),
+            &mut sim,
+            &settings_c,
+            deadline.as_ref(),
+        );
         result.evaluated(Method::MultiNodeConsolidation, started, candidates.len());
-        if let Some(cmd) = multi {
+        if multi.timed_out {
+            result.consolidation_timeouts.push(ConsolidationType::Multi);
+        }
+        if let Some(cmd) = multi.command {
             result.candidates_evaluated = sim.simulations();
             break 'methods vec![consolidation_command(Method::MultiNodeConsolidation, cmd)];
         }
         let started = std::time::Instant::now();
-        let (cmd, rejected, _) = single_node(&candidates, &budgets_left, &mut sim, &settings_c);
+        let first_pools: Vec<usize> = progress
+            .unseen_node_pools
+            .iter()
+            .filter_map(|name| sim.inputs().pools.iter().position(|p| p.name == *name))
+            .collect();
+        let deadline = limits.map(|l| Deadline::after(l.clock, l.single_node));
+        let single = single_node_within(
+            &candidates,
+            &budgets_left,
+            &mut sim,
+            &settings_c,
+            &first_pools,
+            deadline.as_ref(),
+        );
         // The same candidates multi-node consolidation counted: not counted twice.
         result.evaluated(Method::SingleNodeConsolidation, started, 0);
         result.candidates_evaluated = sim.simulations();
-        for (n, why) in rejected {
+        if single.timed_out {
+            result.consolidation_timeouts.push(ConsolidationType::Single);
+            progress.unseen_node_pools = single
+                .unseen_node_pools
+                .iter()
+                .map(|&p| inputs.pools[p].name.clone())
+                .collect();
+            let limit = limits.map_or(SINGLE_NODE_TIMEOUT, |l| l.single_node);
+            for &n in &single.unreached {
+                let why = format!(
+                    "not evaluated this pass: single-node consolidation reached its time limit ({limit:#}) first"
+                );
+                block(&mut result, &mut explained, n, why);
+            }
+        } else if single.command.is_none() {
+            progress.unseen_node_pools.clear();
+        }
+        for (n, why) in single.rejected {
             block(&mut result, &mut explained, n, why);
         }
+        let cmd = single.command;
         match cmd {
             Some(cmd) => vec![consolidation_command(Method::SingleNodeConsolidation, cmd)],
             None => Vec::new(),
@@ -1102,6 +1212,135 @@ mod tests {
                 .unwrap()
                 .contains("NodePool default is invalid")
         );
+    }
+
+    /// A clock that moves on `step` each time it is read: each deadline check of a search costs `step`.
+    struct SteppingClock {
+        now: std::sync::Mutex<Timestamp>,
+        step: SignedDuration,
+    }
+
+    impl Clock for SteppingClock {
+        fn now(&self) -> Timestamp {
+            let mut now = self.now.lock().unwrap();
+            *now = now.checked_add(self.step).unwrap();
+            *now
+        }
+    }
+
+    /// `managed(name)` in NodePool `pool`.
+    fn managed_in(name: &str, pool: &str) -> [String; 2] {
+        managed(name).map(|o| {
+            o.replace(
+                "karpenter.sh/nodepool: default",
+                &format!("karpenter.sh/nodepool: {pool}"),
+            )
+        })
+    }
+
+    #[test]
+    fn consolidation_searches_stop_at_their_limits_and_the_next_pass_starts_where_single_node_stopped() {
+        let p = pool("{consolidateAfter: 0s}");
+        let other = p.replace("{name: default}", "{name: other}");
+        let [n1, c1] = managed("n1");
+        let [n2, c2] = managed("n2");
+        let [n3, c3] = managed_in("n3", "other");
+        // Each node is nearly full and nothing cheaper holds its pod, nor the pods of two: nothing can go.
+        let pods: Vec<String> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| bound_pod("default", &format!("p-{n}"), n, "3950m", ""))
+            .collect();
+        let objects = [
+            &p, &other, &n1, &c1, &n2, &c2, &n3, &c3, &pods[0], &pods[1], &pods[2],
+        ];
+        let objects: Vec<&str> = objects.iter().map(|s| s.as_str()).collect();
+        let (inputs, unlimited) = run(&objects);
+        assert!(unlimited.commands.is_empty());
+        assert!(unlimited.consolidation_timeouts.is_empty());
+        for n in ["n1", "n2", "n3"] {
+            assert!(
+                blocked(&inputs, &unlimited, n)
+                    .unwrap()
+                    .starts_with("replacement would not be cheaper"),
+                "{:?}",
+                unlimited.blocked
+            );
+        }
+
+        // Each deadline check takes 91 s: multi-node's minute is over at its first, single-node's three at its
+        // second.
+        let clock = SteppingClock {
+            now: std::sync::Mutex::new(NOW.parse().unwrap()),
+            step: SignedDuration::from_secs(91),
+        };
+        let limits = SearchLimits::upstream(&clock);
+        let mut progress = ConsolidationProgress::default();
+        let (inputs, r) = run_within(&objects, &limits, &mut progress);
+        assert!(r.commands.is_empty(), "{:?}", r.commands);
+        assert_eq!(
+            r.consolidation_timeouts,
+            [ConsolidationType::Multi, ConsolidationType::Single]
+        );
+        assert!(
+            blocked(&inputs, &r, "n1")
+                .unwrap()
+                .starts_with("replacement would not be cheaper"),
+            "{:?}",
+            r.blocked
+        );
+        for n in ["n2", "n3"] {
+            assert_eq!(
+                blocked(&inputs, &r, n),
+                Some("not evaluated this pass: single-node consolidation reached its time limit (3m) first"),
+                "{:?}",
+                r.blocked
+            );
+        }
+        assert_eq!(progress.unseen_node_pools, ["other"]);
+
+        // The next pass tries NodePool other first, and then it is default's turn.
+        let (inputs, r) = run_within(&objects, &limits, &mut progress);
+        assert_eq!(
+            r.consolidation_timeouts,
+            [ConsolidationType::Multi, ConsolidationType::Single]
+        );
+        assert!(
+            blocked(&inputs, &r, "n3")
+                .unwrap()
+                .starts_with("replacement would not be cheaper"),
+            "{:?}",
+            r.blocked
+        );
+        assert!(blocked(&inputs, &r, "n1").unwrap().starts_with("not evaluated"));
+        assert_eq!(progress.unseen_node_pools, ["default"]);
+
+        // With time enough, every candidate is tried and nothing is carried over.
+        let patient = SearchLimits {
+            clock: &clock,
+            multi_node: SignedDuration::from_hours(1),
+            single_node: SignedDuration::from_hours(1),
+        };
+        let (_, r) = run_within(&objects, &patient, &mut progress);
+        assert!(r.consolidation_timeouts.is_empty());
+        assert!(progress.unseen_node_pools.is_empty());
+    }
+
+    /// [`run`] with time limits and the progress of earlier passes.
+    fn run_within(
+        objects: &[&str],
+        limits: &SearchLimits<'_>,
+        progress: &mut ConsolidationProgress,
+    ) -> (crate::snapshot::DisruptionInputs, PassResult) {
+        let snap = snapshot(objects);
+        let now: Timestamp = NOW.parse().unwrap();
+        let mut inputs =
+            build_disruption_inputs(&snap, &catalog(), &BuildOptions::default(), &NoProviderDrift, now);
+        let settings = PassSettings {
+            now,
+            spot_to_spot: false,
+        };
+        let result = disruption_pass_within(&mut inputs, &settings, Some(limits), progress);
+        (inputs, result)
     }
 
     /// Builds the pass inputs from objects that load without a note (conversion may note problems, such as an

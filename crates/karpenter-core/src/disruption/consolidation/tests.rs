@@ -894,3 +894,165 @@ proptest! {
         }
     }
 }
+
+/// A clock that moves only when a test moves it: the simulator below advances it per candidate re-simulated.
+struct FakeClock(std::sync::Mutex<Timestamp>);
+
+impl FakeClock {
+    fn new() -> Self {
+        Self(std::sync::Mutex::new(Timestamp::UNIX_EPOCH))
+    }
+
+    fn advance(&self, by: SignedDuration) {
+        let mut now = self.0.lock().unwrap();
+        *now = now.checked_add(by).unwrap();
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Timestamp {
+        *self.0.lock().unwrap()
+    }
+}
+
+#[test]
+fn multi_node_past_its_minute_keeps_the_longest_prefix_found_so_far() {
+    let mut fx = Fx::new();
+    let cs: Vec<_> = (0..8)
+        .map(|k| fx.cand(k, 0, 0.1, "on-demand", k as f64))
+        .collect();
+    let clock = FakeClock::new();
+    let tried = RefCell::new(Vec::new());
+    // Every prefix can go; each re-simulation takes 40 s.
+    let mut sim = |c: &[&ConsolidationCandidate]| {
+        tried.borrow_mut().push(c.len());
+        clock.advance(SignedDuration::from_secs(40));
+        SimulationOutcome::Delete
+    };
+    let deadline = Deadline::after(&clock, MULTI_NODE_TIMEOUT);
+    let mut budgets = [10];
+    let out = multi_node_within(&cs, &mut budgets, &mut sim, &fx.settings, Some(&deadline));
+    assert!(out.timed_out);
+    // 5 at 0 s, 7 at 40 s; at 80 s the minute is over before 8 is tried.
+    assert_eq!(*tried.borrow(), vec![5, 7]);
+    let cmd = out.command.expect("the last prefix that worked");
+    assert_eq!(cmd.candidates, (0..7).collect::<Vec<_>>());
+    assert_eq!(budgets, [3], "the command's nodes are taken from the budget");
+
+    // Without a deadline, the same search goes on to all eight.
+    let mut budgets = [10];
+    let out = multi_node_within(&cs, &mut budgets, &mut sim, &fx.settings, None);
+    assert!(!out.timed_out);
+    assert_eq!(out.command.unwrap().candidates.len(), 8);
+
+    // Out of time before any prefix worked: no command, still a timeout.
+    let clock = FakeClock::new();
+    let mut sim = |_: &[&ConsolidationCandidate]| {
+        clock.advance(SignedDuration::from_secs(61));
+        SimulationOutcome::Unschedulable("no".into())
+    };
+    let deadline = Deadline::after(&clock, MULTI_NODE_TIMEOUT);
+    let mut budgets = [10];
+    let out = multi_node_within(&cs, &mut budgets, &mut sim, &fx.settings, Some(&deadline));
+    assert!(out.timed_out);
+    assert!(out.command.is_none());
+    assert_eq!(budgets, [10]);
+}
+
+#[test]
+fn multi_node_within_its_minute_is_unchanged() {
+    let mut fx = Fx::new();
+    let cs: Vec<_> = (0..8)
+        .map(|k| fx.cand(k, 0, 0.1, "on-demand", k as f64))
+        .collect();
+    let clock = FakeClock::new();
+    let mut sim = |c: &[&ConsolidationCandidate]| {
+        clock.advance(SignedDuration::from_secs(1));
+        if c.len() <= 6 {
+            SimulationOutcome::Delete
+        } else {
+            SimulationOutcome::Unschedulable("no".into())
+        }
+    };
+    let deadline = Deadline::after(&clock, MULTI_NODE_TIMEOUT);
+    let out = multi_node_within(&cs, &mut [10], &mut sim, &fx.settings, Some(&deadline));
+    assert!(!out.timed_out);
+    assert_eq!(out.command.unwrap().candidates.len(), 6);
+}
+
+#[test]
+fn single_node_past_its_three_minutes_stops_and_the_next_search_starts_with_the_nodepools_it_missed() {
+    let mut fx = Fx::new();
+    // Pool 0 leads the round-robin (its cheapest candidate is the cheapest), then pool 1, then pool 2.
+    let cs = vec![
+        fx.cand(0, 0, 0.1, "on-demand", 1.0),
+        fx.cand(1, 0, 0.1, "on-demand", 4.0),
+        fx.cand(2, 1, 0.1, "on-demand", 2.0),
+        fx.cand(3, 1, 0.1, "on-demand", 5.0),
+        fx.cand(4, 2, 0.1, "on-demand", 3.0),
+    ];
+    let clock = FakeClock::new();
+    let tried = RefCell::new(Vec::new());
+    // Nothing consolidates; each candidate takes 100 s.
+    let mut sim = |c: &[&ConsolidationCandidate]| {
+        tried.borrow_mut().push(c[0].index);
+        clock.advance(SignedDuration::from_secs(100));
+        SimulationOutcome::Unschedulable("no".into())
+    };
+    let deadline = Deadline::after(&clock, SINGLE_NODE_TIMEOUT);
+    let out = single_node_within(&cs, &[5, 5, 5], &mut sim, &fx.settings, &[], Some(&deadline));
+    assert!(out.timed_out);
+    assert!(out.command.is_none());
+    assert_eq!(*tried.borrow(), vec![0, 2], "at 200 s the three minutes are over");
+    assert_eq!(out.evaluated, 2);
+    assert_eq!(out.unreached, vec![4, 1, 3]);
+    assert_eq!(out.unseen_node_pools, vec![2], "pool 2 had no candidate tried");
+
+    // The next search starts with pool 2.
+    tried.borrow_mut().clear();
+    let deadline = Deadline::after(&clock, SINGLE_NODE_TIMEOUT);
+    let out = single_node_within(
+        &cs,
+        &[5, 5, 5],
+        &mut sim,
+        &fx.settings,
+        &out.unseen_node_pools,
+        Some(&deadline),
+    );
+    assert!(out.timed_out);
+    assert_eq!(*tried.borrow(), vec![4, 0]);
+    assert_eq!(out.unseen_node_pools, vec![1]);
+
+    // With time enough, every candidate is tried and none is left unseen.
+    tried.borrow_mut().clear();
+    let out = single_node_within(&cs, &[5, 5, 5], &mut sim, &fx.settings, &[1], None);
+    assert!(!out.timed_out);
+    assert_eq!(*tried.borrow(), vec![2, 0, 4, 3, 1]);
+    assert!(out.unreached.is_empty() && out.unseen_node_pools.is_empty());
+    assert_eq!(out.rejected.len(), 5);
+}
+
+#[test]
+fn single_node_finds_its_command_before_the_limit_as_without_one() {
+    let mut fx = Fx::new();
+    let cs = vec![
+        fx.cand(0, 0, 0.1, "on-demand", 1.0),
+        fx.cand(1, 1, 0.1, "on-demand", 2.0),
+    ];
+    let clock = FakeClock::new();
+    let mut sim = |c: &[&ConsolidationCandidate]| {
+        clock.advance(SignedDuration::from_secs(170));
+        if c[0].index == 1 {
+            SimulationOutcome::Delete
+        } else {
+            SimulationOutcome::Unschedulable("no".into())
+        }
+    };
+    let deadline = Deadline::after(&clock, SINGLE_NODE_TIMEOUT);
+    let out = single_node_within(&cs, &[1, 1], &mut sim, &fx.settings, &[], Some(&deadline));
+    assert!(
+        !out.timed_out,
+        "170 s is within the limit when candidate 1 is reached"
+    );
+    assert_eq!(out.command.unwrap().candidates, vec![1]);
+}
