@@ -101,8 +101,10 @@ pub fn static_node_claims(
         cx.keys.instance_type,
         types.iter().map(|it| it.name_symbol),
     ));
+    let labels = crate::scheduling::scheduler::claim_labels(&requirements, &well_known, &mut cx.interner);
     let claim = NewNodeClaim {
         template: 0,
+        labels,
         requirements,
         instance_types: types,
         requests: Resources::zero(),
