@@ -8,7 +8,9 @@
 //!   Ready, its startup and ephemeral taints are gone and the requested extended resources registered:
 //!   [`initialization`]), recording upstream's conditions on the NodeClaim; a failed launch is retried after
 //!   [`launch_backoff`]'s per-claim exponential back-off;
-//! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for;
+//! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for; [`scheduling_events`]:
+//!   `FailedScheduling` on each pod a round found no place for, `NoCompatibleInstanceTypes` on a NodePool left no
+//!   instance type;
 //! - [`pending`]: which pods the provisioner acts on;
 //! - [`podevents`]: `status.lastPodEventTime` on a NodeClaim when a pod binds to or leaves its Node;
 //! - [`nodepool_status`] and [`nodepool_hash`]: each NodePool's status, and its hash annotations with the
@@ -37,6 +39,7 @@ pub mod pending;
 pub mod podevents;
 pub mod provisioner;
 pub mod registration_health;
+pub mod scheduling_events;
 pub mod static_capacity;
 
 pub use error::ProvisionerError;

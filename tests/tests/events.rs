@@ -1,0 +1,130 @@
+//! The Events a user reads in `kubectl describe`, with upstream's reasons and wording: `FailedScheduling` on a
+//! pod no NodePool can take (once per five minutes, however many batches it waits through), `NoCompatibleInstanceTypes`
+//! on a NodePool whose requirements leave it nothing, `InsufficientCapacityError` on a NodeClaim whose launch found
+//! no capacity, and the `Disruption*` family on the NodeClaims and Nodes of a consolidation.
+
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use karpenter_e2e::{Controllers, Harness, TestResult, apply_deployment, apply_nodepool, until_running};
+use karpenter_sim::{OfferingKey, cloud::LaunchOutcome};
+use kube::{
+    Api,
+    api::{ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+
+/// (kind, name, type, reason, note, occurrences) of every event.
+async fn events(
+    client: &kube::Client,
+) -> Result<Vec<(String, String, String, String, String, i32)>, kube::Error> {
+    Ok(Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|e| {
+            let regarding = e.regarding.unwrap_or_default();
+            (
+                regarding.kind.unwrap_or_default(),
+                regarding.name.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+                e.series.map_or(1, |s| s.count),
+            )
+        })
+        .collect())
+}
+
+/// How often `reason` happened on the pod `name`, and its last message.
+async fn on_pod(client: &kube::Client, name: &str, reason: &str) -> Result<(i32, String), kube::Error> {
+    let mut count = 0;
+    let mut note = String::new();
+    for (kind, object, _, r, n, times) in events(client).await? {
+        if kind == "Pod" && object == name && r == reason {
+            count += times;
+            note = n;
+        }
+    }
+    Ok((count, note))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_no_node_pool_can_take_is_told_why_once_per_five_minutes() -> TestResult {
+    let h = Harness::start()?;
+    let client = h.client();
+    apply_nodepool(&client, "default", &["spot", "on-demand"], Value::Null).await?;
+    // Larger than the largest instance type of the test catalog.
+    apply_deployment(&client, "huge", 1, "1000").await?;
+    let pod = || async {
+        let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "default")
+            .list(&ListParams::default().labels("app=huge"))
+            .await?;
+        Ok::<_, kube::Error>(pods.items.into_iter().find_map(|p| p.metadata.name))
+    };
+    let mut name = None;
+    for _ in 0..30 {
+        name = pod().await?;
+        if name.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let name = name.ok_or("the deployment made no pod")?;
+
+    // Many batches within four minutes: one event.
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    let (count, note) = on_pod(&client, &name, "FailedScheduling").await?;
+    assert_eq!(count, 1, "one FailedScheduling within the dedupe window: {note}");
+    assert!(
+        note.starts_with("Failed to schedule pod, ") && note.contains("default"),
+        "upstream's wording, with the NodePool's reason: {note}"
+    );
+    let failed = events(&client)
+        .await?
+        .into_iter()
+        .find(|e| e.3 == "FailedScheduling")
+        .ok_or("no FailedScheduling")?;
+    assert_eq!(failed.2, "Warning");
+
+    // Past five minutes: told again.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let (count, _) = on_pod(&client, &name, "FailedScheduling").await?;
+    assert_eq!(count, 2, "told again after the window");
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_pool_whose_requirements_leave_no_instance_type_is_told() -> TestResult {
+    let h = Harness::start()?;
+    let client = h.client();
+    let pool: karpenter_api::nodepool::NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "nothing-fits"},
+        "spec": {"template": {"spec": {
+            "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["no-such-type"]}],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
+    }))?;
+    Api::<karpenter_api::nodepool::NodePool>::all(client.clone())
+        .create(&PostParams::default(), &pool)
+        .await?;
+    apply_deployment(&client, "web", 1, "500m").await?;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let told: Vec<_> = events(&client)
+        .await?
+        .into_iter()
+        .filter(|e| e.3 == "NoCompatibleInstanceTypes")
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    let (kind, name, type_, _, note, _) = &told[0];
+    assert_eq!(
+        (kind.as_str(), name.as_str(), type_.as_str()),
+        ("NodePool", "nothing-fits", "Warning")
+    );
+    assert_eq!(
+        note,
+        "NodePool requirements filtered out all compatible available instance types"
+    );
+    Ok(())
+}
+
