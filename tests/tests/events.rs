@@ -128,3 +128,39 @@ async fn a_node_pool_whose_requirements_leave_no_instance_type_is_told() -> Test
     Ok(())
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_launch_without_capacity_leaves_an_event_on_its_node_claim() -> TestResult {
+    let h = Harness::start()?;
+    let client = h.client();
+    let cloud = h.sim.cloud();
+    let exhausted = OfferingKey::new("small-instance-type", "test-zone-1", "spot");
+    cloud.set_insufficient_capacity(exhausted.clone(), true);
+    apply_nodepool(&client, "default", &["spot", "on-demand"], Value::Null).await?;
+    apply_deployment(&client, "web", 1, "500m").await?;
+    until_running(&client, "app=web", 1, 300).await?;
+
+    let log = cloud.launch_log();
+    let failed = log
+        .iter()
+        .find(|r| r.outcome == LaunchOutcome::InsufficientCapacity)
+        .ok_or("no launch failed for capacity")?;
+    let told: Vec<_> = events(&client)
+        .await?
+        .into_iter()
+        .filter(|e| e.3 == "InsufficientCapacityError")
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    let (kind, name, type_, _, note, _) = &told[0];
+    assert_eq!(kind, "NodeClaim");
+    assert_eq!(name, &failed.node_claim);
+    assert_eq!(type_, "Warning");
+    assert!(
+        note.starts_with(&format!(
+            "NodeClaim {} event: insufficient capacity",
+            failed.node_claim
+        )),
+        "{note}"
+    );
+    Ok(())
+}
+

@@ -7,7 +7,8 @@
 //!   appears: labels and taints synced, `karpenter.sh/unregistered` removed) and initialization (the Node is
 //!   Ready, its startup and ephemeral taints are gone and the requested extended resources registered:
 //!   [`initialization`]), recording upstream's conditions on the NodeClaim; a failed launch is retried after
-//!   [`launch_backoff`]'s per-claim exponential back-off;
+//!   [`launch_backoff`]'s per-claim exponential back-off; a launch without capacity or with its node class not
+//!   ready gets upstream's Warning on the claim ([`lifecycle_events`]);
 //! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for; [`scheduling_events`]:
 //!   `FailedScheduling` on each pod a round found no place for, `NoCompatibleInstanceTypes` on a NodePool left no
 //!   instance type;
@@ -30,6 +31,7 @@ pub mod gc;
 pub mod initialization;
 pub mod launch_backoff;
 pub mod lifecycle;
+pub mod lifecycle_events;
 pub mod nodepool_conditions;
 pub mod nodepool_hash;
 pub mod nodepool_resources;
