@@ -164,3 +164,67 @@ async fn a_launch_without_capacity_leaves_an_event_on_its_node_claim() -> TestRe
     Ok(())
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_consolidation_tells_its_node_claims_and_nodes() -> TestResult {
+    let h = Harness::start_with(Controllers { disruption: true })?;
+    let client = h.client();
+    apply_nodepool(
+        &client,
+        "default",
+        &["on-demand"],
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}),
+    )
+    .await?;
+    // Ten pods make a large node; scaled down to one, a smaller node is cheaper: a replacement.
+    apply_deployment(&client, "web", 10, "500m").await?;
+    until_running(&client, "app=web", 10, 300).await?;
+    let first = h.sim.cloud().running_instances();
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "default")
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await?;
+    let mut all = Vec::new();
+    for _ in 0..120 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        all = events(&client).await?;
+        if all
+            .iter()
+            .any(|e| e.3 == "DisruptionTerminating" && e.4 == "Disrupting NodeClaim: Underutilized")
+        {
+            break;
+        }
+    }
+    let of = |reason: &str| -> Vec<_> { all.iter().filter(|e| e.3 == reason).cloned().collect() };
+    let terminating = of("DisruptionTerminating");
+    assert!(
+        terminating
+            .iter()
+            .any(|e| e.0 == "Node" && e.4.starts_with("Disrupting Node: Underutilized")),
+        "{first:?} {all:#?}"
+    );
+    assert!(
+        terminating
+            .iter()
+            .any(|e| e.0 == "NodeClaim" && e.4.starts_with("Disrupting NodeClaim: Underutilized")),
+        "{all:#?}"
+    );
+    assert!(terminating.iter().all(|e| e.2 == "Normal"));
+    let launching = of("DisruptionLaunching");
+    assert!(
+        launching
+            .iter()
+            .any(|e| e.0 == "NodeClaim" && e.4 == "Launching NodeClaim: Underutilized" && e.2 == "Normal"),
+        "{all:#?}"
+    );
+    let waiting = of("DisruptionWaitingReadiness");
+    assert!(
+        waiting.iter().any(|e| e.0 == "NodeClaim"
+            && e.4 == "Waiting on readiness to continue disruption"
+            && e.2 == "Normal"),
+        "{all:#?}"
+    );
+    Ok(())
+}

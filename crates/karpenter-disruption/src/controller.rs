@@ -32,6 +32,10 @@ use crate::{
     DisruptionError,
     blocked_events::{DISRUPTION_BLOCKED, event_reason},
     claim_conditions::{disruption_conditions, with_disruption_reason, without_disruption_reason},
+    command_events::{
+        DISRUPTION_LAUNCHING, DISRUPTION_TERMINATING, DISRUPTION_WAITING_READINESS,
+        WAITING_READINESS_MESSAGE, launching_message, terminating_message,
+    },
     validation::{command_shapes, needs_validation, validate},
 };
 
@@ -418,6 +422,7 @@ impl DisruptionController {
         // node must go before its replacement can launch, so the candidates are deleted first.
         let terminate_first = self.settings.terminate_first_drift && command.method.contains("drift");
         if terminate_first {
+            self.tell_terminating(&command).await;
             for (claim, _) in &command.candidates {
                 delete_claim(&claims, claim).await?;
             }
@@ -440,6 +445,13 @@ impl DisruptionController {
                     r,
                 );
                 let created = claims.create(&PostParams::default(), &object).await?;
+                self.events
+                    .normal(
+                        &NodeClaim::object_ref(&created, &()),
+                        DISRUPTION_LAUNCHING,
+                        &launching_message(&command.reason),
+                    )
+                    .await;
                 karpenter_metrics::metrics()
                     .nodeclaims_created
                     .get_or_create(&karpenter_metrics::NodeClaimCreatedLabels {
@@ -548,13 +560,15 @@ impl DisruptionController {
     async fn advance(&self, command: InFlight) -> Result<Tick, DisruptionError> {
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
         let mut missing = None;
-        let mut ready = true;
+        let mut waiting = Vec::new();
         for name in &command.replacements {
             match claims.get_opt(name).await? {
                 None => missing = Some(name.clone()),
-                Some(c) => ready &= is_initialized(&c),
+                Some(c) if !is_initialized(&c) => waiting.push(c),
+                Some(_) => {}
             }
         }
+        let ready = waiting.is_empty();
         let waited = self.clock.now().duration_since(command.started);
         let why = match missing {
             Some(name) => Some(format!(
@@ -582,12 +596,50 @@ impl DisruptionController {
             return Ok(Tick::RolledBack { command, why });
         }
         if !ready {
+            for claim in &waiting {
+                self.events
+                    .normal(
+                        &NodeClaim::object_ref(claim, &()),
+                        DISRUPTION_WAITING_READINESS,
+                        WAITING_READINESS_MESSAGE,
+                    )
+                    .await;
+            }
             return Ok(Tick::Waiting);
+        }
+        // Drifted candidates deleted first (TerminateFirstDrift) were told so then.
+        let terminate_first = self.settings.terminate_first_drift && command.method.contains("drift");
+        if !terminate_first {
+            self.tell_terminating(&command).await;
         }
         for (claim, _) in &command.candidates {
             delete_claim(&claims, claim).await?;
         }
         Ok(Tick::Completed(command))
+    }
+
+    /// `DisruptionTerminating` on each candidate's Node and NodeClaim, as they are deleted.
+    async fn tell_terminating(&self, command: &InFlight) {
+        for (claim, node) in &command.candidates {
+            if let Some(node) = self.state.nodes.get(node) {
+                self.events
+                    .normal(
+                        &Node::object_ref(&node, &()),
+                        DISRUPTION_TERMINATING,
+                        &terminating_message("Node", &command.reason),
+                    )
+                    .await;
+            }
+            if let Some(claim) = self.state.node_claims.get(claim) {
+                self.events
+                    .normal(
+                        &NodeClaim::object_ref(&claim, &()),
+                        DISRUPTION_TERMINATING,
+                        &terminating_message("NodeClaim", &command.reason),
+                    )
+                    .await;
+            }
+        }
     }
 }
 
