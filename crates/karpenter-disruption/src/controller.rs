@@ -518,7 +518,8 @@ impl DisruptionController {
     }
 
     /// DisruptionBlocked and Unconsolidatable events on the Nodes and NodeClaims the pass left alone for a
-    /// reason worth telling (see [`crate::blocked_events`]), deduplicated.
+    /// reason worth telling (see [`crate::blocked_events`]), deduplicated; Normal, as upstream's: a protection
+    /// doing its job is not a fault.
     async fn report_blocked(&self, inputs: &DisruptionInputs, result: &PassResult) {
         // At most this many events per tick: on a large, steady cluster every node may be blocked, and events
         // are for people, not worth thousands of API calls a pass. Nodes not reported now are on later ticks
@@ -538,7 +539,7 @@ impl DisruptionController {
             if let Some(node) = self.state.nodes.get(&view.name)
                 && self
                     .events
-                    .warn(&Node::object_ref(&node, &()), reason, &message)
+                    .normal(&Node::object_ref(&node, &()), reason, &message)
                     .await
             {
                 published += 1;
@@ -549,7 +550,7 @@ impl DisruptionController {
                 .and_then(|c| self.state.node_claims.get(c))
                 && self
                     .events
-                    .warn(&NodeClaim::object_ref(&claim, &()), reason, &message)
+                    .normal(&NodeClaim::object_ref(&claim, &()), reason, &message)
                     .await
             {
                 published += 1;
