@@ -228,3 +228,34 @@ async fn a_consolidation_tells_its_node_claims_and_nodes() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_node_pool_whose_budget_blocks_disruption_is_told() -> TestResult {
+    let h = Harness::start_with(Controllers { disruption: true })?;
+    let client = h.client();
+    apply_nodepool(
+        &client,
+        "frozen",
+        &["on-demand"],
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s",
+            "budgets": [{"nodes": "0"}]}),
+    )
+    .await?;
+    apply_deployment(&client, "web", 1, "500m").await?;
+    until_running(&client, "app=web", 1, 300).await?;
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    let told: Vec<_> = events(&client)
+        .await?
+        .into_iter()
+        .filter(|e| e.0 == "NodePool" && e.1 == "frozen" && e.3 == "DisruptionBlocked")
+        .collect();
+    let expected = "No allowed disruptions for disruption reason Underutilized due to blocking budget";
+    let underutilized: Vec<_> = told.iter().filter(|e| e.4 == expected).collect();
+    assert_eq!(underutilized.len(), 1, "{told:#?}");
+    assert_eq!(underutilized[0].2, "Normal");
+    assert!(
+        underutilized[0].5 >= 2,
+        "told again after a minute, in the same series: {told:#?}"
+    );
+    Ok(())
+}

@@ -10,6 +10,7 @@ use karpenter_api::{
     label_policy::LabelPolicy,
     labels,
     nodeclaim::{NodeClaim, conditions},
+    nodepool::NodePool,
 };
 use karpenter_core::{
     clock::Clock,
@@ -19,7 +20,10 @@ use karpenter_core::{
     snapshot::{BuildOptions, DisruptionInputs, Snapshot, build_disruption_inputs},
 };
 use karpenter_provisioner::catalog::catalog_for;
-use karpenter_state::{ClusterState, events::DedupedRecorder};
+use karpenter_state::{
+    ClusterState,
+    events::{Dedupe, DedupedRecorder},
+};
 use karpenter_termination::taint::{add_disrupted_taint, remove_disrupted_taint};
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -30,7 +34,7 @@ use tokio::sync::Mutex;
 
 use crate::{
     DisruptionError,
-    blocked_events::{DISRUPTION_BLOCKED, event_reason},
+    blocked_events::{DISRUPTION_BLOCKED, NODE_POOL_BLOCKED_DEDUPE, event_reason, node_pool_blocked_message},
     claim_conditions::{disruption_conditions, with_disruption_reason, without_disruption_reason},
     command_events::{
         DISRUPTION_LAUNCHING, DISRUPTION_TERMINATING, DISRUPTION_WAITING_READINESS,
@@ -526,6 +530,28 @@ impl DisruptionController {
         // (the recorder skips the ones reported within its window).
         const MAX_EVENTS_PER_TICK: usize = 100;
         let mut published = 0;
+        // A NodePool whose budgets allow nothing for a reason now is told so itself.
+        for budget in result.budgets.iter().filter(|b| b.allowed == Some(0)) {
+            let Some(pool) = inputs
+                .pools
+                .get(budget.pool)
+                .and_then(|p| self.state.node_pools.get(&p.name))
+            else {
+                continue;
+            };
+            let reason = budget.reason.as_str();
+            self.events
+                .normal_deduped(
+                    &NodePool::object_ref(&pool, &()),
+                    DISRUPTION_BLOCKED,
+                    &node_pool_blocked_message(reason),
+                    Dedupe {
+                        key: Some(reason),
+                        window: NODE_POOL_BLOCKED_DEDUPE,
+                    },
+                )
+                .await;
+        }
         for (n, why) in &result.blocked {
             if published >= MAX_EVENTS_PER_TICK {
                 break;

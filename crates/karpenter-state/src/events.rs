@@ -129,6 +129,17 @@ impl DedupedRecorder {
         self.publish("Warning", regarding, reason, message, dedupe).await
     }
 
+    /// Publishes a Normal event deduplicated as `dedupe` says.
+    pub async fn normal_deduped(
+        &self,
+        regarding: &ObjectReference,
+        reason: &str,
+        message: &str,
+        dedupe: Dedupe<'_>,
+    ) -> bool {
+        self.publish("Normal", regarding, reason, message, dedupe).await
+    }
+
     async fn publish(
         &self,
         type_: &str,
