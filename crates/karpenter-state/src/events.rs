@@ -180,8 +180,20 @@ impl DedupedRecorder {
                     .retain(|_, w| now.duration_since(w.last) < SERIES_WINDOW.max(w.window));
                 written.prune_at = (written.by_key.len() * 2).max(PRUNE_MIN);
             }
-            write
+            // Reserved until written: a publish of the same event meanwhile (another task's) is suppressed, not
+            // written twice.
+            let reserved = Written {
+                namespace: String::new(),
+                name: String::new(),
+                message: message.to_string(),
+                count: 0,
+                last: now,
+                window: dedupe.window,
+            };
+            let previous = written.by_key.insert(key.clone(), reserved);
+            (write, previous)
         };
+        let (write, previous) = write;
         let outcome = match write {
             Write::Repeat {
                 namespace,
@@ -216,7 +228,15 @@ impl DedupedRecorder {
                     },
                 );
             }
-            Err(error) => tracing::debug!(%error, reason, "publishing an event failed"),
+            Err(error) => {
+                tracing::debug!(%error, reason, "publishing an event failed");
+                // Not written: the next publish tries again.
+                let mut written = self.written.lock().await;
+                match previous {
+                    Some(previous) => written.by_key.insert(key, previous),
+                    None => written.by_key.remove(&key),
+                };
+            }
         }
         true
     }
@@ -413,5 +433,20 @@ mod tests {
         );
         let notes: Vec<_> = events(&client).await.into_iter().map(|e| (e.3, e.4)).collect();
         assert_eq!(notes, [("first".to_string(), 1), ("second".to_string(), 1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_same_event_published_at_once_twice_is_written_once() {
+        let clock = VirtualClock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
+        let server = ApiServer::new(clock);
+        let client = server.client();
+        let recorder = DedupedRecorder::new(client.clone(), Arc::new(clock));
+        let n1 = node("n1");
+        let (a, b) = tokio::join!(
+            recorder.warn(&n1, "FailedScheduling", "no place"),
+            recorder.warn(&n1, "FailedScheduling", "no place")
+        );
+        assert!(a ^ b, "one of them is suppressed");
+        assert_eq!(events(&client).await.len(), 1);
     }
 }
