@@ -617,6 +617,24 @@ async fn a_do_not_disrupt_pod_is_not_evicted_but_deleted_in_time_for_the_grace_p
         waiting,
         "no FailedDraining event on the Node while the pod held it"
     );
+    // The deadline is told on the Node and, as upstream, on its NodeClaim.
+    for (kind, name) in [("Node", node.clone()), ("NodeClaim", claim.name_any())] {
+        let expiring = events.items.iter().find(|e| {
+            e.reason.as_deref() == Some(karpenter_termination::events::TERMINATION_GRACE_PERIOD_EXPIRING)
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name.as_str())
+                })
+        });
+        let expiring = expiring.ok_or(format!("no TerminationGracePeriodExpiring on the {kind}"))?;
+        assert_eq!(expiring.type_.as_deref(), Some("Warning"));
+        assert!(
+            expiring
+                .note
+                .as_deref()
+                .is_some_and(|n| n.starts_with("All pods will be deleted by ")),
+            "{expiring:?}"
+        );
+    }
     until_gone(&claims, &claim.name_any(), 120).await?;
     let gone_after = h.sim.clock().now().duration_since(deleted_at).as_secs();
     assert!(

@@ -5,6 +5,9 @@
 //! initialized, already deleting, consolidateAfter not elapsed, another method won the pass) get none, as
 //! upstream, so a healthy cluster's Events stay quiet. Pure.
 //!
+//! A NodePool whose budgets allow no disruption for a reason gets `DisruptionBlocked` itself, at most once a
+//! minute per reason, as upstream.
+//!
 //! Core reports the reasons as text; the classification reads that text, and the tests pin the phrases.
 
 /// The upstream event reasons.
@@ -30,6 +33,15 @@ const BLOCKING: [&str; 7] = [
     "NodePool is invalid",
     "drifted, but",
 ];
+
+/// How long a NodePool is not told again that a budget blocks a reason (upstream's minute: a budget's schedule
+/// can change every minute).
+pub const NODE_POOL_BLOCKED_DEDUPE: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
+/// The `DisruptionBlocked` message on a NodePool whose budgets allow no disruption for `reason` now.
+pub fn node_pool_blocked_message(reason: &str) -> String {
+    format!("No allowed disruptions for disruption reason {reason} due to blocking budget")
+}
 
 /// The Event reason for a node left alone `why`, if any.
 pub fn event_reason(why: &str) -> Option<&'static str> {
@@ -71,6 +83,14 @@ mod tests {
         ] {
             assert_eq!(event_reason(why), Some(UNCONSOLIDATABLE), "{why}");
         }
+    }
+
+    #[test]
+    fn a_node_pool_blocked_by_its_budget_is_told_the_reason() {
+        assert_eq!(
+            node_pool_blocked_message("Underutilized"),
+            "No allowed disruptions for disruption reason Underutilized due to blocking budget"
+        );
     }
 
     #[test]

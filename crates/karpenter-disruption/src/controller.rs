@@ -10,6 +10,7 @@ use karpenter_api::{
     label_policy::LabelPolicy,
     labels,
     nodeclaim::{NodeClaim, conditions},
+    nodepool::NodePool,
 };
 use karpenter_core::{
     clock::Clock,
@@ -21,7 +22,10 @@ use karpenter_core::{
     snapshot::{BuildOptions, DisruptionInputs, Snapshot, build_disruption_inputs},
 };
 use karpenter_provisioner::catalog::catalog_for;
-use karpenter_state::{ClusterState, events::DedupedRecorder};
+use karpenter_state::{
+    ClusterState,
+    events::{Dedupe, DedupedRecorder},
+};
 use karpenter_termination::taint::{add_disrupted_taint, remove_disrupted_taint};
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -32,8 +36,12 @@ use tokio::sync::Mutex;
 
 use crate::{
     DisruptionError,
-    blocked_events::{DISRUPTION_BLOCKED, event_reason},
+    blocked_events::{DISRUPTION_BLOCKED, NODE_POOL_BLOCKED_DEDUPE, event_reason, node_pool_blocked_message},
     claim_conditions::{disruption_conditions, with_disruption_reason, without_disruption_reason},
+    command_events::{
+        DISRUPTION_LAUNCHING, DISRUPTION_TERMINATING, DISRUPTION_WAITING_READINESS,
+        WAITING_READINESS_MESSAGE, launching_message, terminating_message,
+    },
     validation::{command_shapes, needs_validation, validate},
 };
 
@@ -429,6 +437,7 @@ impl DisruptionController {
         // node must go before its replacement can launch, so the candidates are deleted first.
         let terminate_first = self.settings.terminate_first_drift && command.method.contains("drift");
         if terminate_first {
+            self.tell_terminating(&command).await;
             for (claim, _) in &command.candidates {
                 delete_claim(&claims, claim).await?;
             }
@@ -451,6 +460,13 @@ impl DisruptionController {
                     r,
                 );
                 let created = claims.create(&PostParams::default(), &object).await?;
+                self.events
+                    .normal(
+                        &NodeClaim::object_ref(&created, &()),
+                        DISRUPTION_LAUNCHING,
+                        &launching_message(&command.reason),
+                    )
+                    .await;
                 karpenter_metrics::metrics()
                     .nodeclaims_created
                     .get_or_create(&karpenter_metrics::NodeClaimCreatedLabels {
@@ -517,13 +533,36 @@ impl DisruptionController {
     }
 
     /// DisruptionBlocked and Unconsolidatable events on the Nodes and NodeClaims the pass left alone for a
-    /// reason worth telling (see [`crate::blocked_events`]), deduplicated.
+    /// reason worth telling (see [`crate::blocked_events`]), deduplicated; Normal, as upstream's: a protection
+    /// doing its job is not a fault.
     async fn report_blocked(&self, inputs: &DisruptionInputs, result: &PassResult) {
         // At most this many events per tick: on a large, steady cluster every node may be blocked, and events
         // are for people, not worth thousands of API calls a pass. Nodes not reported now are on later ticks
         // (the recorder skips the ones reported within its window).
         const MAX_EVENTS_PER_TICK: usize = 100;
         let mut published = 0;
+        // A NodePool whose budgets allow nothing for a reason now is told so itself.
+        for budget in result.budgets.iter().filter(|b| b.allowed == Some(0)) {
+            let Some(pool) = inputs
+                .pools
+                .get(budget.pool)
+                .and_then(|p| self.state.node_pools.get(&p.name))
+            else {
+                continue;
+            };
+            let reason = budget.reason.as_str();
+            self.events
+                .normal_deduped(
+                    &NodePool::object_ref(&pool, &()),
+                    DISRUPTION_BLOCKED,
+                    &node_pool_blocked_message(reason),
+                    Dedupe {
+                        key: Some(reason),
+                        window: NODE_POOL_BLOCKED_DEDUPE,
+                    },
+                )
+                .await;
+        }
         for (n, why) in &result.blocked {
             if published >= MAX_EVENTS_PER_TICK {
                 break;
@@ -537,7 +576,7 @@ impl DisruptionController {
             if let Some(node) = self.state.nodes.get(&view.name)
                 && self
                     .events
-                    .warn(&Node::object_ref(&node, &()), reason, &message)
+                    .normal(&Node::object_ref(&node, &()), reason, &message)
                     .await
             {
                 published += 1;
@@ -548,7 +587,7 @@ impl DisruptionController {
                 .and_then(|c| self.state.node_claims.get(c))
                 && self
                     .events
-                    .warn(&NodeClaim::object_ref(&claim, &()), reason, &message)
+                    .normal(&NodeClaim::object_ref(&claim, &()), reason, &message)
                     .await
             {
                 published += 1;
@@ -559,13 +598,15 @@ impl DisruptionController {
     async fn advance(&self, command: InFlight) -> Result<Tick, DisruptionError> {
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
         let mut missing = None;
-        let mut ready = true;
+        let mut waiting = Vec::new();
         for name in &command.replacements {
             match claims.get_opt(name).await? {
                 None => missing = Some(name.clone()),
-                Some(c) => ready &= is_initialized(&c),
+                Some(c) if !is_initialized(&c) => waiting.push(c),
+                Some(_) => {}
             }
         }
+        let ready = waiting.is_empty();
         let waited = self.clock.now().duration_since(command.started);
         let why = match missing {
             Some(name) => Some(format!(
@@ -593,12 +634,50 @@ impl DisruptionController {
             return Ok(Tick::RolledBack { command, why });
         }
         if !ready {
+            for claim in &waiting {
+                self.events
+                    .normal(
+                        &NodeClaim::object_ref(claim, &()),
+                        DISRUPTION_WAITING_READINESS,
+                        WAITING_READINESS_MESSAGE,
+                    )
+                    .await;
+            }
             return Ok(Tick::Waiting);
+        }
+        // Drifted candidates deleted first (TerminateFirstDrift) were told so then.
+        let terminate_first = self.settings.terminate_first_drift && command.method.contains("drift");
+        if !terminate_first {
+            self.tell_terminating(&command).await;
         }
         for (claim, _) in &command.candidates {
             delete_claim(&claims, claim).await?;
         }
         Ok(Tick::Completed(command))
+    }
+
+    /// `DisruptionTerminating` on each candidate's Node and NodeClaim, as they are deleted.
+    async fn tell_terminating(&self, command: &InFlight) {
+        for (claim, node) in &command.candidates {
+            if let Some(node) = self.state.nodes.get(node) {
+                self.events
+                    .normal(
+                        &Node::object_ref(&node, &()),
+                        DISRUPTION_TERMINATING,
+                        &terminating_message("Node", &command.reason),
+                    )
+                    .await;
+            }
+            if let Some(claim) = self.state.node_claims.get(claim) {
+                self.events
+                    .normal(
+                        &NodeClaim::object_ref(&claim, &()),
+                        DISRUPTION_TERMINATING,
+                        &terminating_message("NodeClaim", &command.reason),
+                    )
+                    .await;
+            }
+        }
     }
 }
 

@@ -21,6 +21,7 @@
 
 pub mod blocked_events;
 pub mod claim_conditions;
+pub mod command_events;
 mod controller;
 mod error;
 mod pass_metrics;

@@ -147,7 +147,8 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             build: build.clone(),
             ..ProvisionerSettings::default()
         },
-    );
+    )
+    .with_clock(Arc::clone(&parts.clock));
     // The lifecycle reports registrations and liveness deletions; the NodePool status writes the condition.
     let registration_health = Arc::new(RegistrationHealth::default());
     let lifecycle = Lifecycle::new(

@@ -7,8 +7,11 @@
 //!   appears: labels and taints synced, `karpenter.sh/unregistered` removed) and initialization (the Node is
 //!   Ready, its startup and ephemeral taints are gone and the requested extended resources registered:
 //!   [`initialization`]), recording upstream's conditions on the NodeClaim; a failed launch is retried after
-//!   [`launch_backoff`]'s per-claim exponential back-off;
-//! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for;
+//!   [`launch_backoff`]'s per-claim exponential back-off; a launch without capacity or with its node class not
+//!   ready gets upstream's Warning on the claim ([`lifecycle_events`]);
+//! - [`nominations`]: the `Nominated` event on each pod a NodeClaim was made for; [`scheduling_events`]:
+//!   `FailedScheduling` on each pod a round found no place for, `NoCompatibleInstanceTypes` on a NodePool left no
+//!   instance type;
 //! - [`pending`]: which pods the provisioner acts on;
 //! - [`podevents`]: `status.lastPodEventTime` on a NodeClaim when a pod binds to or leaves its Node;
 //! - [`nodepool_status`] and [`nodepool_hash`]: each NodePool's status, and its hash annotations with the
@@ -28,6 +31,7 @@ pub mod gc;
 pub mod initialization;
 pub mod launch_backoff;
 pub mod lifecycle;
+pub mod lifecycle_events;
 pub mod nodepool_conditions;
 pub mod nodepool_hash;
 pub mod nodepool_resources;
@@ -37,6 +41,7 @@ pub mod pending;
 pub mod podevents;
 pub mod provisioner;
 pub mod registration_health;
+pub mod scheduling_events;
 pub mod static_capacity;
 
 pub use error::ProvisionerError;

@@ -46,9 +46,9 @@ use karpenter_api::{
     nodeclaim::{NodeClaim, conditions},
 };
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
-use karpenter_state::ClusterState;
+use karpenter_state::{ClusterState, events::DedupedRecorder};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
 };
 use serde_json::json;
@@ -57,6 +57,7 @@ use crate::{
     ProvisionerError,
     initialization::awaiting_initialization,
     launch_backoff::LaunchBackoff,
+    lifecycle_events::{launch_failure_message, launch_failure_reason},
     registration_health::{Outcome, RegistrationHealth},
 };
 
@@ -75,6 +76,8 @@ pub struct Lifecycle {
     registration_health: Arc<RegistrationHealth>,
     /// Failed launches by claim UID, and when each may be tried again (on the lifecycle's clock).
     launch_backoff: std::sync::Mutex<LaunchBackoff>,
+    /// `InsufficientCapacityError` and `NodeClassNotReady` on claims whose launch failed.
+    events: DedupedRecorder,
 }
 
 /// What one pass did, by claim name.
@@ -105,6 +108,7 @@ impl Lifecycle {
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
+            events: DedupedRecorder::new(client.clone(), Arc::clone(&clock)),
             client,
             state,
             cloud,
@@ -336,6 +340,14 @@ impl Lifecycle {
             Some(launched) => Ok(launched),
             None => self.cloud.create(claim).await,
         };
+        if let Err(error) = &created
+            && let Some(reason) = launch_failure_reason(error)
+        {
+            let message = launch_failure_message(&name, error);
+            self.events
+                .warn(&NodeClaim::object_ref(claim, &()), reason, &message)
+                .await;
+        }
         let launched = match created {
             Ok(launched) => {
                 if let Ok(mut cache) = self.launched.lock() {

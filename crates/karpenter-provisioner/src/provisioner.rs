@@ -8,12 +8,13 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use futures::{StreamExt, stream};
 use karpenter_api::{label_policy::LabelPolicy, nodeclaim::NodeClaim};
 use karpenter_core::{
+    clock::{Clock, SystemClock},
     cloudprovider::CloudProvider,
     provisioning::{ClaimContext, node_claim_object},
     scheduling::schedule,
     snapshot::{BuildOptions, Snapshot, build_schedule_inputs},
 };
-use karpenter_state::ClusterState;
+use karpenter_state::{ClusterState, events::DedupedRecorder};
 use kube::{
     Api, Client,
     api::{PostParams, ResourceExt},
@@ -25,6 +26,7 @@ use crate::{
     catalog::catalog_for,
     nominations::{self, Nomination, RecentNominations},
     pending::is_provisionable,
+    scheduling_events::{self, Warning},
 };
 
 /// NodeClaims created at once: a batch of 10,000 pods asks for thousands, and one at a time the round would
@@ -72,6 +74,8 @@ pub struct Provisioner {
     settings: ProvisionerSettings,
     /// Pods nominated lately: a pod pending through many rounds is not nominated in every one.
     recent_nominations: std::sync::Mutex<RecentNominations>,
+    /// `FailedScheduling` and `NoCompatibleInstanceTypes`, deduplicated as upstream ([`scheduling_events`]).
+    events: Arc<DedupedRecorder>,
 }
 
 impl Provisioner {
@@ -82,12 +86,19 @@ impl Provisioner {
         settings: ProvisionerSettings,
     ) -> Self {
         Self {
+            recent_nominations: std::sync::Mutex::new(RecentNominations::default()),
+            events: Arc::new(DedupedRecorder::new(client.clone(), Arc::new(SystemClock))),
             client,
             state,
             cloud,
             settings,
-            recent_nominations: std::sync::Mutex::new(RecentNominations::default()),
         }
+    }
+
+    /// Deduplicates its events on `clock` (the controller's) rather than the system's.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.events = Arc::new(DedupedRecorder::new(self.client.clone(), clock));
+        self
     }
 
     /// Runs batches until the future is dropped. A failed round is logged and retried with the next batch.
@@ -159,6 +170,37 @@ impl Provisioner {
             .scheduler_unschedulable_pods_count
             .get_or_create(&controller)
             .set(i64::try_from(results.pod_errors.len()).unwrap_or(i64::MAX));
+        // As upstream's scheduler: each NodePool left no instance type, each pod left no place, is told.
+        let mut warnings: Vec<Warning> = inputs
+            .input
+            .templates
+            .iter()
+            .filter(|t| t.instance_types.is_empty())
+            .filter_map(|t| {
+                let pool = snapshot
+                    .node_pools
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(t.name.as_str()))?;
+                Some(scheduling_events::no_compatible_instance_types(pool))
+            })
+            .collect();
+        warnings.extend(
+            results
+                .pod_errors
+                .iter()
+                .filter_map(|(p, why)| scheduling_events::failed_scheduling(inputs.pod_names.get(*p)?, why)),
+        );
+        if !warnings.is_empty() {
+            // Informational, as the nominations: sent beside the round, never slowing it down.
+            let events = Arc::clone(&self.events);
+            tokio::spawn(async move {
+                for w in &warnings {
+                    events
+                        .warn_deduped(&w.regarding, w.reason, &w.message, w.dedupe())
+                        .await;
+                }
+            });
+        }
         let mut round = ProvisionRound {
             pending,
             unschedulable: results

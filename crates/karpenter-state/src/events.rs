@@ -37,12 +37,34 @@ const REPORTER: &str = "karpenter";
 /// The smallest size at which the deduplication map is pruned.
 const PRUNE_MIN: usize = 1024;
 
-/// An event written before: where it is and how often it happened.
+/// An event written before: where it is, what it said and how often it happened.
 struct Written {
     namespace: String,
     name: String,
+    message: String,
     count: i32,
     last: Timestamp,
+    /// How long a repeat is suppressed.
+    window: SignedDuration,
+}
+
+/// How an event is deduplicated when the default (same object, reason and message for [`DEDUPE_WINDOW`]) is not
+/// what upstream does: `FailedScheduling` is one per pod for five minutes whatever the reason says,
+/// `NoCompatibleInstanceTypes` one per NodePool a minute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dedupe<'a> {
+    /// What identifies a repeat besides the object and the reason; `None`: the message.
+    pub key: Option<&'a str>,
+    pub window: SignedDuration,
+}
+
+impl Default for Dedupe<'_> {
+    fn default() -> Self {
+        Self {
+            key: None,
+            window: DEDUPE_WINDOW,
+        }
+    }
 }
 
 /// Publishes events as `karpenter`, deduplicated (see the module documentation).
@@ -54,7 +76,7 @@ pub struct DedupedRecorder {
 
 /// The events written within the series window.
 struct WrittenEvents {
-    /// (object uid or name, reason, message) to the Event written for it.
+    /// (object uid or name, reason, message or dedupe key) to the Event written for it.
     by_key: HashMap<(String, String, String), Written>,
     /// The size at which expired entries are next dropped (doubling, so pruning costs O(1) per call overall).
     prune_at: usize,
@@ -86,42 +108,92 @@ impl DedupedRecorder {
     /// Publishes a Warning on `regarding` unless the same was published within the window. Returns whether it
     /// was published. A failure to publish is logged, not returned: an event is never worth failing a pass for.
     pub async fn warn(&self, regarding: &ObjectReference, reason: &str, message: &str) -> bool {
-        self.publish("Warning", regarding, reason, message).await
+        self.publish("Warning", regarding, reason, message, Dedupe::default())
+            .await
     }
 
     /// Publishes a Normal event, as [`DedupedRecorder::warn`] does a Warning.
     pub async fn normal(&self, regarding: &ObjectReference, reason: &str, message: &str) -> bool {
-        self.publish("Normal", regarding, reason, message).await
+        self.publish("Normal", regarding, reason, message, Dedupe::default())
+            .await
     }
 
-    async fn publish(&self, type_: &str, regarding: &ObjectReference, reason: &str, message: &str) -> bool {
+    /// Publishes a Warning deduplicated as `dedupe` says.
+    pub async fn warn_deduped(
+        &self,
+        regarding: &ObjectReference,
+        reason: &str,
+        message: &str,
+        dedupe: Dedupe<'_>,
+    ) -> bool {
+        self.publish("Warning", regarding, reason, message, dedupe).await
+    }
+
+    /// Publishes a Normal event deduplicated as `dedupe` says.
+    pub async fn normal_deduped(
+        &self,
+        regarding: &ObjectReference,
+        reason: &str,
+        message: &str,
+        dedupe: Dedupe<'_>,
+    ) -> bool {
+        self.publish("Normal", regarding, reason, message, dedupe).await
+    }
+
+    async fn publish(
+        &self,
+        type_: &str,
+        regarding: &ObjectReference,
+        reason: &str,
+        message: &str,
+        dedupe: Dedupe<'_>,
+    ) -> bool {
         let now = self.clock.now();
         let object = regarding
             .uid
             .clone()
             .or_else(|| regarding.name.clone())
             .unwrap_or_default();
-        let key = (object, reason.to_string(), message.to_string());
+        let key = (
+            object,
+            reason.to_string(),
+            dedupe.key.unwrap_or(message).to_string(),
+        );
         let write = {
             let mut written = self.written.lock().await;
             let write = match written.by_key.get(&key) {
-                Some(w) if now.duration_since(w.last) < DEDUPE_WINDOW => return false,
-                Some(w) if now.duration_since(w.last) < SERIES_WINDOW => Write::Repeat {
-                    namespace: w.namespace.clone(),
-                    name: w.name.clone(),
-                    count: w.count + 1,
-                },
+                Some(w) if now.duration_since(w.last) < w.window => return false,
+                // A series counts the same message only: another one is an Event of its own.
+                Some(w) if now.duration_since(w.last) < SERIES_WINDOW && w.message == message => {
+                    Write::Repeat {
+                        namespace: w.namespace.clone(),
+                        name: w.name.clone(),
+                        count: w.count + 1,
+                    }
+                }
                 _ => Write::New,
             };
             // Forget expired entries now and then, not on every call: a pass may report thousands of nodes.
             if written.by_key.len() >= written.prune_at {
                 written
                     .by_key
-                    .retain(|_, w| now.duration_since(w.last) < SERIES_WINDOW);
+                    .retain(|_, w| now.duration_since(w.last) < SERIES_WINDOW.max(w.window));
                 written.prune_at = (written.by_key.len() * 2).max(PRUNE_MIN);
             }
-            write
+            // Reserved until written: a publish of the same event meanwhile (another task's) is suppressed, not
+            // written twice.
+            let reserved = Written {
+                namespace: String::new(),
+                name: String::new(),
+                message: message.to_string(),
+                count: 0,
+                last: now,
+                window: dedupe.window,
+            };
+            let previous = written.by_key.insert(key.clone(), reserved);
+            (write, previous)
         };
+        let (write, previous) = write;
         let outcome = match write {
             Write::Repeat {
                 namespace,
@@ -149,12 +221,22 @@ impl DedupedRecorder {
                     Written {
                         namespace,
                         name,
+                        message: message.to_string(),
                         count,
                         last: now,
+                        window: dedupe.window,
                     },
                 );
             }
-            Err(error) => tracing::debug!(%error, reason, "publishing an event failed"),
+            Err(error) => {
+                tracing::debug!(%error, reason, "publishing an event failed");
+                // Not written: the next publish tries again.
+                let mut written = self.written.lock().await;
+                match previous {
+                    Some(previous) => written.by_key.insert(key, previous),
+                    None => written.by_key.remove(&key),
+                };
+            }
         }
         true
     }
@@ -318,5 +400,53 @@ mod tests {
         let listed = events(&client).await;
         assert_eq!(listed.len(), 3);
         assert_eq!(listed[..2], [blocked(1), blocked(2)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_keyed_event_is_suppressed_for_its_window_whatever_its_message() {
+        let clock = VirtualClock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
+        let server = ApiServer::new(clock);
+        let client = server.client();
+        let recorder = DedupedRecorder::new(client.clone(), Arc::new(clock));
+        let pod = node("web-0");
+        let per_pod = Dedupe {
+            key: Some("uid-web-0"),
+            window: SignedDuration::from_secs(300),
+        };
+        assert!(
+            recorder
+                .warn_deduped(&pod, "FailedScheduling", "first", per_pod)
+                .await
+        );
+        tokio::time::advance(Duration::from_secs(200)).await;
+        assert!(
+            !recorder
+                .warn_deduped(&pod, "FailedScheduling", "second", per_pod)
+                .await,
+            "another message within the window is suppressed too"
+        );
+        tokio::time::advance(Duration::from_secs(100)).await;
+        assert!(
+            recorder
+                .warn_deduped(&pod, "FailedScheduling", "second", per_pod)
+                .await
+        );
+        let notes: Vec<_> = events(&client).await.into_iter().map(|e| (e.3, e.4)).collect();
+        assert_eq!(notes, [("first".to_string(), 1), ("second".to_string(), 1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_same_event_published_at_once_twice_is_written_once() {
+        let clock = VirtualClock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
+        let server = ApiServer::new(clock);
+        let client = server.client();
+        let recorder = DedupedRecorder::new(client.clone(), Arc::new(clock));
+        let n1 = node("n1");
+        let (a, b) = tokio::join!(
+            recorder.warn(&n1, "FailedScheduling", "no place"),
+            recorder.warn(&n1, "FailedScheduling", "no place")
+        );
+        assert!(a ^ b, "one of them is suppressed");
+        assert_eq!(events(&client).await.len(), 1);
     }
 }

@@ -6,7 +6,8 @@ pub const EVICTED: &str = "Evicted";
 pub const DISRUPTED: &str = "Disrupted";
 /// Warning, on a Node: pods are still waited for, or a PodDisruptionBudget refused an eviction.
 pub const FAILED_DRAINING: &str = "FailedDraining";
-/// Warning, on a Node: drained, but VolumeAttachments still name it.
+/// Normal, on a Node: drained, but VolumeAttachments still name it.
 pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
-/// Warning, on a Node: its NodeClaim has a termination deadline, by which every pod will be deleted.
+/// Warning, on a Node and its NodeClaim: the NodeClaim has a termination deadline, by which every pod will be
+/// deleted.
 pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";

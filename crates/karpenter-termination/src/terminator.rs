@@ -365,6 +365,14 @@ impl Terminator {
             self.events
                 .warn(&node_ref, events::TERMINATION_GRACE_PERIOD_EXPIRING, &message)
                 .await;
+            // Upstream tells the NodeClaim too.
+            self.events
+                .warn(
+                    &claim.object_ref(&()),
+                    events::TERMINATION_GRACE_PERIOD_EXPIRING,
+                    &message,
+                )
+                .await;
         }
         let mut pods: Vec<Arc<CompactPod>> = self
             .state
@@ -422,8 +430,9 @@ impl Terminator {
                 "Awaiting deletion of {} VolumeAttachments bound to node",
                 attached.len()
             );
+            // Normal, as upstream's: waiting for volumes to detach is part of a healthy termination.
             self.events
-                .warn(&node_ref, events::AWAITING_VOLUME_DETACHMENT, &message)
+                .normal(&node_ref, events::AWAITING_VOLUME_DETACHMENT, &message)
                 .await;
             done.awaiting_volumes
                 .push(format!("{}: {}", claim.name_any(), attached.join(", ")));
