@@ -16,7 +16,7 @@ use crate::{
     provisioning::{ClaimContext, node_claim_object},
     requirements::Requirement,
     resources::Resources,
-    scheduling::{NewNodeClaim, scheduler::truncate_keeping_min_values},
+    scheduling::{NewNodeClaim, claim_labels, scheduler::truncate_keeping_min_values},
 };
 
 use super::{
@@ -101,9 +101,11 @@ pub fn static_node_claims(
         cx.keys.instance_type,
         types.iter().map(|it| it.name_symbol),
     ));
+    let labels = claim_labels(&requirements, &well_known, &mut cx.interner);
     let claim = NewNodeClaim {
         template: 0,
         requirements,
+        labels,
         instance_types: types,
         requests: Resources::zero(),
         pods: Vec::new(),
