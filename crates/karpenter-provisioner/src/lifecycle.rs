@@ -35,6 +35,7 @@ use std::{
     time::Duration,
 };
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::{
     api::core::v1::Node,
@@ -88,6 +89,23 @@ pub struct LifecyclePass {
     /// Claims deleted because their launch or registration took too long.
     pub timed_out: Vec<String>,
 }
+
+impl LifecyclePass {
+    /// Appends what another step did.
+    fn merge(&mut self, other: LifecyclePass) {
+        self.launched.extend(other.launched);
+        self.registered.extend(other.registered);
+        self.initialized.extend(other.initialized);
+        self.insufficient_capacity.extend(other.insufficient_capacity);
+        self.timed_out.extend(other.timed_out);
+    }
+}
+
+/// How many claims a pass works on at once. Concurrent launches are what the AWS provider's CreateFleet batcher
+/// merges into one call, so this is also the most launches one batch of a pass can hold; the bound keeps a pass
+/// over thousands of claims from opening as many API server requests and cloud calls at the same moment
+/// (upstream bounds its lifecycle workers too).
+pub const PASS_CONCURRENCY: usize = 64;
 
 /// Upstream's liveness limits: a claim must launch within 5 minutes of its creation and its Node register
 /// within 15 minutes of the launch.
@@ -164,14 +182,29 @@ impl Lifecycle {
             let live = claims.iter().filter_map(|c| c.uid()).collect();
             backoff.retain(&live);
         }
-        for claim in claims {
-            if claim.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let name = claim.name_any();
-            if let Err(error) = self.step(&claim, &nodes, &mut done).await {
-                tracing::warn!(nodeclaim = %name, category = error.category(), %error, "lifecycle step failed");
-            }
+        // Each claim's step on its own (as upstream reconciles claims concurrently), so the launches of a
+        // provisioning round reach the cloud provider together and its CreateFleet batcher can merge them.
+        let nodes = &nodes;
+        let steps = claims
+            .into_iter()
+            .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+            .enumerate()
+            .map(|(at, claim)| async move {
+                let mut one = LifecyclePass::default();
+                if let Err(error) = self.step(&claim, nodes, &mut one).await {
+                    let name = claim.name_any();
+                    tracing::warn!(nodeclaim = %name, category = error.category(), %error, "lifecycle step failed");
+                }
+                (at, one)
+            });
+        let mut finished: Vec<(usize, LifecyclePass)> = futures::stream::iter(steps)
+            .buffer_unordered(PASS_CONCURRENCY)
+            .collect()
+            .await;
+        // In the claims' (name) order, whichever step finished first.
+        finished.sort_unstable_by_key(|(at, _)| *at);
+        for (_, one) in finished {
+            done.merge(one);
         }
         done
     }
@@ -783,6 +816,73 @@ mod tests {
             node.labels().get(labels::INITIALIZED_LABEL).map(String::as_str),
             Some("true")
         );
+        Ok(())
+    }
+
+    /// `n` claims not yet launched (`claim-0`, ...), in the API server and the cache, and a lifecycle over them
+    /// whose cloud takes a second per launch.
+    async fn unlaunched(
+        n: usize,
+    ) -> Result<(ApiServer, Lifecycle, SimCloudProvider), Box<dyn std::error::Error>> {
+        let server = ApiServer::new(SystemClock);
+        let client = server.client();
+        let state = ClusterState::default();
+        let claims = Api::<NodeClaim>::all(client.clone());
+        for i in 0..n {
+            let claim: NodeClaim = serde_json::from_value(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": format!("claim-{i}"), "labels": {labels::NODEPOOL_LABEL: "default"}},
+                "spec": {"requirements": [], "resources": {"requests": {}},
+                         "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+            }))?;
+            state
+                .node_claims
+                .apply(claims.create(&PostParams::default(), &claim).await?);
+        }
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let cloud = SimCloudProvider::new(
+            CatalogFile::from_json_str(CATALOG)?,
+            clock.clone(),
+            SimCloudOptions {
+                launch_latency: Duration::from_secs(1),
+                ..SimCloudOptions::default()
+            },
+        );
+        let lifecycle = Lifecycle::new(client, state, cloud.as_dyn(), clock);
+        Ok((server, lifecycle, cloud))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_pass_launches_its_claims_together() -> TestResult {
+        let (_server, lifecycle, cloud) = unlaunched(20).await?;
+        let pass = lifecycle.pass().await;
+        let names: Vec<String> = (0..20).map(|i| format!("claim-{i}")).collect();
+        let mut launched = pass.launched.clone();
+        launched.sort();
+        let mut expected = names.clone();
+        expected.sort();
+        assert_eq!(launched, expected);
+        // All 20 creates were under way at once (one after another, at most one ever would be), so the pass
+        // took about one launch latency and a batching provider sees them as one batch.
+        assert_eq!(cloud.peak_concurrent_creates(), 20);
+        let claims = Api::<NodeClaim>::all(lifecycle.client.clone());
+        for name in &names {
+            let claim = claims.get(name).await?;
+            assert!(claim.status.and_then(|s| s.provider_id).is_some(), "{name}");
+            assert_eq!(
+                claim.metadata.finalizers.unwrap_or_default(),
+                [labels::TERMINATION_FINALIZER]
+            );
+        }
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_launches_at_most_its_concurrency_at_once() -> TestResult {
+        let n = PASS_CONCURRENCY + 6;
+        let (_server, lifecycle, cloud) = unlaunched(n).await?;
+        assert_eq!(lifecycle.pass().await.launched.len(), n);
+        assert_eq!(cloud.peak_concurrent_creates(), PASS_CONCURRENCY);
         Ok(())
     }
 
