@@ -47,7 +47,10 @@ use karpenter_api::{
     nodeclaim::{NodeClaim, conditions},
 };
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
-use karpenter_state::ClusterState;
+use karpenter_state::{
+    ClusterState,
+    finalizers::{FinalizerWrite, add_finalizer},
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
@@ -343,20 +346,11 @@ impl Lifecycle {
         let name = claim.name_any();
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         // The finalizer first: from here on, deleting the claim goes through the terminator, which deletes
-        // the instance (a launch must never leave one behind).
-        if !claim
-            .finalizers()
-            .iter()
-            .any(|f| f == labels::TERMINATION_FINALIZER)
-        {
-            let mut finalizers = claim.finalizers().to_vec();
-            finalizers.push(labels::TERMINATION_FINALIZER.to_string());
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-            )
-            .await?;
+        // the instance (a launch must never leave one behind). Locked to the version read, so a finalizer
+        // another controller added since the cache read the claim is kept.
+        let finalizer = add_finalizer(&api, claim, labels::TERMINATION_FINALIZER).await?;
+        if matches!(finalizer, FinalizerWrite::Gone) {
+            return Ok(());
         }
         let existing = claim
             .status
@@ -504,16 +498,11 @@ impl Lifecycle {
         .await
     }
 
-    /// Adds the finalizer with a JSON patch that tests the list read from the cache first: a finalizer another
-    /// controller added meanwhile is kept (the patch fails and the next pass reads the list again).
+    /// Adds the finalizer, locked to the version read: a finalizer another controller added meanwhile is kept
+    /// (the write conflicts, and the Node is read again).
     async fn add_node_finalizer(&self, node: &Node) -> Result<(), ProvisionerError> {
-        let ops = finalizer_addition(node.metadata.finalizers.as_deref());
-        // The json-patch type is inferred: kube does not re-export the crate.
-        let patch = Patch::Json::<()>(serde_json::from_value(ops).map_err(kube::Error::SerdeError)?);
         let nodes: Api<Node> = Api::all(self.client.clone());
-        nodes
-            .patch(&node.name_any(), &PatchParams::default(), &patch)
-            .await?;
+        add_finalizer(&nodes, node, labels::TERMINATION_FINALIZER).await?;
         Ok(())
     }
 
@@ -550,23 +539,6 @@ fn needs_finalizer(node: &Node) -> bool {
             .finalizers()
             .iter()
             .any(|f| f == labels::TERMINATION_FINALIZER)
-}
-
-/// The JSON patch adding the finalizer to `current` (the list as read; `None` when the Node has none): a test of
-/// that list, then the addition.
-fn finalizer_addition(current: Option<&[String]>) -> serde_json::Value {
-    match current.filter(|c| !c.is_empty()) {
-        // The API server's `test` passes for a null value on an absent field (kube-runtime's finalizer helper
-        // relies on the same).
-        None => json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": null},
-            {"op": "add", "path": "/metadata/finalizers", "value": [labels::TERMINATION_FINALIZER]},
-        ]),
-        Some(list) => json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": list},
-            {"op": "add", "path": "/metadata/finalizers/-", "value": labels::TERMINATION_FINALIZER},
-        ]),
-    }
 }
 
 /// `existing` with each `(type, status, reason)` set and its message cleared; the transition time moves only
@@ -730,10 +702,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_finalizer_is_added_only_to_the_list_it_read() -> TestResult {
+    async fn the_node_finalizer_keeps_one_added_after_the_cache_read() -> TestResult {
         let (_server, lifecycle) = launched_with_node("c", json!({})).await?;
-        // Another controller adds its finalizer after the cache read the Node: the test op fails, so that
-        // finalizer is not overwritten, and the next read (here: the cache refreshed) succeeds.
+        // Another controller adds its finalizer after the cache read the Node: the locked write conflicts, the
+        // Node is read again, and the finalizer is added to the list as stored.
         let nodes = Api::<Node>::all(lifecycle.client.clone());
         nodes
             .patch(
@@ -743,15 +715,29 @@ mod tests {
             )
             .await?;
         let stale = lifecycle.state.nodes.get("node-c").ok_or("no node")?;
-        assert!(lifecycle.add_node_finalizer(&stale).await.is_err());
+        lifecycle.add_node_finalizer(&stale).await?;
         assert_eq!(
             node_finalizers(&lifecycle, "node-c").await?,
-            ["example.com/other"]
+            ["example.com/other", labels::TERMINATION_FINALIZER]
         );
-        lifecycle.state.nodes.apply(nodes.get("node-c").await?);
-        lifecycle.pass().await;
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_claim_finalizer_keeps_one_added_after_the_cache_read() -> TestResult {
+        let (_server, lifecycle, _cloud) = unlaunched(1).await?;
+        // The cache holds the claim without finalizers; another controller then adds its own.
+        let claims = Api::<NodeClaim>::all(lifecycle.client.clone());
+        claims
+            .patch(
+                "claim-0",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/other"]}})),
+            )
+            .await?;
+        assert_eq!(lifecycle.pass().await.launched, ["claim-0"]);
         assert_eq!(
-            node_finalizers(&lifecycle, "node-c").await?,
+            claims.get("claim-0").await?.finalizers(),
             ["example.com/other", labels::TERMINATION_FINALIZER]
         );
         Ok(())

@@ -18,7 +18,7 @@ use karpenter_core::{
     clock::Clock, cloudprovider::CloudProvider, disruption::expiration::termination_deadline,
     snapshot::CompactPod,
 };
-use karpenter_state::{ClusterState, events::DedupedRecorder};
+use karpenter_state::{ClusterState, events::DedupedRecorder, finalizers::remove_finalizer};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams},
@@ -328,19 +328,15 @@ impl Terminator {
                 done.released_nodes.push(node.name_any());
             }
         }
-        let finalizers: Vec<&String> = claim
-            .finalizers()
-            .iter()
-            .filter(|f| *f != labels::TERMINATION_FINALIZER)
-            .collect();
+        // Locked to the version read, so a finalizer another controller still holds the claim with is kept.
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
-        claims
-            .patch(
-                &claim.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-            )
-            .await?;
+        if !remove_finalizer(&claims, &claim, labels::TERMINATION_FINALIZER)
+            .await?
+            .written()
+        {
+            // Gone, or someone else took the finalizer off meanwhile: this termination is not ours to record.
+            return Ok(());
+        }
         record_termination(&claim, node.is_some(), self.clock.now());
         done.terminated.push(claim.name_any());
         Ok(())
@@ -821,6 +817,39 @@ mod tests {
         assert_eq!(third.terminated, ["a"]);
         assert!(nodes.get_opt("node-a").await?.is_none());
         assert!(claims.get_opt("a").await?.is_none());
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_claim_finalizer_goes_even_when_the_cached_list_is_stale() -> TestResult {
+        let f = fixture()?;
+        f.launched_claim("s").await?;
+        let claims: Api<NodeClaim> = Api::all(f.client.clone());
+        claims
+            .patch(
+                "s",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"finalizers": [labels::TERMINATION_FINALIZER, "example.com/other"]}}),
+                ),
+            )
+            .await?;
+        claims.delete("s", &DeleteParams::default()).await?;
+        // The instance is asked to go.
+        f.refresh("node-s", "s").await?;
+        assert!(f.terminator.pass().await.terminated.is_empty());
+        f.refresh("node-s", "s").await?;
+        // The other controller lets go of the claim after the cache read it: writing the rest of the cached
+        // list would put its finalizer back, which the API server refuses on an object being deleted.
+        claims
+            .patch(
+                "s",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": [labels::TERMINATION_FINALIZER]}})),
+            )
+            .await?;
+        assert_eq!(f.terminator.pass().await.terminated, ["s"]);
+        assert!(claims.get_opt("s").await?.is_none());
         Ok(())
     }
 
