@@ -109,16 +109,12 @@ async fn a_scale_up_survives_500s_conflicts_and_dropped_watches() -> TestResult 
         3,
         "the 500s were served"
     );
-    assert_eq!(
-        answered(&h, "patch", "nodeclaims", 409),
-        4,
-        "the conflicts were served"
-    );
-    assert_eq!(
-        answered(&h, "patch", "nodes", 409),
-        4,
-        "the conflicts were served"
-    );
+    // At least the injected ones: a finalizer write locked to the resourceVersion of a cached copy the watch has
+    // not refreshed yet gets a genuine 409 too (and is retried on a fresh read).
+    let conflicts = answered(&h, "patch", "nodeclaims", 409);
+    assert!(conflicts >= 4, "the conflicts were served: {conflicts}");
+    let conflicts = answered(&h, "patch", "nodes", 409);
+    assert!(conflicts >= 4, "the conflicts were served: {conflicts}");
     Ok(())
 }
 

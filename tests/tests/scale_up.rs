@@ -132,3 +132,22 @@ async fn a_deployment_scaled_from_zero_gets_nodes_and_runs() -> TestResult {
     assert_eq!(h.sim.cloud().launch_log().len(), claims_after.items.len());
     Ok(())
 }
+
+/// The NodeClaims of one provisioning round are launched together (issue 24): the lifecycle's creates overlap at
+/// the cloud provider, which is what lets the AWS provider's CreateFleet batcher merge them into one call.
+#[tokio::test(start_paused = true)]
+async fn the_claims_of_one_round_are_launched_together() -> TestResult {
+    let h = Harness::start()?;
+    let client = h.sim.client();
+    apply_nodepool(&client, "default", &["on-demand"], Value::Null).await?;
+    // Five CPUs each: one pod per node, so ten NodeClaims from one round.
+    apply_deployment(&client, "big", 10, "5").await?;
+    until_running(&client, "app=big", 10, 600).await?;
+    let claims = Api::<NodeClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    assert_eq!(claims.items.len(), 10);
+    // One after another, at most one create would ever be under way.
+    assert_eq!(h.sim.cloud().peak_concurrent_creates(), 10);
+    Ok(())
+}

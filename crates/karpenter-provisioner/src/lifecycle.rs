@@ -35,6 +35,7 @@ use std::{
     time::Duration,
 };
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::{
     api::core::v1::Node,
@@ -46,7 +47,11 @@ use karpenter_api::{
     nodeclaim::{NodeClaim, conditions},
 };
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
-use karpenter_state::{ClusterState, events::DedupedRecorder};
+use karpenter_state::{
+    ClusterState,
+    events::DedupedRecorder,
+    finalizers::{FinalizerWrite, add_finalizer},
+};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
@@ -91,6 +96,23 @@ pub struct LifecyclePass {
     /// Claims deleted because their launch or registration took too long.
     pub timed_out: Vec<String>,
 }
+
+impl LifecyclePass {
+    /// Appends what another step did.
+    fn merge(&mut self, other: LifecyclePass) {
+        self.launched.extend(other.launched);
+        self.registered.extend(other.registered);
+        self.initialized.extend(other.initialized);
+        self.insufficient_capacity.extend(other.insufficient_capacity);
+        self.timed_out.extend(other.timed_out);
+    }
+}
+
+/// How many claims a pass works on at once. Concurrent launches are what the AWS provider's CreateFleet batcher
+/// merges into one call, so this is also the most launches one batch of a pass can hold; the bound keeps a pass
+/// over thousands of claims from opening as many API server requests and cloud calls at the same moment
+/// (upstream bounds its lifecycle workers too).
+pub const PASS_CONCURRENCY: usize = 64;
 
 /// Upstream's liveness limits: a claim must launch within 5 minutes of its creation and its Node register
 /// within 15 minutes of the launch.
@@ -168,14 +190,29 @@ impl Lifecycle {
             let live = claims.iter().filter_map(|c| c.uid()).collect();
             backoff.retain(&live);
         }
-        for claim in claims {
-            if claim.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let name = claim.name_any();
-            if let Err(error) = self.step(&claim, &nodes, &mut done).await {
-                tracing::warn!(nodeclaim = %name, category = error.category(), %error, "lifecycle step failed");
-            }
+        // Each claim's step on its own (as upstream reconciles claims concurrently), so the launches of a
+        // provisioning round reach the cloud provider together and its CreateFleet batcher can merge them.
+        let nodes = &nodes;
+        let steps = claims
+            .into_iter()
+            .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+            .enumerate()
+            .map(|(at, claim)| async move {
+                let mut one = LifecyclePass::default();
+                if let Err(error) = self.step(&claim, nodes, &mut one).await {
+                    let name = claim.name_any();
+                    tracing::warn!(nodeclaim = %name, category = error.category(), %error, "lifecycle step failed");
+                }
+                (at, one)
+            });
+        let mut finished: Vec<(usize, LifecyclePass)> = futures::stream::iter(steps)
+            .buffer_unordered(PASS_CONCURRENCY)
+            .collect()
+            .await;
+        // In the claims' (name) order, whichever step finished first.
+        finished.sort_unstable_by_key(|(at, _)| *at);
+        for (_, one) in finished {
+            done.merge(one);
         }
         done
     }
@@ -314,20 +351,11 @@ impl Lifecycle {
         let name = claim.name_any();
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         // The finalizer first: from here on, deleting the claim goes through the terminator, which deletes
-        // the instance (a launch must never leave one behind).
-        if !claim
-            .finalizers()
-            .iter()
-            .any(|f| f == labels::TERMINATION_FINALIZER)
-        {
-            let mut finalizers = claim.finalizers().to_vec();
-            finalizers.push(labels::TERMINATION_FINALIZER.to_string());
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-            )
-            .await?;
+        // the instance (a launch must never leave one behind). Locked to the version read, so a finalizer
+        // another controller added since the cache read the claim is kept.
+        let finalizer = add_finalizer(&api, claim, labels::TERMINATION_FINALIZER).await?;
+        if matches!(finalizer, FinalizerWrite::Gone) {
+            return Ok(());
         }
         let existing = claim
             .status
@@ -483,16 +511,11 @@ impl Lifecycle {
         .await
     }
 
-    /// Adds the finalizer with a JSON patch that tests the list read from the cache first: a finalizer another
-    /// controller added meanwhile is kept (the patch fails and the next pass reads the list again).
+    /// Adds the finalizer, locked to the version read: a finalizer another controller added meanwhile is kept
+    /// (the write conflicts, and the Node is read again).
     async fn add_node_finalizer(&self, node: &Node) -> Result<(), ProvisionerError> {
-        let ops = finalizer_addition(node.metadata.finalizers.as_deref());
-        // The json-patch type is inferred: kube does not re-export the crate.
-        let patch = Patch::Json::<()>(serde_json::from_value(ops).map_err(kube::Error::SerdeError)?);
         let nodes: Api<Node> = Api::all(self.client.clone());
-        nodes
-            .patch(&node.name_any(), &PatchParams::default(), &patch)
-            .await?;
+        add_finalizer(&nodes, node, labels::TERMINATION_FINALIZER).await?;
         Ok(())
     }
 
@@ -529,23 +552,6 @@ fn needs_finalizer(node: &Node) -> bool {
             .finalizers()
             .iter()
             .any(|f| f == labels::TERMINATION_FINALIZER)
-}
-
-/// The JSON patch adding the finalizer to `current` (the list as read; `None` when the Node has none): a test of
-/// that list, then the addition.
-fn finalizer_addition(current: Option<&[String]>) -> serde_json::Value {
-    match current.filter(|c| !c.is_empty()) {
-        // The API server's `test` passes for a null value on an absent field (kube-runtime's finalizer helper
-        // relies on the same).
-        None => json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": null},
-            {"op": "add", "path": "/metadata/finalizers", "value": [labels::TERMINATION_FINALIZER]},
-        ]),
-        Some(list) => json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": list},
-            {"op": "add", "path": "/metadata/finalizers/-", "value": labels::TERMINATION_FINALIZER},
-        ]),
-    }
 }
 
 /// `existing` with each `(type, status, reason)` set and its message cleared; the transition time moves only
@@ -709,10 +715,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_finalizer_is_added_only_to_the_list_it_read() -> TestResult {
+    async fn the_node_finalizer_keeps_one_added_after_the_cache_read() -> TestResult {
         let (_server, lifecycle) = launched_with_node("c", json!({})).await?;
-        // Another controller adds its finalizer after the cache read the Node: the test op fails, so that
-        // finalizer is not overwritten, and the next read (here: the cache refreshed) succeeds.
+        // Another controller adds its finalizer after the cache read the Node: the locked write conflicts, the
+        // Node is read again, and the finalizer is added to the list as stored.
         let nodes = Api::<Node>::all(lifecycle.client.clone());
         nodes
             .patch(
@@ -722,15 +728,29 @@ mod tests {
             )
             .await?;
         let stale = lifecycle.state.nodes.get("node-c").ok_or("no node")?;
-        assert!(lifecycle.add_node_finalizer(&stale).await.is_err());
+        lifecycle.add_node_finalizer(&stale).await?;
         assert_eq!(
             node_finalizers(&lifecycle, "node-c").await?,
-            ["example.com/other"]
+            ["example.com/other", labels::TERMINATION_FINALIZER]
         );
-        lifecycle.state.nodes.apply(nodes.get("node-c").await?);
-        lifecycle.pass().await;
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_claim_finalizer_keeps_one_added_after_the_cache_read() -> TestResult {
+        let (_server, lifecycle, _cloud) = unlaunched(1).await?;
+        // The cache holds the claim without finalizers; another controller then adds its own.
+        let claims = Api::<NodeClaim>::all(lifecycle.client.clone());
+        claims
+            .patch(
+                "claim-0",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/other"]}})),
+            )
+            .await?;
+        assert_eq!(lifecycle.pass().await.launched, ["claim-0"]);
         assert_eq!(
-            node_finalizers(&lifecycle, "node-c").await?,
+            claims.get("claim-0").await?.finalizers(),
             ["example.com/other", labels::TERMINATION_FINALIZER]
         );
         Ok(())
@@ -795,6 +815,73 @@ mod tests {
             node.labels().get(labels::INITIALIZED_LABEL).map(String::as_str),
             Some("true")
         );
+        Ok(())
+    }
+
+    /// `n` claims not yet launched (`claim-0`, ...), in the API server and the cache, and a lifecycle over them
+    /// whose cloud takes a second per launch.
+    async fn unlaunched(
+        n: usize,
+    ) -> Result<(ApiServer, Lifecycle, SimCloudProvider), Box<dyn std::error::Error>> {
+        let server = ApiServer::new(SystemClock);
+        let client = server.client();
+        let state = ClusterState::default();
+        let claims = Api::<NodeClaim>::all(client.clone());
+        for i in 0..n {
+            let claim: NodeClaim = serde_json::from_value(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": format!("claim-{i}"), "labels": {labels::NODEPOOL_LABEL: "default"}},
+                "spec": {"requirements": [], "resources": {"requests": {}},
+                         "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+            }))?;
+            state
+                .node_claims
+                .apply(claims.create(&PostParams::default(), &claim).await?);
+        }
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let cloud = SimCloudProvider::new(
+            CatalogFile::from_json_str(CATALOG)?,
+            clock.clone(),
+            SimCloudOptions {
+                launch_latency: Duration::from_secs(1),
+                ..SimCloudOptions::default()
+            },
+        );
+        let lifecycle = Lifecycle::new(client, state, cloud.as_dyn(), clock);
+        Ok((server, lifecycle, cloud))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_pass_launches_its_claims_together() -> TestResult {
+        let (_server, lifecycle, cloud) = unlaunched(20).await?;
+        let pass = lifecycle.pass().await;
+        let names: Vec<String> = (0..20).map(|i| format!("claim-{i}")).collect();
+        let mut launched = pass.launched.clone();
+        launched.sort();
+        let mut expected = names.clone();
+        expected.sort();
+        assert_eq!(launched, expected);
+        // All 20 creates were under way at once (one after another, at most one ever would be), so the pass
+        // took about one launch latency and a batching provider sees them as one batch.
+        assert_eq!(cloud.peak_concurrent_creates(), 20);
+        let claims = Api::<NodeClaim>::all(lifecycle.client.clone());
+        for name in &names {
+            let claim = claims.get(name).await?;
+            assert!(claim.status.and_then(|s| s.provider_id).is_some(), "{name}");
+            assert_eq!(
+                claim.metadata.finalizers.unwrap_or_default(),
+                [labels::TERMINATION_FINALIZER]
+            );
+        }
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_launches_at_most_its_concurrency_at_once() -> TestResult {
+        let n = PASS_CONCURRENCY + 6;
+        let (_server, lifecycle, cloud) = unlaunched(n).await?;
+        assert_eq!(lifecycle.pass().await.launched.len(), n);
+        assert_eq!(cloud.peak_concurrent_creates(), PASS_CONCURRENCY);
         Ok(())
     }
 

@@ -13,7 +13,7 @@ use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Namespace, Node, NodeStatus, PersistentVolume, PersistentVolumeClaim, Pod},
     policy::v1::PodDisruptionBudget,
-    storage::v1::{CSINode, StorageClass},
+    storage::v1::{CSINode, StorageClass, VolumeAttachment},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::{
@@ -47,6 +47,8 @@ pub struct ClusterState {
     pub pvs: ProjectedStore<PersistentVolume>,
     pub storage_classes: ProjectedStore<StorageClass>,
     pub csi_nodes: ProjectedStore<CSINode>,
+    /// Read by termination (a drained node's instance waits for its volumes to detach), not by snapshots.
+    pub volume_attachments: ProjectedStore<VolumeAttachment>,
     pub namespaces: ProjectedStore<Namespace>,
     pub ec2_node_classes: ProjectedStore<EC2NodeClass>,
     pub node_overlays: ProjectedStore<NodeOverlay>,
@@ -168,6 +170,7 @@ impl ClusterState {
             watch_all(&client, &self.pvs, "PersistentVolume"),
             watch_all(&client, &self.storage_classes, "StorageClass"),
             watch_all(&client, &self.csi_nodes, "CSINode"),
+            watch_all(&client, &self.volume_attachments, "VolumeAttachment"),
             watch_all(&client, &self.namespaces, "Namespace"),
         ];
         if self.watched.ec2_node_classes {
@@ -194,6 +197,7 @@ impl ClusterState {
             && self.pvs.is_ready()
             && self.storage_classes.is_ready()
             && self.csi_nodes.is_ready()
+            && self.volume_attachments.is_ready()
             && self.namespaces.is_ready()
             && (!self.watched.ec2_node_classes || self.ec2_node_classes.is_ready())
             && (!self.watched.node_overlays || self.node_overlays.is_ready())

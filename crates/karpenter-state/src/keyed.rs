@@ -5,7 +5,7 @@ use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim},
     policy::v1::PodDisruptionBudget,
-    storage::v1::{CSINode, StorageClass},
+    storage::v1::{CSINode, StorageClass, VolumeAttachment},
 };
 use karpenter_api::{
     capacitybuffer::CapacityBuffer, ec2nodeclass::EC2NodeClass, nodeclaim::NodeClaim,
@@ -43,6 +43,7 @@ keyed_by_metadata!(
     EC2NodeClass,
     NodeOverlay,
     CapacityBuffer,
+    VolumeAttachment,
 );
 
 impl Keyed for CompactPod {

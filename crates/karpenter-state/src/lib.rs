@@ -10,11 +10,13 @@
 //! is made until every watched kind has completed its first list, so a half-filled cache is never mistaken for
 //! an empty cluster.
 //!
-//! [`events::DedupedRecorder`] is here too: the Events recorder the controllers that report every pass share.
+//! [`events::DedupedRecorder`] is here too: the Events recorder the controllers that report every pass share;
+//! and [`finalizers`], the optimistically locked finalizer writes the lifecycle and the terminator share.
 
 mod cluster_state;
 mod error;
 pub mod events;
+pub mod finalizers;
 mod keyed;
 mod pod_timing;
 mod projected_store;

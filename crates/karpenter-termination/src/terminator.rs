@@ -3,10 +3,7 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use k8s_openapi::{
-    api::{
-        core::v1::{Node, ObjectReference, Pod},
-        storage::v1::VolumeAttachment,
-    },
+    api::core::v1::{Node, ObjectReference, Pod},
     apimachinery::pkg::apis::meta::v1::Time,
 };
 use karpenter_api::{
@@ -18,10 +15,10 @@ use karpenter_core::{
     clock::Clock, cloudprovider::CloudProvider, disruption::expiration::termination_deadline,
     snapshot::CompactPod,
 };
-use karpenter_state::{ClusterState, events::DedupedRecorder};
+use karpenter_state::{ClusterState, events::DedupedRecorder, finalizers::remove_finalizer};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams},
+    api::{DeleteParams, EvictParams, Patch, PatchParams},
 };
 use serde_json::json;
 
@@ -328,19 +325,15 @@ impl Terminator {
                 done.released_nodes.push(node.name_any());
             }
         }
-        let finalizers: Vec<&String> = claim
-            .finalizers()
-            .iter()
-            .filter(|f| *f != labels::TERMINATION_FINALIZER)
-            .collect();
+        // Locked to the version read, so a finalizer another controller still holds the claim with is kept.
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
-        claims
-            .patch(
-                &claim.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-            )
-            .await?;
+        if !remove_finalizer(&claims, &claim, labels::TERMINATION_FINALIZER)
+            .await?
+            .written()
+        {
+            // Gone, or someone else took the finalizer off meanwhile: this termination is not ours to record.
+            return Ok(());
+        }
         record_termination(&claim, node.is_some(), self.clock.now());
         done.terminated.push(claim.name_any());
         Ok(())
@@ -420,7 +413,7 @@ impl Terminator {
         }
         // Volumes detach before the instance goes (so a StatefulSet's volume can attach elsewhere), unless the
         // node's deadline has passed.
-        let attached = self.attached_volumes(&node_name, &pods, now).await?;
+        let attached = self.attached_volumes(&node_name, &pods, now);
         let volumes = if attached.is_empty() {
             &claim_conditions::VOLUMES_DETACHED
         } else if deadline.is_some_and(|d| now >= d) {
@@ -447,30 +440,27 @@ impl Terminator {
     }
 
     /// The VolumeAttachments still naming `node` (their CSI driver has not detached the volume yet) that the
-    /// instance waits for: not those of the pods the drain leaves on the node.
-    async fn attached_volumes(
-        &self,
-        node: &str,
-        pods: &[Arc<CompactPod>],
-        now: jiff::Timestamp,
-    ) -> Result<Vec<String>, TerminationError> {
-        let attachments = Api::<VolumeAttachment>::all(self.client.clone())
-            .list(&ListParams::default())
-            .await?
-            .items;
+    /// instance waits for: not those of the pods the drain leaves on the node. Read from the state cache, which
+    /// watches them (a cluster-wide list per draining claim per pass cost the API server a list of every
+    /// attachment in the cluster each time).
+    fn attached_volumes(&self, node: &str, pods: &[Arc<CompactPod>], now: jiff::Timestamp) -> Vec<String> {
+        let attachments = self
+            .state
+            .volume_attachments
+            .filter(|va| va.spec.node_name == node);
         let volume_of_claim = |namespace: &str, claim: &str| {
             self.state
                 .pvcs
                 .get(&format!("{namespace}/{claim}"))
                 .and_then(|pvc| pvc.spec.as_ref()?.volume_name.clone())
         };
-        Ok(blocking_attachments(
-            &attachments,
+        blocking_attachments(
+            attachments.iter().map(|va| &**va),
             node,
             pods,
             volume_of_claim,
             now,
-        ))
+        )
     }
 
     /// Writes `wanted` into the claim's status unless it holds already, conditional on the claim's
@@ -830,6 +820,81 @@ mod tests {
         assert_eq!(third.terminated, ["a"]);
         assert!(nodes.get_opt("node-a").await?.is_none());
         assert!(claims.get_opt("a").await?.is_none());
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drained_node_waits_for_the_volume_attachments_the_cache_holds() -> TestResult {
+        use k8s_openapi::api::storage::v1::VolumeAttachment;
+        let f = fixture()?;
+        let claim = f.launched_claim("v").await?;
+        let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-v"},
+            "spec": {"providerID": provider_id},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))?;
+        Api::<Node>::all(f.client.clone())
+            .create(&PostParams::default(), &node)
+            .await?;
+        let claims: Api<NodeClaim> = Api::all(f.client.clone());
+        claims.delete("v", &DeleteParams::default()).await?;
+        f.refresh("node-v", "v").await?;
+        // The attachment is in the cache (the watch's), not asked of the API server on every pass.
+        let va: VolumeAttachment = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": "va-1"},
+            "spec": {"attacher": "ebs.csi.aws.com", "nodeName": "node-v",
+                     "source": {"persistentVolumeName": "pv-1"}}
+        }))?;
+        f.state.volume_attachments.apply(va);
+        let pass = f.terminator.pass().await;
+        assert_eq!(pass.awaiting_volumes, ["v: va-1"]);
+        assert!(
+            f.cloud
+                .list()
+                .await?
+                .iter()
+                .any(|c| c.metadata.name.as_deref() == Some("v"))
+        );
+
+        f.state.volume_attachments.delete("va-1");
+        f.refresh("node-v", "v").await?;
+        let pass = f.terminator.pass().await;
+        assert!(pass.awaiting_volumes.is_empty(), "{pass:?}");
+        assert!(f.cloud.list().await?.is_empty());
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_claim_finalizer_goes_even_when_the_cached_list_is_stale() -> TestResult {
+        let f = fixture()?;
+        f.launched_claim("s").await?;
+        let claims: Api<NodeClaim> = Api::all(f.client.clone());
+        claims
+            .patch(
+                "s",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"finalizers": [labels::TERMINATION_FINALIZER, "example.com/other"]}}),
+                ),
+            )
+            .await?;
+        claims.delete("s", &DeleteParams::default()).await?;
+        // The instance is asked to go.
+        f.refresh("node-s", "s").await?;
+        assert!(f.terminator.pass().await.terminated.is_empty());
+        f.refresh("node-s", "s").await?;
+        // The other controller lets go of the claim after the cache read it: writing the rest of the cached
+        // list would put its finalizer back, which the API server refuses on an object being deleted.
+        claims
+            .patch(
+                "s",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": [labels::TERMINATION_FINALIZER]}})),
+            )
+            .await?;
+        assert_eq!(f.terminator.pass().await.terminated, ["s"]);
+        assert!(claims.get_opt("s").await?.is_none());
         Ok(())
     }
 

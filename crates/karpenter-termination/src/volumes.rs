@@ -1,5 +1,5 @@
-//! Which VolumeAttachments hold a drained node's instance, by upstream's rule. Pure: the terminator lists the
-//! attachments and looks up the claims.
+//! Which VolumeAttachments hold a drained node's instance, by upstream's rule. Pure: the terminator reads the
+//! attachments and the claims from the state cache.
 //!
 //! The instance waits for the volumes of the pods the drain moved, so that they can attach elsewhere. It does
 //! not wait for an attachment without a PersistentVolume (an inline volume), nor for the volume of a pod the
@@ -18,8 +18,8 @@ use crate::drain::is_drainable;
 
 /// The names of the attachments on `node` (of `attachments`) the instance waits for, given the node's `pods`
 /// and `volume_of_claim(namespace, claim)`, the PersistentVolume a PersistentVolumeClaim is bound to.
-pub fn blocking_attachments(
-    attachments: &[VolumeAttachment],
+pub fn blocking_attachments<'a>(
+    attachments: impl IntoIterator<Item = &'a VolumeAttachment>,
     node: &str,
     pods: &[Arc<CompactPod>],
     volume_of_claim: impl Fn(&str, &str) -> Option<String>,
@@ -47,7 +47,7 @@ pub fn blocking_attachments(
         })
         .collect();
     attachments
-        .iter()
+        .into_iter()
         .filter(|va| va.spec.node_name == node && va.metadata.deletion_timestamp.is_none())
         .filter(|va| {
             va.spec

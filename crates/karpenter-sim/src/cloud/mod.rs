@@ -24,6 +24,9 @@
 //!   time to every [`SimCloudProvider::interruptions`] receiver; a spot interruption also terminates the instance
 //!   [`SimCloudOptions::spot_interruption_notice`] (2 minutes) later, with an `InstanceTerminating` event.
 //! - Accounting: [`SimCloudProvider::instances`], [`SimCloudProvider::launch_log`],
+//!   [`SimCloudProvider::peak_concurrent_creates`] (the most `create` calls ever under way at once: launches a
+//!   controller issues one after another never overlap, so a test can tell them from concurrent ones without
+//!   timing anything),
 //!   [`SimCloudProvider::cost_so_far`] (price per hour times running time, over virtual time),
 //!   [`SimCloudProvider::cost_per_hour_now`].
 //!
@@ -198,6 +201,9 @@ struct CloudState {
     failed_launches: Vec<Timestamp>,
     drifted: BTreeMap<String, String>,
     launches: Vec<LaunchRecord>,
+    /// `create` calls under way now, and the most ever under way at once.
+    creates_in_flight: usize,
+    peak_creates_in_flight: usize,
     timers: Vec<JoinHandle<()>>,
     /// Bumped whenever an instance starts or stops, so pollers can skip work.
     version: u64,
@@ -281,6 +287,8 @@ impl SimCloudProvider {
             failed_launches: Vec::new(),
             drifted: BTreeMap::new(),
             launches: Vec::new(),
+            creates_in_flight: 0,
+            peak_creates_in_flight: 0,
             timers: Vec::new(),
             version: 0,
         };
@@ -444,6 +452,11 @@ impl SimCloudProvider {
     /// Every `create` call, oldest first.
     pub fn launch_log(&self) -> Vec<LaunchRecord> {
         self.shared.state().launches.clone()
+    }
+
+    /// The most `create` calls that were ever under way at the same time (each waits the launch latency).
+    pub fn peak_concurrent_creates(&self) -> usize {
+        self.shared.state().peak_creates_in_flight
     }
 
     /// What every instance has cost so far: its hourly price over the (virtual) time it ran.
@@ -642,6 +655,25 @@ impl DriftProvider for SimCloudProvider {
     }
 }
 
+/// Counts one `create` as under way until it is dropped (a caller may also drop the call before it ends).
+struct CreateInFlight<'a>(&'a CloudShared);
+
+impl<'a> CreateInFlight<'a> {
+    fn enter(shared: &'a CloudShared) -> Self {
+        let mut state = shared.state();
+        state.creates_in_flight += 1;
+        state.peak_creates_in_flight = state.peak_creates_in_flight.max(state.creates_in_flight);
+        Self(shared)
+    }
+}
+
+impl Drop for CreateInFlight<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.creates_in_flight = state.creates_in_flight.saturating_sub(1);
+    }
+}
+
 #[async_trait]
 impl CloudProvider for SimCloudProvider {
     fn name(&self) -> &'static str {
@@ -649,6 +681,7 @@ impl CloudProvider for SimCloudProvider {
     }
 
     async fn create(&self, claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+        let _in_flight = CreateInFlight::enter(&self.shared);
         tokio::time::sleep(self.shared.options.launch_latency).await;
         let now = self.now();
         {

@@ -226,6 +226,25 @@ async fn delete_terminates_and_then_answers_not_found() -> TestResult {
 }
 
 #[tokio::test(start_paused = true)]
+async fn overlapping_creates_are_counted() -> TestResult {
+    let cloud = cloud()?;
+    cloud.create(&claim("a", json!([]), json!({}))?).await?;
+    cloud.create(&claim("b", json!([]), json!({}))?).await?;
+    assert_eq!(cloud.peak_concurrent_creates(), 1);
+    let (c, d, e) = (
+        claim("c", json!([]), json!({}))?,
+        claim("d", json!([]), json!({}))?,
+        claim("e", json!([]), json!({}))?,
+    );
+    let (c, d, e) = tokio::join!(cloud.create(&c), cloud.create(&d), cloud.create(&e));
+    c?;
+    d?;
+    e?;
+    assert_eq!(cloud.peak_concurrent_creates(), 3);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
 async fn cost_accrues_over_virtual_time_while_instances_run() -> TestResult {
     let cloud = cloud()?;
     let a = cloud.create(&claim("a", json!([]), json!({}))?).await?; // 0.04/h
