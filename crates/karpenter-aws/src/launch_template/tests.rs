@@ -384,8 +384,16 @@ fn a_dedicated_template_asks_for_dedicated_tenancy_and_a_shared_one_keeps_its_na
         Some(&aws_sdk_ec2::types::Tenancy::Dedicated)
     );
     assert_eq!(data.placement().and_then(|p| p.group_id()), None);
-    assert_ne!(dedicated.name(), plain_name, "dedicated instances get their own template");
-    assert_eq!(plain.name(), plain_name, "an unset tenancy leaves the name as it was");
+    assert_ne!(
+        dedicated.name(),
+        plain_name,
+        "dedicated instances get their own template"
+    );
+    assert_eq!(
+        plain.name(),
+        plain_name,
+        "an unset tenancy leaves the name as it was"
+    );
 
     let mut grouped = dedicated.clone();
     grouped.placement = Some(super::TemplatePlacement {
