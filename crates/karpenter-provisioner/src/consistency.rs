@@ -31,7 +31,7 @@ use karpenter_core::{
         FAILED_CONSISTENCY_CHECK, consistency_issues,
     },
 };
-use karpenter_state::{ClusterState, events::DedupedRecorder};
+use karpenter_state::{ClusterState, events::DedupedRecorder, periodic::run_synced};
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams},
@@ -78,13 +78,11 @@ impl ConsistencyController {
 
     /// Runs passes until the future is dropped.
     pub async fn run(&self) {
-        loop {
-            if self.state.synced() {
-                let _timer = karpenter_metrics::metrics().reconcile("nodeclaim.consistency");
-                self.pass().await;
-            }
-            tokio::time::sleep(self.interval).await;
-        }
+        run_synced(&self.state, "nodeclaim.consistency", self.interval, || async {
+            self.pass().await;
+            true
+        })
+        .await;
     }
 
     /// Checks every launched claim whose period is up; errors are logged per claim.

@@ -51,6 +51,7 @@ use karpenter_state::{
     ClusterState,
     events::DedupedRecorder,
     finalizers::{FinalizerWrite, add_finalizer},
+    periodic::run_synced,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -163,13 +164,11 @@ impl Lifecycle {
 
     /// Runs passes until the future is dropped; a failed step is logged and retried on the next pass.
     pub async fn run(&self) {
-        loop {
-            if self.state.synced() {
-                let _timer = karpenter_metrics::metrics().reconcile("nodeclaim.lifecycle");
-                self.pass().await;
-            }
-            tokio::time::sleep(self.interval).await;
-        }
+        run_synced(&self.state, "nodeclaim.lifecycle", self.interval, || async {
+            self.pass().await;
+            true
+        })
+        .await;
     }
 
     /// Moves every claim one step; errors are logged per claim so one bad claim does not stall the rest.

@@ -23,7 +23,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_core::{clock::Clock, snapshot::CompactPod};
-use karpenter_state::ClusterState;
+use karpenter_state::{ClusterState, periodic::run_synced};
 use kube::{
     Api, Client,
     api::{Patch, PatchParams},
@@ -170,15 +170,14 @@ impl PodEventsController {
 
     /// Runs passes until the future is dropped; a failed write is logged and the event is taken at the next.
     pub async fn run(&self) {
-        loop {
-            if self.state.synced() {
-                let _timer = karpenter_metrics::metrics().reconcile("nodeclaim.podevents");
-                if let Err(error) = self.pass().await {
-                    tracing::debug!(controller = "nodeclaim.podevents", %error, "writing a pod event failed");
-                }
+        run_synced(&self.state, "nodeclaim.podevents", self.interval, || async {
+            if let Err(error) = self.pass().await {
+                tracing::debug!(controller = "nodeclaim.podevents", %error, "writing a pod event failed");
             }
-            tokio::time::sleep(self.interval).await;
-        }
+            // Not a failed reconcile: the event is simply taken at the next pass.
+            true
+        })
+        .await;
     }
 
     /// Finds the nodes whose pods changed since the last pass and stamps their claims. Returns the claims written.

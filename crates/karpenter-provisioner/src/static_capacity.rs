@@ -25,7 +25,7 @@ use karpenter_core::{
     snapshot::{BuildOptions, static_node_claims},
     static_capacity::{StaticPool, choose_surplus, static_pools, surplus_candidates},
 };
-use karpenter_state::ClusterState;
+use karpenter_state::{ClusterState, periodic::run_synced};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, PostParams},
@@ -111,22 +111,20 @@ impl StaticCapacityController {
 
     /// Runs passes until the future is dropped; a failed pass is logged and the next one retries.
     pub async fn run(&self) {
-        loop {
-            if self.state.synced() {
-                let mut timer = karpenter_metrics::metrics().reconcile("static.capacity");
-                match self.pass().await {
-                    Ok(pass) if pass != StaticPass::default() => {
-                        tracing::info!(controller = "static.capacity", created = ?pass.created, deleted = ?pass.deleted, "kept static NodePools at their replicas");
-                    }
-                    Ok(_) => {}
-                    Err(error) => {
-                        timer.failed();
-                        tracing::warn!(controller = "static.capacity", category = error.category(), %error, "static capacity pass failed; retrying");
-                    }
+        run_synced(&self.state, "static.capacity", self.interval, || async {
+            match self.pass().await {
+                Ok(pass) if pass != StaticPass::default() => {
+                    tracing::info!(controller = "static.capacity", created = ?pass.created, deleted = ?pass.deleted, "kept static NodePools at their replicas");
+                    true
+                }
+                Ok(_) => true,
+                Err(error) => {
+                    tracing::warn!(controller = "static.capacity", category = error.category(), %error, "static capacity pass failed; retrying");
+                    false
                 }
             }
-            tokio::time::sleep(self.interval).await;
-        }
+        })
+        .await;
     }
 
     /// One pass over every static NodePool in the cache.

@@ -18,6 +18,7 @@ mod error;
 pub mod events;
 pub mod finalizers;
 mod keyed;
+pub mod periodic;
 mod pod_timing;
 mod projected_store;
 mod reflect;

@@ -15,7 +15,9 @@ use karpenter_core::{
     clock::Clock, cloudprovider::CloudProvider, disruption::expiration::termination_deadline,
     snapshot::CompactPod,
 };
-use karpenter_state::{ClusterState, events::DedupedRecorder, finalizers::remove_finalizer};
+use karpenter_state::{
+    ClusterState, events::DedupedRecorder, finalizers::remove_finalizer, periodic::run_synced,
+};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, EvictParams, Patch, PatchParams},
@@ -163,13 +165,11 @@ impl Terminator {
 
     /// Runs passes until the future is dropped.
     pub async fn run(&self) {
-        loop {
-            if self.state.synced() {
-                let _timer = karpenter_metrics::metrics().reconcile("nodeclaim.termination");
-                self.pass().await;
-            }
-            tokio::time::sleep(self.interval).await;
-        }
+        run_synced(&self.state, "nodeclaim.termination", self.interval, || async {
+            self.pass().await;
+            true
+        })
+        .await;
     }
 
     /// One step for every Node being deleted that carries the finalizer, then for every NodeClaim being

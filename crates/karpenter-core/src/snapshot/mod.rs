@@ -154,6 +154,18 @@ impl Default for BuildOptions {
     }
 }
 
+/// The catalog's instance types interned in `cx`; a type that cannot be read is noted and left out.
+fn intern_catalog(cx: &mut Context, catalog: &CatalogFile) -> Vec<Arc<InstanceType>> {
+    let mut instance_types: Vec<Arc<InstanceType>> = Vec::with_capacity(catalog.instance_types.len());
+    for it in &catalog.instance_types {
+        match instance_type::from_catalog(it, &mut cx.interner, &mut cx.table) {
+            Ok(t) => instance_types.push(Arc::new(t)),
+            Err(e) => cx.note(format!("instance type {}", it.name), e.to_string()),
+        }
+    }
+    instance_types
+}
+
 /// The scheduler's input and what is needed to read its answer back.
 #[derive(Debug, Clone)]
 pub struct ScheduleInputs {
@@ -181,13 +193,7 @@ pub fn build_schedule_inputs(
     let well_known = well_known_keys(&mut cx.interner, catalog, options);
 
     // The catalog is interned once; every NodePool shares these instance types.
-    let mut instance_types: Vec<Arc<InstanceType>> = Vec::with_capacity(catalog.instance_types.len());
-    for it in &catalog.instance_types {
-        match instance_type::from_catalog(it, &mut cx.interner, &mut cx.table) {
-            Ok(t) => instance_types.push(Arc::new(t)),
-            Err(e) => cx.note(format!("instance type {}", it.name), e.to_string()),
-        }
-    }
+    let instance_types = intern_catalog(&mut cx, catalog);
     let types_by_name: HashMap<&str, &Arc<InstanceType>> =
         instance_types.iter().map(|t| (t.name.as_str(), t)).collect();
 

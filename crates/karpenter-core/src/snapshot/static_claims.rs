@@ -6,13 +6,12 @@
 //! the NodePool hash annotations and the owner reference. The launch then takes the cheapest available offering
 //! among those types, as it does for any NodeClaim.
 
-use std::{collections::HashMap, sync::Arc};
+use std::collections::HashMap;
 
 use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
 
 use crate::{
     catalog::CatalogFile,
-    instance_type::{self, InstanceType},
     provisioning::{ClaimContext, node_claim_object},
     requirements::Requirement,
     resources::Resources,
@@ -26,6 +25,7 @@ use super::{
     BuildOptions, Snapshot, SnapshotNote,
     context::{Context, describe},
     daemonsets::DaemonPods,
+    intern_catalog,
     nodepools::{TemplateSources, pool_template},
     overlays::{OverlayCache, Overlays},
     well_known_keys,
@@ -51,13 +51,7 @@ pub fn static_node_claims(
 ) -> StaticClaims {
     let mut cx = Context::new();
     let well_known = well_known_keys(&mut cx.interner, catalog, options);
-    let mut instance_types: Vec<Arc<InstanceType>> = Vec::with_capacity(catalog.instance_types.len());
-    for it in &catalog.instance_types {
-        match instance_type::from_catalog(it, &mut cx.interner, &mut cx.table) {
-            Ok(t) => instance_types.push(Arc::new(t)),
-            Err(e) => cx.note(format!("instance type {}", it.name), e.to_string()),
-        }
-    }
+    let instance_types = intern_catalog(&mut cx, catalog);
     let overlays = if options.node_overlays {
         Overlays::compile(&mut cx, &snapshot.node_overlays, options.label_policy)
     } else {
