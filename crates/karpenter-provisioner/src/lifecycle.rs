@@ -46,7 +46,10 @@ use karpenter_api::{
     labels,
     nodeclaim::{NodeClaim, conditions},
 };
-use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
+use karpenter_core::{
+    clock::Clock,
+    cloudprovider::{CloudProvider, CloudProviderError},
+};
 use karpenter_state::{
     ClusterState,
     events::DedupedRecorder,
@@ -63,7 +66,7 @@ use crate::{
     ProvisionerError,
     initialization::awaiting_initialization,
     launch_backoff::LaunchBackoff,
-    lifecycle_events::{launch_failure_message, launch_failure_reason},
+    lifecycle_events::{self, launch_failure_message, launch_failure_reason},
     registration_health::{Outcome, RegistrationHealth},
 };
 
@@ -75,6 +78,8 @@ pub struct Lifecycle {
     clock: Arc<dyn Clock>,
     /// How often every claim is looked at (tokio time).
     pub interval: Duration,
+    /// How many claims a pass steps at once ([`PASS_CONCURRENCY`] unless `CPU_REQUESTS` scales it).
+    pub concurrency: usize,
     /// Launches whose result is not yet recorded on the claim, by claim UID: if writing the result fails (a
     /// conflict, an API error), the next pass records this instance instead of launching a second one.
     launched: std::sync::Mutex<BTreeMap<String, NodeClaim>>,
@@ -94,6 +99,8 @@ pub struct LifecyclePass {
     pub initialized: Vec<String>,
     /// Claims deleted because no offering had capacity.
     pub insufficient_capacity: Vec<String>,
+    /// Claims deleted because their NodeClass could not launch them.
+    pub node_class_not_ready: Vec<String>,
     /// Claims deleted because their launch or registration took too long.
     pub timed_out: Vec<String>,
 }
@@ -105,11 +112,12 @@ impl LifecyclePass {
         self.registered.extend(other.registered);
         self.initialized.extend(other.initialized);
         self.insufficient_capacity.extend(other.insufficient_capacity);
+        self.node_class_not_ready.extend(other.node_class_not_ready);
         self.timed_out.extend(other.timed_out);
     }
 }
 
-/// How many claims a pass works on at once. Concurrent launches are what the AWS provider's CreateFleet batcher
+/// How many claims a pass works on at once by default. Concurrent launches are what the AWS provider's CreateFleet batcher
 /// merges into one call, so this is also the most launches one batch of a pass can hold; the bound keeps a pass
 /// over thousands of claims from opening as many API server requests and cloud calls at the same moment
 /// (upstream bounds its lifecycle workers too).
@@ -137,6 +145,7 @@ impl Lifecycle {
             cloud,
             clock,
             interval: Duration::from_secs(1),
+            concurrency: PASS_CONCURRENCY,
             launched: std::sync::Mutex::new(BTreeMap::new()),
             registration_health: Arc::default(),
             launch_backoff: std::sync::Mutex::new(LaunchBackoff::default()),
@@ -205,7 +214,7 @@ impl Lifecycle {
                 (at, one)
             });
         let mut finished: Vec<(usize, LifecyclePass)> = futures::stream::iter(steps)
-            .buffer_unordered(PASS_CONCURRENCY)
+            .buffer_unordered(self.concurrency.max(1))
             .collect()
             .await;
         // In the claims' (name) order, whichever step finished first.
@@ -382,11 +391,21 @@ impl Lifecycle {
                 }
                 launched
             }
-            Err(error) if error.category() == "InsufficientCapacity" => {
+            Err(error @ CloudProviderError::InsufficientCapacity { .. }) => {
                 self.forget_failures(&uid);
                 tracing::info!(nodeclaim = %name, %error, "no capacity; deleting the NodeClaim so another offering is tried");
-                api.delete(&name, &DeleteParams::default()).await?;
+                delete_ignoring_gone(&api, &name).await?;
                 done.insufficient_capacity.push(name);
+                return Ok(());
+            }
+            // As upstream: the claim is deleted rather than retried, so the provisioner decides again; a NodePool
+            // whose NodeClass is not ready is not Ready either and launches nothing until it is, so this does not
+            // loop. Retrying in place would hold the pods' capacity on a claim that cannot launch.
+            Err(error @ CloudProviderError::NodeClassNotReady { .. }) => {
+                self.forget_failures(&uid);
+                tracing::warn!(nodeclaim = %name, %error, "the NodeClass cannot launch; deleting the NodeClaim");
+                delete_ignoring_gone(&api, &name).await?;
+                done.node_class_not_ready.push(name);
                 return Ok(());
             }
             Err(error) => {
@@ -464,6 +483,19 @@ impl Lifecycle {
 
     async fn register(&self, claim: &NodeClaim, node: &Node) -> Result<(), ProvisionerError> {
         let name = claim.name_any();
+        if unregistered_taint_missing(node) {
+            // As upstream: registration goes on, but the user is told that pods could land on the node before
+            // its labels and taints were synced (the image or the provider should start it with the taint).
+            tracing::warn!(nodeclaim = %name, node = %node.name_any(), taint = labels::UNREGISTERED_TAINT_KEY,
+                "the Node registered without the taint that keeps pods off it until it is synced");
+            self.events
+                .warn(
+                    &NodeClaim::object_ref(claim, &()),
+                    lifecycle_events::UNREGISTERED_TAINT_MISSING,
+                    &lifecycle_events::unregistered_taint_missing_message(),
+                )
+                .await;
+        }
         let mut node_labels: BTreeMap<String, String> = claim.labels().clone();
         node_labels.insert(labels::REGISTERED_LABEL.to_string(), "true".to_string());
         let taints: Vec<_> = node
@@ -528,8 +560,7 @@ impl Lifecycle {
 
 /// The `Launched` reason and message of a failed launch, as upstream: the provider's own for a create error,
 /// else `LaunchFailed` and the error, cut to 300 characters.
-fn launch_failure(error: &karpenter_core::cloudprovider::CloudProviderError) -> (String, String) {
-    use karpenter_core::cloudprovider::CloudProviderError;
+fn launch_failure(error: &CloudProviderError) -> (String, String) {
     match error {
         CloudProviderError::Create { reason, message } => (reason.clone(), message.clone()),
         other => {
@@ -545,6 +576,26 @@ fn launch_failure(error: &karpenter_core::cloudprovider::CloudProviderError) -> 
 
 /// The Node lacks the finalizer and can still take it: the API server refuses new finalizers on an object being
 /// deleted (such a Node, deleted before it registered, goes without draining, as it would without Karpenter).
+/// Deletes a claim; one already gone is what was wanted.
+async fn delete_ignoring_gone(api: &Api<NodeClaim>, name: &str) -> Result<(), ProvisionerError> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A Node not yet registered (no `karpenter.sh/registered` label) that came up without the
+/// `karpenter.sh/unregistered` taint.
+fn unregistered_taint_missing(node: &Node) -> bool {
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|taints| taints.iter().any(|t| t.key == labels::UNREGISTERED_TAINT_KEY));
+    !tainted && !node.labels().contains_key(labels::REGISTERED_LABEL)
+}
+
 fn needs_finalizer(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_none()
         && !node
@@ -676,6 +727,48 @@ mod tests {
     async fn node_finalizers(lifecycle: &Lifecycle, name: &str) -> Result<Vec<String>, kube::Error> {
         let node = Api::<Node>::all(lifecycle.client.clone()).get(name).await?;
         Ok(node.finalizers().to_vec())
+    }
+
+    /// The reasons of the events written about `name`.
+    async fn event_reasons(lifecycle: &Lifecycle, name: &str) -> Result<Vec<String>, kube::Error> {
+        let events = Api::<k8s_openapi::api::events::v1::Event>::all(lifecycle.client.clone())
+            .list(&Default::default())
+            .await?;
+        Ok(events
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter_map(|e| e.reason)
+            .collect())
+    }
+
+    #[tokio::test]
+    async fn a_node_registering_without_the_unregistered_taint_is_reported_and_registered() -> TestResult {
+        let (_server, lifecycle) = launched_with_node("bare", json!({})).await?;
+        assert_eq!(lifecycle.pass().await.registered, ["bare"]);
+        assert_eq!(
+            event_reasons(&lifecycle, "bare").await?,
+            ["UnregisteredTaintMissing"]
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_node_registering_with_the_unregistered_taint_is_not_reported() -> TestResult {
+        let (_server, lifecycle) = launched_with_node("tainted", json!({})).await?;
+        let nodes = Api::<Node>::all(lifecycle.client.clone());
+        let taint =
+            json!({"spec": {"taints": [{"key": labels::UNREGISTERED_TAINT_KEY, "effect": "NoExecute"}]}});
+        let node = nodes
+            .patch("node-tainted", &PatchParams::default(), &Patch::Merge(taint))
+            .await?;
+        lifecycle.state.nodes.apply(node);
+        assert_eq!(lifecycle.pass().await.registered, ["tainted"]);
+        assert!(event_reasons(&lifecycle, "tainted").await?.is_empty());
+        // And the taint is gone once registered.
+        let node = nodes.get("node-tainted").await?;
+        assert!(node.spec.and_then(|s| s.taints).unwrap_or_default().is_empty());
+        Ok(())
     }
 
     #[tokio::test]
@@ -848,6 +941,123 @@ mod tests {
         );
         let lifecycle = Lifecycle::new(client, state, cloud.as_dyn(), clock);
         Ok((server, lifecycle, cloud))
+    }
+
+    /// The simulated cloud, except that every launch fails with the error `fail` makes.
+    struct FailingCloud {
+        inner: Arc<dyn CloudProvider>,
+        fail: fn() -> CloudProviderError,
+    }
+
+    impl karpenter_core::disruption::drift::DriftProvider for FailingCloud {
+        fn is_drifted(&self, claim: &NodeClaim) -> Option<String> {
+            self.inner.is_drifted(claim)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl CloudProvider for FailingCloud {
+        fn name(&self) -> &'static str {
+            "failing"
+        }
+        async fn create(&self, _claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+            Err((self.fail)())
+        }
+        async fn delete(&self, claim: &NodeClaim) -> Result<(), CloudProviderError> {
+            self.inner.delete(claim).await
+        }
+        async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {
+            self.inner.get(provider_id).await
+        }
+        async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
+            self.inner.list().await
+        }
+        async fn instance_types(
+            &self,
+            node_pool: &karpenter_api::nodepool::NodePool,
+        ) -> Result<Vec<karpenter_core::catalog::CatalogInstanceType>, CloudProviderError> {
+            self.inner.instance_types(node_pool).await
+        }
+        fn repair_policies(&self) -> Vec<karpenter_core::cloudprovider::RepairPolicy> {
+            self.inner.repair_policies()
+        }
+        fn supported_node_classes(&self) -> Vec<karpenter_core::cloudprovider::NodeClassKind> {
+            self.inner.supported_node_classes()
+        }
+    }
+
+    /// One unlaunched claim and a lifecycle whose cloud fails every launch with `fail`.
+    async fn failing_launch(
+        fail: fn() -> CloudProviderError,
+    ) -> Result<(ApiServer, Lifecycle), Box<dyn std::error::Error>> {
+        let (server, lifecycle, cloud) = unlaunched(1).await?;
+        let failing = FailingCloud {
+            inner: cloud.as_dyn(),
+            fail,
+        };
+        let lifecycle = Lifecycle::new(
+            lifecycle.client.clone(),
+            lifecycle.state.clone(),
+            Arc::new(failing),
+            Arc::new(SystemClock),
+        );
+        Ok((server, lifecycle))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_whose_node_class_is_not_ready_is_deleted_with_an_event() -> TestResult {
+        let (_server, lifecycle) = failing_launch(|| CloudProviderError::NodeClassNotReady {
+            name: "default".into(),
+            reason: "SubnetsReady=False".into(),
+        })
+        .await?;
+        let pass = lifecycle.pass().await;
+        assert_eq!(pass.node_class_not_ready, ["claim-0"]);
+        assert!(pass.launched.is_empty());
+        // Deleted, as upstream, so the provisioner decides again, rather than retried in place. The finalizer
+        // added before the launch holds it for the terminator, which finds no instance.
+        let claim = Api::<NodeClaim>::all(lifecycle.client.clone())
+            .get("claim-0")
+            .await?;
+        assert!(claim.metadata.deletion_timestamp.is_some());
+        let events = Api::<k8s_openapi::api::events::v1::Event>::all(lifecycle.client.clone())
+            .list(&Default::default())
+            .await?;
+        assert!(
+            events
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("NodeClassNotReady")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("claim-0")),
+            "{:?}",
+            events.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn any_other_launch_failure_is_retried_in_place() -> TestResult {
+        let (_server, lifecycle) = failing_launch(|| CloudProviderError::Create {
+            reason: "LaunchTemplateNotFound".into(),
+            message: "no template".into(),
+        })
+        .await?;
+        let pass = lifecycle.pass().await;
+        assert!(pass.node_class_not_ready.is_empty() && pass.launched.is_empty());
+        let claim = Api::<NodeClaim>::all(lifecycle.client.clone())
+            .get("claim-0")
+            .await?;
+        assert!(claim.metadata.deletion_timestamp.is_none());
+        let launched = claim
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Launched")
+            .ok_or("no Launched condition")?;
+        assert_eq!(launched.status, ConditionStatus::Unknown);
+        assert_eq!(launched.reason, "LaunchTemplateNotFound");
+        Ok(())
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,6 +7,17 @@ use karpenter_core::cloudprovider::CloudProviderError;
 
 pub const INSUFFICIENT_CAPACITY_ERROR: &str = "InsufficientCapacityError";
 pub const NODE_CLASS_NOT_READY: &str = "NodeClassNotReady";
+/// On a NodeClaim whose Node registered without the `karpenter.sh/unregistered` taint.
+pub const UNREGISTERED_TAINT_MISSING: &str = "UnregisteredTaintMissing";
+
+/// What [`UNREGISTERED_TAINT_MISSING`] says.
+pub fn unregistered_taint_missing_message() -> String {
+    format!(
+        "The Node registered without the {}:NoExecute taint, which keeps pods off a Karpenter node until its \
+         labels and taints are synced",
+        karpenter_api::labels::UNREGISTERED_TAINT_KEY
+    )
+}
 
 /// How much of the provider's error an event carries (upstream's).
 const MAX_ERROR_CHARS: usize = 300;
