@@ -130,8 +130,14 @@ fn record_disruption(state: &ClusterState, command: &InFlight) {
     }
 }
 
+/// The NodeClaim lifecycle's and the terminator's concurrency at one requested CPU and at 60
+/// ([`Settings::reconcile_concurrency`]). The floor is the lifecycle's long-standing 64 (a provisioning round's
+/// launches reach the CreateFleet batcher together).
+const PER_OBJECT_CONCURRENCY: (usize, usize) = (64, 1000);
+
 /// Every controller loop the leader runs (not the state cache's watches: the caller runs those on every
 /// replica). Each future runs until dropped.
+
 pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     let build = parts.build_options();
     let settings = &parts.settings;
@@ -151,19 +157,23 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     .with_clock(Arc::clone(&parts.clock));
     // The lifecycle reports registrations and liveness deletions; the NodePool status writes the condition.
     let registration_health = Arc::new(RegistrationHealth::default());
-    let lifecycle = Lifecycle::new(
+    // As upstream, the per-object controllers work on more objects at once when the container requests more CPU.
+    let per_object = settings.reconcile_concurrency(PER_OBJECT_CONCURRENCY.0, PER_OBJECT_CONCURRENCY.1);
+    let mut lifecycle = Lifecycle::new(
         parts.client.clone(),
         parts.state.clone(),
         parts.cloud_for("nodeclaim.lifecycle"),
         Arc::clone(&parts.clock),
     )
     .with_registration_health(Arc::clone(&registration_health));
-    let terminator = Terminator::new(
+    lifecycle.concurrency = per_object;
+    let mut terminator = Terminator::new(
         parts.client.clone(),
         parts.state.clone(),
         parts.cloud_for("nodeclaim.termination"),
         Arc::clone(&parts.clock),
     );
+    terminator.concurrency = per_object;
     let pod_events = PodEventsController::new(
         parts.client.clone(),
         parts.state.clone(),

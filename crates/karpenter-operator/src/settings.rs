@@ -174,17 +174,20 @@ pub struct Settings {
     #[arg(long, env = "DISABLE_CLUSTER_STATE_OBSERVABILITY", action = ArgAction::Set, default_value_t = false,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_cluster_state_observability: bool,
-    /// Ignore DRA resource claims when scheduling (DRA-aware scheduling is not supported).
+    /// Ignore DRA resource claims when scheduling. Only `true` is accepted: DRA-aware scheduling (upstream's
+    /// `false`) is not implemented, and start-up refuses `false` rather than run without it.
     #[arg(long, env = "IGNORE_DRA_REQUESTS", action = ArgAction::Set, default_value_t = true,
           num_args = 0..=1, default_missing_value = "true")]
     pub ignore_dra_requests: bool,
-    /// The Service in front of Karpenter (accepted for chart compatibility; no webhook is served).
+    /// The Service in front of Karpenter (accepted for chart compatibility; as upstream v1, no webhook is served).
     #[arg(long, env = "KARPENTER_SERVICE", default_value = "")]
     pub karpenter_service: String,
-    /// Memory limit of the container in bytes, -1 for none (accepted for chart compatibility).
+    /// Memory limit of the container in bytes, -1 for none. Upstream sets Go's garbage-collection limit from it;
+    /// this controller has no garbage collector to tune, so it is only logged at start-up.
     #[arg(long, env = "MEMORY_LIMIT", default_value_t = -1, allow_negative_numbers = true)]
     pub memory_limit: i64,
-    /// CPU requests of the container in millicores (accepted for chart compatibility).
+    /// CPU requests of the container in millicores. As upstream, scales how many NodeClaims the lifecycle and
+    /// termination controllers work on at once: 64 at one CPU, rising linearly to 1,000 at 60.
     #[arg(long, env = "CPU_REQUESTS", default_value_t = 1000)]
     pub cpu_requests: u32,
     /// This replica's identity in the Lease (default: the host name, i.e. the pod name).
@@ -254,6 +257,17 @@ impl Settings {
         if self.leader_election_name.is_empty() {
             return bad("LEADER_ELECTION_NAME", "must not be empty".into());
         }
+        if !self.ignore_dra_requests {
+            return bad(
+                "IGNORE_DRA_REQUESTS",
+                "false asks for DRA-aware scheduling, which this controller does not implement; set it to true \
+                 (pods' ResourceClaims are then ignored when choosing instance types, upstream's default)"
+                    .into(),
+            );
+        }
+        if self.cpu_requests == 0 {
+            return bad("CPU_REQUESTS", "must be at least 1 (millicores)".into());
+        }
         if self.memory_limit < -1 || self.memory_limit == 0 {
             return bad(
                 "MEMORY_LIMIT",
@@ -261,6 +275,15 @@ impl Settings {
             );
         }
         Ok(())
+    }
+
+    /// How many objects a per-object controller works on at once: `min` at one CPU requested, rising linearly
+    /// to `max` at 60 CPUs, as upstream scales its reconcilers by `CPU_REQUESTS` (whole CPUs, rounded up).
+    pub fn reconcile_concurrency(&self, min: usize, max: usize) -> usize {
+        let cpus = self.cpu_requests.div_ceil(1000).max(1) as usize;
+        let slope = max.saturating_sub(min) as f64 / 59.0;
+        let scaled = (slope * (cpus - 1) as f64) as usize + min;
+        scaled.clamp(min, max.max(min))
     }
 
     /// Where the Lease lives.
@@ -307,6 +330,9 @@ impl Settings {
             ),
             ("LEADER_ELECTION_NAME", self.leader_election_name.clone()),
             ("LEADER_ELECTION_NAMESPACE", self.lease_namespace().to_string()),
+            ("CPU_REQUESTS", self.cpu_requests.to_string()),
+            ("MEMORY_LIMIT", self.memory_limit.to_string()),
+            ("IGNORE_DRA_REQUESTS", self.ignore_dra_requests.to_string()),
         ])
     }
 }
@@ -399,6 +425,41 @@ mod tests {
                 .err()
                 .unwrap_or_default()
                 .contains("HEALTH_PROBE_PORT")
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn ignoring_dra_requests_is_the_only_accepted_value() -> Result<(), String> {
+        assert!(parse(&[])?.validate().is_ok());
+        let s = parse(&["--ignore-dra-requests=false"])?;
+        let err = s.validate().map_err(|e| e.to_string()).err().unwrap_or_default();
+        assert!(
+            err.contains("IGNORE_DRA_REQUESTS") && err.contains("DRA-aware scheduling"),
+            "{err}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn cpu_requests_scale_the_per_object_concurrency_as_upstream() -> Result<(), String> {
+        let at = |millicores: &str| -> Result<usize, String> {
+            Ok(parse(&[&format!("--cpu-requests={millicores}")])?.reconcile_concurrency(64, 1000))
+        };
+        // One CPU or less: the minimum; 60 or more: the maximum; linear between, whole CPUs rounded up.
+        assert_eq!(at("250")?, 64);
+        assert_eq!(at("1000")?, 64);
+        assert_eq!(at("1001")?, 64 + 936 / 59);
+        assert_eq!(at("30000")?, 64 + (936.0 / 59.0 * 29.0) as usize);
+        assert_eq!(at("60000")?, 1000);
+        assert_eq!(at("128000")?, 1000);
+        let zero = parse(&["--cpu-requests=0"])?;
+        assert!(
+            zero.validate()
+                .map_err(|e| e.to_string())
+                .err()
+                .unwrap_or_default()
+                .contains("CPU_REQUESTS")
         );
         Ok(())
     }

@@ -2,6 +2,7 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
+use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::{Node, ObjectReference, Pod},
     apimachinery::pkg::apis::meta::v1::Time,
@@ -54,6 +55,29 @@ pub struct TerminationPass {
     pub released_nodes: Vec<String>,
 }
 
+impl TerminationPass {
+    /// Appends what the steps did, in the order they were started (each numbered), whichever finished first.
+    fn merge_in_order(&mut self, mut finished: Vec<(usize, TerminationPass)>) {
+        finished.sort_unstable_by_key(|(at, _)| *at);
+        for (_, one) in finished {
+            self.merge(one);
+        }
+    }
+
+    /// Appends what another step did.
+    fn merge(&mut self, other: TerminationPass) {
+        self.evicted.extend(other.evicted);
+        self.blocked.extend(other.blocked);
+        self.terminated.extend(other.terminated);
+        self.awaiting_volumes.extend(other.awaiting_volumes);
+        self.deleted_for_node.extend(other.deleted_for_node);
+        self.released_nodes.extend(other.released_nodes);
+    }
+}
+
+/// How many objects a pass works on at once unless told otherwise (`CPU_REQUESTS` scales it in the controller).
+pub const DEFAULT_CONCURRENCY: usize = 64;
+
 /// The terminator's context.
 pub struct Terminator {
     client: Client,
@@ -63,6 +87,8 @@ pub struct Terminator {
     events: DedupedRecorder,
     /// How often deleted NodeClaims are looked at (tokio time).
     pub interval: Duration,
+    /// How many Nodes or NodeClaims a pass steps at once.
+    pub concurrency: usize,
 }
 
 /// When the node must be empty: the earlier of deletion + the claim's terminationGracePeriod and the
@@ -160,6 +186,7 @@ impl Terminator {
             cloud,
             clock,
             interval: Duration::from_secs(1),
+            concurrency: DEFAULT_CONCURRENCY,
         }
     }
 
@@ -173,7 +200,10 @@ impl Terminator {
     }
 
     /// One step for every Node being deleted that carries the finalizer, then for every NodeClaim being
-    /// deleted that still carries it.
+    /// deleted that still carries it. Each object's step runs on its own, up to [`Terminator::concurrency`] at
+    /// once (upstream reconciles objects concurrently too): one node whose drain waits on a slow eviction or
+    /// whose instance takes long to terminate does not hold up the others. Results are merged in the objects'
+    /// (name) order.
     pub async fn pass(&self) -> TerminationPass {
         let mut done = TerminationPass::default();
         let deleted_nodes = self
@@ -188,24 +218,39 @@ impl Terminator {
                 .into_iter()
                 .filter_map(|c| Some((c.status.as_ref()?.provider_id.clone()?, c)))
                 .collect();
-            for node in deleted_nodes {
-                if let Err(error) = self.node_step(&node, &by_provider_id, &mut done).await {
+            let by_provider_id = &by_provider_id;
+            let steps = deleted_nodes.into_iter().enumerate().map(|(at, node)| async move {
+                let mut one = TerminationPass::default();
+                if let Err(error) = self.node_step(&node, by_provider_id, &mut one).await {
                     tracing::warn!(node = %node.name_any(), category = error.category(), %error, "node termination step failed");
                 }
-            }
+                (at, one)
+            });
+            let finished = futures::stream::iter(steps)
+                .buffer_unordered(self.concurrency.max(1))
+                .collect()
+                .await;
+            done.merge_in_order(finished);
         }
-        for claim in self.state.node_claims.all() {
-            let ours = claim
-                .finalizers()
-                .iter()
-                .any(|f| f == labels::TERMINATION_FINALIZER);
-            if claim.metadata.deletion_timestamp.is_none() || !ours {
-                continue;
-            }
-            if let Err(error) = self.step(&claim, &mut done).await {
+        let deleting = self.state.node_claims.all().into_iter().filter(|claim| {
+            claim.metadata.deletion_timestamp.is_some()
+                && claim
+                    .finalizers()
+                    .iter()
+                    .any(|f| f == labels::TERMINATION_FINALIZER)
+        });
+        let steps = deleting.enumerate().map(|(at, claim)| async move {
+            let mut one = TerminationPass::default();
+            if let Err(error) = self.step(&claim, &mut one).await {
                 tracing::warn!(nodeclaim = %claim.name_any(), category = error.category(), %error, "termination step failed");
             }
-        }
+            (at, one)
+        });
+        let finished = futures::stream::iter(steps)
+            .buffer_unordered(self.concurrency.max(1))
+            .collect()
+            .await;
+        done.merge_in_order(finished);
         done
     }
 
@@ -953,6 +998,112 @@ mod tests {
         assert!(pass.released_nodes.is_empty());
         let node = Api::<Node>::all(f.client.clone()).get("node-unseen").await?;
         assert!(has_finalizer(&node));
+        Ok(())
+    }
+
+    /// The simulated cloud, with deletes that take a second each and are counted while under way.
+    struct SlowDeletes {
+        inner: Arc<dyn CloudProvider>,
+        running: std::sync::atomic::AtomicUsize,
+        peak: std::sync::atomic::AtomicUsize,
+    }
+
+    impl karpenter_core::disruption::drift::DriftProvider for SlowDeletes {
+        fn is_drifted(&self, claim: &NodeClaim) -> Option<String> {
+            self.inner.is_drifted(claim)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl CloudProvider for SlowDeletes {
+        fn name(&self) -> &'static str {
+            "slow-deletes"
+        }
+        async fn create(
+            &self,
+            claim: &NodeClaim,
+        ) -> Result<NodeClaim, karpenter_core::cloudprovider::CloudProviderError> {
+            self.inner.create(claim).await
+        }
+        async fn delete(
+            &self,
+            claim: &NodeClaim,
+        ) -> Result<(), karpenter_core::cloudprovider::CloudProviderError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.running.fetch_add(1, SeqCst) + 1;
+            self.peak.fetch_max(now, SeqCst);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            self.running.fetch_sub(1, SeqCst);
+            self.inner.delete(claim).await
+        }
+        async fn get(
+            &self,
+            provider_id: &str,
+        ) -> Result<NodeClaim, karpenter_core::cloudprovider::CloudProviderError> {
+            self.inner.get(provider_id).await
+        }
+        async fn list(&self) -> Result<Vec<NodeClaim>, karpenter_core::cloudprovider::CloudProviderError> {
+            self.inner.list().await
+        }
+        async fn instance_types(
+            &self,
+            node_pool: &karpenter_api::nodepool::NodePool,
+        ) -> Result<
+            Vec<karpenter_core::catalog::CatalogInstanceType>,
+            karpenter_core::cloudprovider::CloudProviderError,
+        > {
+            self.inner.instance_types(node_pool).await
+        }
+        fn repair_policies(&self) -> Vec<karpenter_core::cloudprovider::RepairPolicy> {
+            self.inner.repair_policies()
+        }
+        fn supported_node_classes(&self) -> Vec<karpenter_core::cloudprovider::NodeClassKind> {
+            self.inner.supported_node_classes()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_pass_terminates_its_claims_together_up_to_its_concurrency() -> TestResult {
+        let f = fixture()?;
+        let slow = Arc::new(SlowDeletes {
+            inner: f.cloud.as_dyn(),
+            running: Default::default(),
+            peak: Default::default(),
+        });
+        let mut terminator = Terminator::new(
+            f.client.clone(),
+            f.state.clone(),
+            slow.clone(),
+            Arc::new(SystemClock),
+        );
+        terminator.concurrency = 4;
+        let claims: Api<NodeClaim> = Api::all(f.client.clone());
+        let names: Vec<String> = (0..6).map(|i| format!("claim-{i}")).collect();
+        for name in &names {
+            f.launched_claim(name).await?;
+            claims.delete(name, &DeleteParams::default()).await?;
+            f.state.node_claims.apply(claims.get(name).await?);
+        }
+        let started = tokio::time::Instant::now();
+        terminator.pass().await;
+        // Each instance's termination waits on its own: 4 at once, not one after another (one at a time would
+        // never overlap, and six would take six seconds).
+        assert_eq!(slow.peak.load(std::sync::atomic::Ordering::SeqCst), 4);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        // Every instance is terminating after the one pass.
+        for name in &names {
+            let claim = claims.get(name).await?;
+            assert!(
+                status_conditions(&claim)
+                    .iter()
+                    .any(|c| c.type_ == conditions::INSTANCE_TERMINATING && c.status == ConditionStatus::True),
+                "{name}"
+            );
+        }
         Ok(())
     }
 }
