@@ -184,12 +184,17 @@ impl Provisioner {
                 Some(scheduling_events::no_compatible_instance_types(pool))
             })
             .collect();
-        warnings.extend(
-            results
-                .pod_errors
-                .iter()
-                .filter_map(|(p, why)| scheduling_events::failed_scheduling(inputs.pod_names.get(*p)?, why)),
-        );
+        warnings.extend(results.pod_errors.iter().filter_map(|(p, why)| {
+            let name = inputs.pod_names.get(*p)?;
+            // Placeholder pods (CapacityBuffers) are not in the cache and have no UID.
+            let uid = self
+                .state
+                .pods
+                .get(name)
+                .map(|pod| pod.metadata.uid)
+                .unwrap_or_default();
+            scheduling_events::failed_scheduling(name, uid, why)
+        }));
         if !warnings.is_empty() {
             // Informational, as the nominations: sent beside the round, never slowing it down.
             let events = Arc::clone(&self.events);

@@ -10,6 +10,7 @@
 use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use karpenter_api::nodepool::NodePool;
+use karpenter_core::snapshot::compact_pod::PodUid;
 use karpenter_state::events::Dedupe;
 use kube::Resource;
 
@@ -50,9 +51,10 @@ pub fn failed_scheduling_message(why: &str) -> String {
     format!("Failed to schedule pod, {why}")
 }
 
-/// The `FailedScheduling` Warning on the pod `namespace/name` (the state cache keeps no pod UIDs, so a repeat is
-/// the same pod name); None when `pod` is not `namespace/name`.
-pub fn failed_scheduling(pod: &str, why: &str) -> Option<Warning> {
+/// The `FailedScheduling` Warning on the pod `namespace/name` whose UID is `uid`; None when `pod` is not
+/// `namespace/name`. A repeat is the same pod, as upstream's dedupe on the UID: a later pod of the same name (a
+/// StatefulSet's replacement) is told at once.
+pub fn failed_scheduling(pod: &str, uid: PodUid, why: &str) -> Option<Warning> {
     let (namespace, name) = pod.split_once('/')?;
     Some(Warning {
         regarding: ObjectReference {
@@ -64,7 +66,11 @@ pub fn failed_scheduling(pod: &str, why: &str) -> Option<Warning> {
         },
         reason: FAILED_SCHEDULING,
         message: failed_scheduling_message(why),
-        dedupe_key: pod.to_string(),
+        dedupe_key: if uid.is_unknown() {
+            pod.to_string()
+        } else {
+            format!("{pod}/{uid}")
+        },
         window: FAILED_SCHEDULING_DEDUPE,
     })
 }
@@ -94,7 +100,8 @@ mod tests {
     fn a_pod_without_a_place_is_told_why_once_per_five_minutes() {
         let why =
             "incompatible with nodepool \"default\", no instance type satisfied resources {\"cpu\":\"100\"}";
-        let w = failed_scheduling("team-a/web-0", why).unwrap();
+        let uid = PodUid::new(Some("0b8c5b0e-2f6e-4c1a-9d3e-5a7b9c1d2e3f"));
+        let w = failed_scheduling("team-a/web-0", uid, why).unwrap();
         assert_eq!(w.reason, "FailedScheduling");
         assert_eq!(
             w.message,
@@ -104,9 +111,46 @@ mod tests {
         assert_eq!(w.regarding.kind.as_deref(), Some("Pod"));
         assert_eq!(w.regarding.namespace.as_deref(), Some("team-a"));
         assert_eq!(w.regarding.name.as_deref(), Some("web-0"));
-        assert_eq!(w.dedupe().key, Some("team-a/web-0"), "per pod, not per message");
+        assert_eq!(
+            w.dedupe().key,
+            Some("team-a/web-0/0b8c5b0e2f6e4c1a9d3e5a7b9c1d2e3f"),
+            "per pod, not per message"
+        );
         assert_eq!(w.dedupe().window, SignedDuration::from_secs(300));
-        assert_eq!(failed_scheduling("web-0", why), None, "no namespace");
+        assert_eq!(failed_scheduling("web-0", uid, why), None, "no namespace");
+    }
+
+    #[test]
+    fn a_later_pod_of_the_same_name_is_a_new_pod() {
+        let why = "no nodepool";
+        let first = failed_scheduling(
+            "db/db-0",
+            PodUid::new(Some("11111111-1111-1111-1111-111111111111")),
+            why,
+        );
+        let again = failed_scheduling(
+            "db/db-0",
+            PodUid::new(Some("11111111-1111-1111-1111-111111111111")),
+            why,
+        );
+        let recreated = failed_scheduling(
+            "db/db-0",
+            PodUid::new(Some("22222222-2222-2222-2222-222222222222")),
+            why,
+        );
+        let key = |w: Option<Warning>| w.map(|w| w.dedupe_key).unwrap_or_default();
+        let first = key(first);
+        assert_eq!(first, key(again), "the same pod is deduplicated");
+        assert_ne!(
+            first,
+            key(recreated),
+            "a StatefulSet's replacement is told at once"
+        );
+        // A pod without a UID (a hand-written snapshot) is known by its name.
+        assert_eq!(
+            key(failed_scheduling("db/db-0", PodUid::default(), why)),
+            "db/db-0"
+        );
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct CompactPod {
 #[serde(from = "PodMetaText")]
 pub struct CompactPodMeta {
     pub name: Option<String>,
+    /// The pod's UID, which tells a pod from a later one of the same name (a StatefulSet's replacement).
+    pub uid: PodUid,
     pub creation_timestamp: Option<Time>,
     pub deletion_timestamp: Option<Time>,
     /// Namespace, labels, annotations and owners, which the replicas of a workload share (see
@@ -73,6 +75,50 @@ impl std::ops::DerefMut for CompactPodMeta {
     }
 }
 
+/// A pod's UID in 16 bytes: the UUID's own bytes, or a hash of a UID that is not a UUID; all zero when the pod has
+/// none. Only compared (repeat detection), never sent back, so the string (36 bytes and an allocation per cached
+/// pod) is not kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PodUid([u8; 16]);
+
+impl PodUid {
+    pub fn new(uid: Option<&str>) -> Self {
+        let Some(uid) = uid.filter(|u| !u.is_empty()) else {
+            return Self::default();
+        };
+        let hex: Vec<u8> = uid.bytes().filter(|b| *b != b'-').collect();
+        let mut out = [0u8; 16];
+        let parsed = hex.len() == 32
+            && hex.chunks(2).zip(out.iter_mut()).all(|(pair, byte)| {
+                let text = std::str::from_utf8(pair).unwrap_or("");
+                u8::from_str_radix(text, 16).map(|b| *byte = b).is_ok()
+            });
+        if parsed {
+            return Self(out);
+        }
+        // Not a UUID (a hand-written snapshot): two FNV-1a hashes, which tell different strings apart as well.
+        let fnv = |seed: u64| {
+            uid.bytes()
+                .fold(seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+        };
+        out[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());
+        out[8..].copy_from_slice(&fnv(0x8422_2325_cbf2_9ce4).to_le_bytes());
+        Self(out)
+    }
+
+    /// Whether the pod had no UID.
+    pub fn is_unknown(&self) -> bool {
+        self.0 == [0; 16]
+    }
+}
+
+impl std::fmt::Display for PodUid {
+    /// Hex digits (a UUID's, without dashes).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
 /// The metadata the replicas of a workload have in common.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CompactPodGroupMeta {
@@ -88,6 +134,7 @@ pub struct CompactPodGroupMeta {
 #[serde(default, rename_all = "camelCase")]
 struct PodMetaText {
     name: Option<String>,
+    uid: Option<String>,
     namespace: Option<String>,
     labels: Option<BTreeMap<String, String>>,
     #[serde(deserialize_with = "relevant_annotations")]
@@ -100,6 +147,7 @@ struct PodMetaText {
 impl From<PodMetaText> for CompactPodMeta {
     fn from(m: PodMetaText) -> Self {
         Self {
+            uid: PodUid::new(m.uid.as_deref()),
             name: m.name,
             creation_timestamp: m.creation_timestamp,
             deletion_timestamp: m.deletion_timestamp,
@@ -344,6 +392,7 @@ impl From<Pod> for CompactPod {
 impl From<ObjectMeta> for CompactPodMeta {
     fn from(meta: ObjectMeta) -> Self {
         Self {
+            uid: PodUid::new(meta.uid.as_deref()),
             name: meta.name,
             creation_timestamp: meta.creation_timestamp,
             deletion_timestamp: meta.deletion_timestamp,
@@ -442,6 +491,19 @@ impl From<PodCondition> for CompactPodCondition {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_uid_keeps_a_uuid_and_tells_other_strings_apart() {
+        let uuid = PodUid::new(Some("0B8C5B0E-2f6e-4c1a-9d3e-5a7b9c1d2e3f"));
+        assert_eq!(uuid.to_string(), "0b8c5b0e2f6e4c1a9d3e5a7b9c1d2e3f");
+        assert_eq!(uuid, PodUid::new(Some("0b8c5b0e2f6e4c1a9d3e5a7b9c1d2e3f")));
+        assert_ne!(PodUid::new(Some("u-1")), PodUid::new(Some("u-2")));
+        assert!(!PodUid::new(Some("u-1")).is_unknown());
+        assert!(PodUid::new(None).is_unknown() && PodUid::new(Some("")).is_unknown());
+        // Cached pods carry it, whichever way they were read.
+        let pod: CompactPod = serde_json::from_str(KUBECTL_POD).unwrap_or_default();
+        assert_eq!(pod.metadata.uid, PodUid::new(Some("u-1")));
+    }
 
     const KUBECTL_POD: &str = r#"{
         "apiVersion": "v1", "kind": "Pod",
