@@ -1,7 +1,8 @@
 //! The Events a user reads in `kubectl describe`, with upstream's reasons and wording: `FailedScheduling` on a
 //! pod no NodePool can take (once per five minutes, however many batches it waits through), `NoCompatibleInstanceTypes`
 //! on a NodePool whose requirements leave it nothing, `InsufficientCapacityError` on a NodeClaim whose launch found
-//! no capacity, and the `Disruption*` family on the NodeClaims and Nodes of a consolidation.
+//! no capacity, the `Disruption*` family on the NodeClaims and Nodes of a consolidation, and a Balanced NodePool's
+//! `ConsolidationCandidate` / `ConsolidationApproved`.
 
 use std::time::Duration;
 
@@ -257,5 +258,60 @@ async fn a_node_pool_whose_budget_blocks_disruption_is_told() -> TestResult {
         underutilized[0].5 >= 2,
         "told again after a minute, in the same series: {told:#?}"
     );
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_balanced_consolidation_tells_its_candidates_and_node_pool_it_was_approved() -> TestResult {
+    let h = Harness::start_with(Controllers { disruption: true })?;
+    let client = h.client();
+    apply_nodepool(
+        &client,
+        "balanced",
+        &["on-demand"],
+        json!({"consolidationPolicy": "Balanced", "consolidateAfter": "0s"}),
+    )
+    .await?;
+    // As above: one large node for ten pods, then one pod left; the smaller replacement saves most of the
+    // NodePool's price for all of its (one pod's) disruption, a score over Balanced's 1/2.
+    apply_deployment(&client, "web", 10, "500m").await?;
+    until_running(&client, "app=web", 10, 300).await?;
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "default")
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await?;
+    let mut all = Vec::new();
+    for _ in 0..120 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        all = events(&client).await?;
+        if all.iter().any(|e| e.3 == "DisruptionTerminating") {
+            break;
+        }
+    }
+    let of = |kind: &str, reason: &str| -> Vec<_> {
+        all.iter()
+            .filter(|e| e.0 == kind && e.3 == reason)
+            .cloned()
+            .collect()
+    };
+    for kind in ["Node", "NodeClaim"] {
+        let told = of(kind, "ConsolidationCandidate");
+        assert!(
+            told.iter()
+                .any(|e| e.2 == "Normal" && e.4.contains("estimated savings $")),
+            "{kind}: {all:#?}"
+        );
+    }
+    assert!(!of("Node", "ConsolidationApproved").is_empty(), "{all:#?}");
+    let pool = of("NodePool", "ConsolidationApproved");
+    assert!(
+        pool.iter()
+            .any(|e| e.1 == "balanced" && e.4.contains("Balanced consolidation approved")),
+        "{all:#?}"
+    );
+    assert!(of("Node", "ConsolidationRejected").is_empty(), "{all:#?}");
     Ok(())
 }

@@ -13,6 +13,8 @@
 /// The upstream event reasons.
 pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
 pub const UNCONSOLIDATABLE: &str = "Unconsolidatable";
+/// A move the Balanced policy's score refused (core's reasons for it start with "Balanced:").
+pub const CONSOLIDATION_REJECTED: &str = "ConsolidationRejected";
 
 const SILENT: [&str; 7] = [
     "not initialized yet",
@@ -51,12 +53,25 @@ pub fn event_reason(why: &str) -> Option<&'static str> {
     if BLOCKING.iter().any(|s| why.contains(s)) {
         return Some(DISRUPTION_BLOCKED);
     }
+    if why.starts_with("Balanced:") {
+        return Some(CONSOLIDATION_REJECTED);
+    }
     Some(UNCONSOLIDATABLE)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_move_the_balanced_score_refuses_is_rejected() {
+        for why in [
+            "Balanced: savings of 5% do not justify disrupting 40% of the NodePool (score 0.12 < 0.50)",
+            "Balanced: the move saves nothing in NodePool \"default\"",
+        ] {
+            assert_eq!(event_reason(why), Some(CONSOLIDATION_REJECTED), "{why}");
+        }
+    }
 
     #[test]
     fn protections_block_disruption() {

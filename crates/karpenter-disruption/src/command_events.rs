@@ -14,6 +14,25 @@ pub const DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
 
 pub const WAITING_READINESS_MESSAGE: &str = "Waiting on readiness to continue disruption";
 
+/// Balanced consolidation, as upstream: each candidate of an approved move is told it is a candidate and what the
+/// move saves, and its Node and NodePool that the Balanced score approved it. (A move the score refuses is told
+/// `ConsolidationRejected`, from the pass's left-alone reasons: see [`crate::blocked_events`].)
+pub const CONSOLIDATION_CANDIDATE: &str = "ConsolidationCandidate";
+pub const CONSOLIDATION_APPROVED: &str = "ConsolidationApproved";
+
+/// On each candidate's Node and NodeClaim of an approved Balanced move.
+pub fn candidate_message(method: &str, savings_per_hour: f64) -> String {
+    format!("Consolidation candidate ({method}), estimated savings ${savings_per_hour:.4}/h")
+}
+
+/// On each candidate's Node and its NodePool once the Balanced score approved the move.
+pub fn approved_message(node: &str, savings_per_hour: f64) -> String {
+    format!(
+        "Balanced consolidation approved disrupting node {node}: its savings (${savings_per_hour:.4}/h) are worth the \
+         disruption"
+    )
+}
+
 /// Each word's first letter upper-cased, the rest left as they are.
 fn title(reason: &str) -> String {
     reason
@@ -41,6 +60,18 @@ pub fn terminating_message(kind: &str, reason: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn balanced_messages_carry_the_savings() {
+        assert_eq!(
+            candidate_message("single-node-consolidation", 0.0416),
+            "Consolidation candidate (single-node-consolidation), estimated savings $0.0416/h"
+        );
+        assert!(
+            approved_message("node-a", 0.5).contains("node-a")
+                && approved_message("node-a", 0.5).contains("$0.5000/h")
+        );
+    }
 
     #[test]
     fn messages_carry_the_disruption_reason_as_upstream_words_them() {

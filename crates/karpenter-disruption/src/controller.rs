@@ -10,13 +10,13 @@ use karpenter_api::{
     label_policy::LabelPolicy,
     labels,
     nodeclaim::{NodeClaim, conditions},
-    nodepool::NodePool,
+    nodepool::{ConsolidationPolicy, NodePool},
 };
 use karpenter_core::{
     clock::Clock,
     cloudprovider::CloudProvider,
     disruption::pass::{
-        ConsolidationProgress, PassResult, PassSettings, SearchLimits, disruption_pass_within,
+        ConsolidationProgress, Method, PassResult, PassSettings, SearchLimits, disruption_pass_within,
     },
     provisioning::{ClaimContext, node_claim_object},
     snapshot::{BuildOptions, DisruptionInputs, Snapshot, build_disruption_inputs},
@@ -36,11 +36,15 @@ use tokio::sync::Mutex;
 
 use crate::{
     DisruptionError,
-    blocked_events::{DISRUPTION_BLOCKED, NODE_POOL_BLOCKED_DEDUPE, event_reason, node_pool_blocked_message},
+    blocked_events::{
+        CONSOLIDATION_REJECTED, DISRUPTION_BLOCKED, NODE_POOL_BLOCKED_DEDUPE, event_reason,
+        node_pool_blocked_message,
+    },
     claim_conditions::{disruption_conditions, with_disruption_reason, without_disruption_reason},
     command_events::{
-        DISRUPTION_LAUNCHING, DISRUPTION_TERMINATING, DISRUPTION_WAITING_READINESS,
-        WAITING_READINESS_MESSAGE, launching_message, terminating_message,
+        CONSOLIDATION_APPROVED, CONSOLIDATION_CANDIDATE, DISRUPTION_LAUNCHING, DISRUPTION_TERMINATING,
+        DISRUPTION_WAITING_READINESS, WAITING_READINESS_MESSAGE, approved_message, candidate_message,
+        launching_message, terminating_message,
     },
     validation::{command_shapes, needs_validation, validate},
 };
@@ -425,6 +429,7 @@ impl DisruptionController {
                 }
             }
         }
+        self.tell_balanced_approved(inputs, result).await;
         for (claim, node) in &command.candidates {
             if let Some(node) = self.state.nodes.get(node) {
                 add_disrupted_taint(&self.client, &node).await?;
@@ -532,6 +537,55 @@ impl DisruptionController {
         }
     }
 
+    /// `ConsolidationCandidate` on the Nodes and NodeClaims of each consolidation command drawn from a Balanced
+    /// NodePool, and `ConsolidationApproved` on those Nodes and their NodePools: the score let it through.
+    async fn tell_balanced_approved(&self, inputs: &DisruptionInputs, result: &PassResult) {
+        for c in result.commands.iter().filter(|c| {
+            matches!(
+                c.method,
+                Method::MultiNodeConsolidation | Method::SingleNodeConsolidation
+            )
+        }) {
+            let balanced = |n: &usize| {
+                let pool = inputs.view.nodes[*n].node_pool.as_deref();
+                inputs
+                    .pools
+                    .iter()
+                    .any(|p| Some(p.name.as_str()) == pool && p.policy == ConsolidationPolicy::Balanced)
+            };
+            for n in c.candidates.iter().filter(|n| balanced(n)) {
+                let view = &inputs.view.nodes[*n];
+                let candidate = candidate_message(c.method.as_str(), c.savings_per_hour);
+                let approved = approved_message(&view.name, c.savings_per_hour);
+                if let Some(node) = self.state.nodes.get(&view.name) {
+                    let node = Node::object_ref(&node, &());
+                    self.events
+                        .normal(&node, CONSOLIDATION_CANDIDATE, &candidate)
+                        .await;
+                    self.events.normal(&node, CONSOLIDATION_APPROVED, &approved).await;
+                }
+                if let Some(claim) = view
+                    .node_claim
+                    .as_deref()
+                    .and_then(|c| self.state.node_claims.get(c))
+                {
+                    let claim = NodeClaim::object_ref(&claim, &());
+                    self.events
+                        .normal(&claim, CONSOLIDATION_CANDIDATE, &candidate)
+                        .await;
+                }
+                if let Some(pool) = view
+                    .node_pool
+                    .as_deref()
+                    .and_then(|p| self.state.node_pools.get(p))
+                {
+                    let pool = NodePool::object_ref(&pool, &());
+                    self.events.normal(&pool, CONSOLIDATION_APPROVED, &approved).await;
+                }
+            }
+        }
+    }
+
     /// DisruptionBlocked and Unconsolidatable events on the Nodes and NodeClaims the pass left alone for a
     /// reason worth telling (see [`crate::blocked_events`]), deduplicated; Normal, as upstream's: a protection
     /// doing its job is not a fault.
@@ -571,6 +625,7 @@ impl DisruptionController {
             let view = &inputs.view.nodes[*n];
             let message = match reason {
                 DISRUPTION_BLOCKED => format!("Cannot disrupt: {why}"),
+                CONSOLIDATION_REJECTED => format!("Consolidation rejected: {why}"),
                 _ => format!("Cannot consolidate: {why}"),
             };
             if let Some(node) = self.state.nodes.get(&view.name)
