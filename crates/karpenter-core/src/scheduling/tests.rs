@@ -1026,6 +1026,53 @@ fn reserved_capacity_is_launched_before_spot_and_on_demand() {
 }
 
 #[test]
+fn one_reservation_is_counted_across_nodepools() {
+    let mut fx = Fx::new();
+    let mut cat = fx.catalog();
+    let zone = fx.sym("zone-a");
+    let reserved = fx.sym("reserved");
+    let rid = fx.sym("cr-shared");
+    let large = Arc::make_mut(&mut cat[2]);
+    large.offerings.push(Offering {
+        zone,
+        capacity_type: reserved,
+        price: 0.3,
+        available: true,
+        reservation_id: Some(rid),
+        reservation_capacity: Some(1),
+    });
+    let ct_key = fx.i.intern_key("karpenter.sh/capacity-type");
+    large.requirements.add(Requirement::in_values(
+        ct_key,
+        [reserved, fx.i.intern("on-demand"), fx.i.intern("spot")],
+    ));
+    // Two NodePools offering the same reservation; each pod selects its own pool's `team`.
+    let a = fx.template("a", 10, &[("team", "In", &["a"])], &cat);
+    let b = fx.template("b", 0, &[("team", "In", &["b"])], &cat);
+    let mut pa = fx.pod("a", 5000, 256);
+    let mut pb = fx.pod("b", 5000, 256);
+    let (ra, rb) = (fx.req("team", "In", &["a"]), fx.req("team", "In", &["b"]));
+    pa.base_requirements.add(ra);
+    pb.base_requirements.add(rb);
+    let input = make_input(fx.wk.clone(), vec![a, b], vec![pa, pb]);
+    let r = fx.run(&input);
+    assert_eq!(r.new_node_claims.len(), 2, "{:?}", r.pod_errors);
+    let mut reserved_launches = 0;
+    for c in &r.new_node_claims {
+        if c.launch
+            .as_ref()
+            .is_some_and(|l| l.offering.reservation_id == Some(rid))
+        {
+            reserved_launches += 1;
+        }
+    }
+    assert_eq!(
+        reserved_launches, 1,
+        "the reservation has room for one instance, whichever NodePool asks"
+    );
+}
+
+#[test]
 fn every_pending_pod_says_which_nodepools_were_tried_and_why() {
     let mut fx = Fx::new();
     let cat = fx.catalog();
