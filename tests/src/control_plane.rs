@@ -716,20 +716,31 @@ pub fn stop(root: &Path, run_dir: &Path) -> Result<Vec<(String, u32)>, Error> {
 /// Kills the control plane in `run_dir` and removes it once the process `owner` has exited: a small `sh` loop,
 /// so a test binary's control plane does not outlive it however it ends (a test harness has no teardown).
 fn spawn_watchdog(owner: u32, run_dir: &Path) -> Result<(), Error> {
-    let pids: Vec<String> = fs::read_to_string(run_dir.join("pids"))?
+    kill_when_owner_exits(owner, &control_plane_pids(run_dir)?, Some(run_dir))
+}
+
+/// The PIDs of the control plane running in `run_dir`.
+pub fn control_plane_pids(run_dir: &Path) -> Result<Vec<u32>, Error> {
+    Ok(fs::read_to_string(run_dir.join("pids"))?
         .lines()
-        .filter_map(|l| l.split_once(' ').map(|(_, pid)| pid.trim().to_string()))
-        .collect();
+        .filter_map(|l| l.split_once(' ').and_then(|(_, pid)| pid.trim().parse().ok()))
+        .collect())
+}
+
+/// Once the process `owner` has exited (however: a panic, a signal, a SIGKILL), a small `sh` loop sends `pids`
+/// SIGTERM, then SIGKILL 5 s later, and removes `remove` if given. For whatever must not outlive its starter:
+/// a test binary's control plane, a benchmark's control plane and controller.
+pub fn kill_when_owner_exits(owner: u32, pids: &[u32], remove: Option<&Path>) -> Result<(), Error> {
     let script = r#"owner=$1; dir=$2; shift 2
 while kill -0 "$owner" 2>/dev/null; do sleep 1; done
 kill -TERM "$@" 2>/dev/null
 sleep 5
 kill -KILL "$@" 2>/dev/null
-rm -rf "$dir""#;
+if [ -n "$dir" ]; then rm -rf "$dir"; fi"#;
     Command::new("sh")
         .args(["-c", script, "control-plane-watchdog", &owner.to_string()])
-        .arg(run_dir)
-        .args(&pids)
+        .arg(remove.map(Path::as_os_str).unwrap_or_default())
+        .args(pids.iter().map(u32::to_string))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -13,10 +13,14 @@
 //! to N replicas at once. The real controller-manager creates the pods, kube-scheduler marks them Unschedulable,
 //! the controller launches NodeClaims (kwok plays EC2: the provider creates the Node, kwok its kubelet), the
 //! scheduler binds the pods and kwok runs them. Measured from the scale request: the first and the last NodeClaim
-//! seen (the last is the provisioning latency of the whole wave), and every pod Ready (the Deployments'
-//! readyReplicas, the latency a user sees, which includes the controller-manager's, the scheduler's and kwok's
-//! work on 2 shared cores). Then the run waits for [`super::controller`]'s disruption passes; peak_rss is the
-//! controller's VmHWM over the whole run.
+//! seen (the last is the provisioning latency of the whole wave), and every workload pod Running (bound and
+//! started: the latency a user sees, which includes the controller-manager's, the scheduler's and kwok's work on
+//! 2 shared cores); every pod Ready (the Deployments' readyReplicas) too when it comes first, else how many were
+//! Ready then (kwok does not make a pod Ready again once the node-lifecycle controller marked it NotReady for a
+//! late heartbeat). The DaemonSet is `system-node-critical`, as cluster DaemonSets are, so kube-scheduler makes
+//! room for it on a node the workload filled first. Then the run waits for [`super::controller`]'s disruption
+//! passes; peak_rss is the controller's VmHWM over the whole run. Killed midway, the run takes its control plane
+//! and controller with it (a watchdog per process), keeping the logs.
 //!
 //! **Restart** (row `real-restart-<N>n-<P>p`): a fresh controller on the full cluster, measured exactly as the
 //! karpenter-sim row `controller-<N>n-<P>p` (ready, then disruption passes and a garbage collection), which this
@@ -69,7 +73,11 @@ pub(super) struct ScaleUpRow {
     pub(super) ready_seconds: f64,
     pub(super) first_claim_seconds: f64,
     pub(super) last_claim_seconds: f64,
-    pub(super) all_ready_seconds: f64,
+    /// From the scale request to every workload pod Running.
+    pub(super) all_running_seconds: f64,
+    /// To every pod Ready, when that came first (see the loop in [`real`]).
+    pub(super) all_ready_seconds: Option<f64>,
+    pub(super) ready_at_end: usize,
     pub(super) peak_rss_bytes: u64,
     pub(super) rss_after_scale_up_bytes: u64,
     pub(super) cpu_seconds: f64,
@@ -109,7 +117,9 @@ impl RealRows {
                 "ready_seconds": s.ready_seconds,
                 "first_claim_seconds": s.first_claim_seconds,
                 "last_claim_seconds": s.last_claim_seconds,
+                "all_pods_running_seconds": s.all_running_seconds,
                 "all_pods_ready_seconds": s.all_ready_seconds,
+                "pods_ready_at_end": s.ready_at_end,
                 "peak_rss_bytes": s.peak_rss_bytes,
                 "rss_after_scale_up_bytes": s.rss_after_scale_up_bytes,
                 "cpu_seconds": s.cpu_seconds,
@@ -143,7 +153,7 @@ impl RealRows {
             "READY S",
             "1ST CLAIM S",
             "LAST CLM S",
-            "PODS READY S",
+            "PODS RUN S",
             "PEAK MiB",
             "AFTER MiB",
             "CPU S",
@@ -158,12 +168,19 @@ impl RealRows {
             s.ready_seconds,
             s.first_claim_seconds,
             s.last_claim_seconds,
-            s.all_ready_seconds,
+            s.all_running_seconds,
             s.peak_rss_bytes as f64 / MIB,
             s.rss_after_scale_up_bytes as f64 / MIB,
             s.cpu_seconds,
             s.disruption_decisions,
         );
+        match s.all_ready_seconds {
+            Some(ready) => println!("every pod Ready {ready:.1} s after the scale request"),
+            None => println!(
+                "{} of {} pods Ready when every pod was Running (the rest marked NotReady after a late kwok heartbeat)",
+                s.ready_at_end, s.pods
+            ),
+        }
         println!(
             "{:<28} {:>8} {:>9} {:>9} {:>7} {:>8} {:>6} {:>3} {:>9} {:>5}",
             "REAL RESTART",
@@ -330,7 +347,11 @@ fn workload() -> Vec<Value> {
             "selector": {"matchLabels": {"app": "node-exporter"}},
             "template": {
                 "metadata": {"labels": {"app": "node-exporter"}},
-                "spec": pod_spec("50m", "64Mi", true),
+                // As cluster DaemonSets run: kube-scheduler preempts a workload pod for it on a node the workload
+                // filled first, so the node's 31st pod goes Pending and gets a node of its own. Without it, 31
+                // workload pods pack a node whose DaemonSet pod arrived late, that pod stays Pending for good,
+                // and N nodes' worth of pods fit on fewer nodes.
+                "spec": with_priority(pod_spec("50m", "64Mi", true), "system-node-critical"),
             },
         },
     }));
@@ -351,6 +372,30 @@ fn workload() -> Vec<Value> {
         }));
     }
     items
+}
+
+fn with_priority(mut spec: Value, class: &str) -> Value {
+    spec["priorityClassName"] = json!(class);
+    spec
+}
+
+/// Workload pods in phase Running (bound, and started by kwok), from the server's table (names only, not whole
+/// pods: tens of thousands of them every poll would load the API server the run measures).
+fn running_pods(cp: &ControlPlane) -> Result<usize> {
+    Ok(kubectl(
+        cp,
+        &[
+            "get",
+            "pods",
+            "--all-namespaces",
+            "--field-selector=status.phase=Running,metadata.namespace!=kube-system",
+            "--no-headers",
+        ],
+        None,
+    )?
+    .lines()
+    .filter(|l| !l.trim().is_empty())
+    .count())
 }
 
 /// Ready pods of the Deployments, and how many they want.
@@ -429,6 +474,11 @@ async fn wait_for_passes(controller: &Controller, metrics_port: u16, passes: u64
     Ok(text)
 }
 
+/// `pids` are stopped once this process exits, however it exits.
+fn outlived_by_nothing(pids: &[u32]) -> Result<()> {
+    control_plane::kill_when_owner_exits(std::process::id(), pids, None).map_err(|e| anyhow!("{e}"))
+}
+
 pub(super) async fn real(karpenter: &Path, nodes: usize) -> Result<RealRows> {
     let root = crate::workspace_root();
     let run_dir = bench_dir()?.join("control-plane");
@@ -439,6 +489,8 @@ pub(super) async fn real(karpenter: &Path, nodes: usize) -> Result<RealRows> {
         run_dir: cp.run_dir.clone(),
         keep_logs: true,
     };
+    // The guard stops it when the run ends; this, when the run is killed (Ctrl-C, a timeout) and no drop runs.
+    outlived_by_nothing(&control_plane::control_plane_pids(&cp.run_dir).map_err(|e| anyhow!("{e}"))?)?;
     eprintln!(
         "bench controller --real: control plane up at {} in {:.1?}",
         cp.server,
@@ -459,6 +511,7 @@ pub(super) async fn real(karpenter: &Path, nodes: usize) -> Result<RealRows> {
         "controller-real.log",
     )?;
     let pid = controller.pid();
+    outlived_by_nothing(&[pid])?;
     loop {
         if launched.elapsed() > READY_TIMEOUT {
             bail!("the controller was not ready within {READY_TIMEOUT:?} (target/bench/controller-real.log)");
@@ -487,7 +540,11 @@ pub(super) async fn real(karpenter: &Path, nodes: usize) -> Result<RealRows> {
     }
     let (mut first_claim, mut last_claim, mut claims) = (None, 0.0, 0);
     let mut last_report = Instant::now();
-    let all_ready_seconds = loop {
+    let mut running = 0;
+    // Ends when every pod runs: kwok's pods, once Running, are not made Ready again when the node-lifecycle
+    // controller marks them NotReady after a late kwok heartbeat (which a loaded 2-core machine does see at 1,000
+    // nodes), so the Deployments' readyReplicas may never reach the total although every pod runs.
+    let (all_running_seconds, all_ready_seconds, ready_at_end) = loop {
         tokio::time::sleep(POLL).await;
         if !Path::new(&format!("/proc/{pid}")).exists() {
             bail!("the controller exited during the scale-up (target/bench/controller-real.log)");
@@ -502,28 +559,32 @@ pub(super) async fn real(karpenter: &Path, nodes: usize) -> Result<RealRows> {
             last_claim = now;
         }
         let (ready, wanted) = deployment_pods(&cp)?;
+        if wanted == pods && ready == pods {
+            break (now, Some(now), ready);
+        }
         if last_report.elapsed() >= Duration::from_secs(30) {
+            running = running_pods(&cp)?;
             eprintln!(
-                "bench controller --real: {now:.0} s: {claims} NodeClaims, {ready}/{wanted} pods Ready, \
-                 controller RSS {:.1} MiB",
+                "bench controller --real: {now:.0} s: {claims} NodeClaims, {running}/{wanted} pods Running, \
+                 {ready} Ready, controller RSS {:.1} MiB",
                 proc_status_bytes(pid, "VmRSS") as f64 / MIB
             );
             last_report = Instant::now();
-        }
-        if wanted == pods && ready == pods {
-            break now;
+            if wanted == pods && running == pods {
+                break (now, None, ready);
+            }
         }
         if scaled.elapsed() > SCALE_UP_TIMEOUT {
             bail!(
-                "only {ready}/{pods} pods Ready after {SCALE_UP_TIMEOUT:?} ({claims} NodeClaims); see \
-                 target/bench/controller-real.log"
+                "only {running}/{pods} pods Running ({ready} Ready) after {SCALE_UP_TIMEOUT:?} ({claims} \
+                 NodeClaims); see target/bench/controller-real.log"
             );
         }
     };
     let rss_after_scale_up_bytes = proc_status_bytes(pid, "VmRSS");
     eprintln!(
-        "bench controller --real: {pods} pods Ready after {all_ready_seconds:.1} s on {claims} NodeClaims; waiting \
-         for {PASSES_AFTER_SCALE_UP} disruption passes"
+        "bench controller --real: {pods} pods Running after {all_running_seconds:.1} s ({ready_at_end} Ready) on \
+         {claims} NodeClaims; waiting for {PASSES_AFTER_SCALE_UP} disruption passes"
     );
     let text = wait_for_passes(&controller, metrics_port, PASSES_AFTER_SCALE_UP).await?;
     let scale_up = ScaleUpRow {
@@ -533,7 +594,9 @@ pub(super) async fn real(karpenter: &Path, nodes: usize) -> Result<RealRows> {
         ready_seconds,
         first_claim_seconds: first_claim.unwrap_or(f64::NAN),
         last_claim_seconds: last_claim,
+        all_running_seconds,
         all_ready_seconds,
+        ready_at_end,
         peak_rss_bytes: proc_status_bytes(pid, "VmHWM"),
         rss_after_scale_up_bytes,
         cpu_seconds: proc_cpu_seconds(pid),
@@ -554,6 +617,7 @@ pub(super) async fn real(karpenter: &Path, nodes: usize) -> Result<RealRows> {
         "controller-real-restart.log",
     )?;
     let pid = controller.pid();
+    outlived_by_nothing(&[pid])?;
     let observed = watch_controller(&controller, metrics_port, probes_port, restarted).await?;
     let restart = RestartRow {
         ready_seconds: observed.ready_seconds,
