@@ -14,6 +14,7 @@ use karpenter_interruption::{Handled, InterruptionController};
 use karpenter_metrics::{DecisionLabels, EvaluationLabels, NodeClaimDisruptedLabels, metrics};
 use karpenter_provisioner::{
     batcher::BatchWindow,
+    capacity_buffer::{BufferSignals, CapacityBufferController},
     consistency::ConsistencyController,
     gc::GarbageCollector,
     lifecycle::Lifecycle,
@@ -135,7 +136,13 @@ fn record_disruption(state: &ClusterState, command: &InFlight) {
 pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     let build = parts.build_options();
     let settings = &parts.settings;
-    let provisioner = Provisioner::new(
+    // With the CapacityBuffer gate, the buffer controller asks the provisioner for rounds (placeholder pods
+    // are no pending pods) and the provisioner tells it where they went.
+    let buffer_signals = settings
+        .feature_gates
+        .capacity_buffer
+        .then(|| Arc::new(BufferSignals::default()));
+    let mut provisioner = Provisioner::new(
         parts.client.clone(),
         parts.state.clone(),
         parts.cloud_for("provisioner"),
@@ -149,6 +156,9 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         },
     )
     .with_clock(Arc::clone(&parts.clock));
+    if let Some(signals) = &buffer_signals {
+        provisioner = provisioner.with_buffer_signals(Arc::clone(signals));
+    }
     // The lifecycle reports registrations and liveness deletions; the NodePool status writes the condition.
     let registration_health = Arc::new(RegistrationHealth::default());
     let lifecycle = Lifecycle::new(
@@ -239,6 +249,15 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             "static.capacity.inert",
             Box::pin(StaticCapacityController::report_inert(state)),
         ));
+    }
+    if let Some(signals) = buffer_signals {
+        let buffers = CapacityBufferController::new(
+            parts.client.clone(),
+            parts.state.clone(),
+            Arc::clone(&parts.clock),
+            signals,
+        );
+        tasks.push(("capacitybuffer", Box::pin(async move { buffers.run().await })));
     }
     let consistency = ConsistencyController::new(
         parts.client.clone(),
