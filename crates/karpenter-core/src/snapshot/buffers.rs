@@ -131,7 +131,7 @@ impl<'s> Workloads<'s> {
             return self
                 .pod_templates
                 .get(&(namespace, r.name.as_str()))
-                .map(|(object, t)| (*t, Source::PodTemplate(*object), None))
+                .map(|(object, t)| (*t, Source::PodTemplate(object), None))
                 .ok_or_else(|| Unresolved::NotFound {
                     reason: reasons::POD_TEMPLATE_NOT_FOUND,
                     object: format!("PodTemplate {namespace}/{}", r.name),
@@ -154,7 +154,7 @@ impl<'s> Workloads<'s> {
         };
         self.scalables
             .get(&(kind, namespace, s.name.as_str()))
-            .map(|(meta, t, n)| (*t, Source::Scalable(kind, *meta), Some(*n)))
+            .map(|(meta, t, n)| (*t, Source::Scalable(kind, meta), Some(*n)))
             .ok_or_else(|| Unresolved::NotFound {
                 reason: reasons::SCALABLE_REF_NOT_FOUND,
                 object: format!("{kind} {namespace}/{}", s.name),
