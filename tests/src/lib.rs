@@ -71,7 +71,11 @@ impl Harness {
         let clock = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
         let sim = SimCluster::start(SimOptions::new(catalog, clock));
         let client = sim.client();
-        let state = ClusterState::new(Watched::default());
+        // The kinds a feature gate adds to the cache, watched as `karpenter controller` watches them.
+        let state = ClusterState::new(Watched {
+            capacity_buffers: settings.feature_gates.capacity_buffer,
+            ..Watched::default()
+        });
         let parts = ControllerParts {
             client: client.clone(),
             state: state.clone(),

@@ -1,8 +1,8 @@
 //! The chart's RBAC against the controller's real API calls: the controller (an [`Operator`], leader election on,
-//! as `karpenter controller` runs) is driven through scale-up, blocked disruption, consolidation, drift, a spot
-//! interruption and node repair on the simulated cluster, and every request it made (the API server's audit
-//! log) is checked against the rules of `charts/karpenter/rbac/` (the files the chart's role templates include).
-//! The test fails
+//! as `karpenter controller` runs) is driven through a CapacityBuffer's status, scale-up, blocked disruption,
+//! consolidation, drift, a spot interruption and node repair on the simulated cluster, and every request it made
+//! (the API server's audit log) is checked against the rules of `charts/karpenter/rbac/` (the files the chart's
+//! role templates include). The test fails
 //! - when the controller made a call no role of the chart allows (the install would break), and
 //! - when a role grants a verb on a resource the controller never used (the chart grants more than it needs).
 //!
@@ -305,6 +305,23 @@ fn set_node_ready(sim: &SimCluster, node: &str, status: &str) -> Result<(), BoxE
 
 /// Drives the controller through its behaviours, returning once each has been seen.
 async fn scenario(sim: &SimCluster) -> TestResult {
+    // A CapacityBuffer naming a PodTemplate that does not exist: its status says so (and nothing is provisioned
+    // for it, so the scale-up below is the Deployment's alone).
+    create(
+        sim,
+        "autoscaling.x-k8s.io",
+        "capacitybuffers",
+        json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+            "metadata": {"name": "spare", "namespace": "default"},
+            "spec": {"podTemplateRef": {"name": "missing"}, "replicas": 1}}),
+    )?;
+    wait_until("the CapacityBuffer's status written", 120, || {
+        list(sim, "autoscaling.x-k8s.io", "capacitybuffers")
+            .iter()
+            .any(|b| b["status"]["conditions"].is_array())
+    })
+    .await?;
+
     // Scale up: one node per pod.
     create(sim, "apps", "deployments", web(3))?;
     create(

@@ -14,6 +14,7 @@ use karpenter_interruption::{Handled, InterruptionController};
 use karpenter_metrics::{DecisionLabels, EvaluationLabels, NodeClaimDisruptedLabels, metrics};
 use karpenter_provisioner::{
     batcher::BatchWindow,
+    capacity_buffer::{BufferSignals, CapacityBufferController},
     consistency::ConsistencyController,
     gc::GarbageCollector,
     lifecycle::Lifecycle,
@@ -141,7 +142,13 @@ const PER_OBJECT_CONCURRENCY: (usize, usize) = (64, 1000);
 pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     let build = parts.build_options();
     let settings = &parts.settings;
-    let provisioner = Provisioner::new(
+    // With the CapacityBuffer gate, the buffer controller asks the provisioner for rounds (placeholder pods
+    // are no pending pods) and the provisioner tells it where they went.
+    let buffer_signals = settings
+        .feature_gates
+        .capacity_buffer
+        .then(|| Arc::new(BufferSignals::default()));
+    let mut provisioner = Provisioner::new(
         parts.client.clone(),
         parts.state.clone(),
         parts.cloud_for("provisioner"),
@@ -155,6 +162,9 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         },
     )
     .with_clock(Arc::clone(&parts.clock));
+    if let Some(signals) = &buffer_signals {
+        provisioner = provisioner.with_buffer_signals(Arc::clone(signals));
+    }
     // The lifecycle reports registrations and liveness deletions; the NodePool status writes the condition.
     let registration_health = Arc::new(RegistrationHealth::default());
     // As upstream, the per-object controllers work on more objects at once when the container requests more CPU.
@@ -249,6 +259,15 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             "static.capacity.inert",
             Box::pin(StaticCapacityController::report_inert(state)),
         ));
+    }
+    if let Some(signals) = buffer_signals {
+        let buffers = CapacityBufferController::new(
+            parts.client.clone(),
+            parts.state.clone(),
+            Arc::clone(&parts.clock),
+            signals,
+        );
+        tasks.push(("capacitybuffer", Box::pin(async move { buffers.run().await })));
     }
     let consistency = ConsistencyController::new(
         parts.client.clone(),

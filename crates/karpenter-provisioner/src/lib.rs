@@ -21,9 +21,12 @@
 //!   `FailedConsistencyCheck` events);
 //! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted;
 //! - [`static_capacity`]: static NodePools (`spec.replicas`, the StaticCapacity gate) kept at their replica
-//!   count.
+//!   count;
+//! - [`capacity_buffer`]: CapacityBuffers (the CapacityBuffer gate): each buffer's status, and a provisioning
+//!   round when a buffer changes and every 30 s while one keeps placeholder pods.
 
 pub mod batcher;
+pub mod capacity_buffer;
 pub mod catalog;
 pub mod consistency;
 mod error;

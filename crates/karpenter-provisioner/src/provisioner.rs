@@ -3,7 +3,11 @@
 //! both, and core's simulation places pods there first. Each placed pod is told where it goes
 //! ([`nominations`]).
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use futures::{StreamExt, stream};
 use karpenter_api::{label_policy::LabelPolicy, nodeclaim::NodeClaim};
@@ -23,6 +27,7 @@ use kube::{
 use crate::{
     ProvisionerError,
     batcher::BatchWindow,
+    capacity_buffer::{BufferSignals, ProvisioningOutcome},
     catalog::catalog_for,
     nominations::{self, Nomination, RecentNominations},
     pending::is_provisionable,
@@ -76,6 +81,9 @@ pub struct Provisioner {
     recent_nominations: std::sync::Mutex<RecentNominations>,
     /// `FailedScheduling` and `NoCompatibleInstanceTypes`, deduplicated as upstream ([`scheduling_events`]).
     events: Arc<DedupedRecorder>,
+    /// With the CapacityBuffer gate: the buffer controller's requests for a round, and where each buffer's
+    /// placeholder pods went in the last one.
+    buffers: Option<Arc<BufferSignals>>,
 }
 
 impl Provisioner {
@@ -92,6 +100,23 @@ impl Provisioner {
             state,
             cloud,
             settings,
+            buffers: None,
+        }
+    }
+
+    /// Runs a round whenever `signals` is triggered (a CapacityBuffer changed, or its 30 s resync), even with no
+    /// pod pending, and reports there where each buffer's placeholder pods went.
+    pub fn with_buffer_signals(mut self, signals: Arc<BufferSignals>) -> Self {
+        self.buffers = Some(signals);
+        self
+    }
+
+    /// Tells the buffer controller where the round put each buffer's placeholder pods, and disruption which
+    /// nodes and NodeClaims hold them (with the CapacityBuffer gate; nothing otherwise).
+    fn record_buffers(&self, outcomes: HashMap<String, ProvisioningOutcome>, nodes: HashSet<String>) {
+        if let Some(signals) = &self.buffers {
+            signals.record(outcomes);
+            self.state.capacity_buffer_nodes.set(nodes);
         }
     }
 
@@ -103,13 +128,22 @@ impl Provisioner {
 
     /// Runs batches until the future is dropped. A failed round is logged and retried with the next batch.
     pub async fn run(&self) {
+        let triggered = || self.buffers.as_ref().map_or(0, |b| b.triggered());
+        // The buffer controller's requests already answered by a round.
+        let mut answered = triggered();
         loop {
             let state = &self.state;
             let mut cache = None;
+            // A batch starts with a pending pod or with a buffer's request, and runs its window either way.
             self.settings
                 .batch
-                .wait(self.settings.poll, || pending_signature(state, &mut cache))
+                .wait(self.settings.poll, || {
+                    let pods = pending_signature(state, &mut cache);
+                    let requested = triggered();
+                    (pods.is_some() || requested != answered).then_some((pods, requested))
+                })
                 .await;
+            answered = triggered();
             let mut timer = karpenter_metrics::metrics().reconcile("provisioner");
             match self.provision_once().await {
                 Ok(round) if !round.created.is_empty() => {
@@ -143,7 +177,10 @@ impl Provisioner {
             bound || is_provisionable(p)
         });
         let pending = snapshot.pods.iter().filter(|p| is_provisionable(p)).count();
-        if pending == 0 {
+        // CapacityBuffers' placeholder pods need a round with no real pod pending.
+        let buffers = self.settings.build.capacity_buffers && !snapshot.capacity_buffers.is_empty();
+        if pending == 0 && !buffers {
+            self.record_buffers(HashMap::new(), HashSet::new());
             return Ok(ProvisionRound::default());
         }
         let pools = managed_pools(&snapshot, self.cloud.as_ref());
@@ -159,7 +196,21 @@ impl Provisioner {
         let queue_depth = metrics.scheduler_queue_depth.get_or_create(&controller).clone();
         queue_depth.set(i64::try_from(pending).unwrap_or(i64::MAX));
         let mut inputs = build_schedule_inputs(&snapshot, &catalog, &self.settings.build);
+        if inputs.input.pods.is_empty() {
+            // Only buffers, and none of them resolved to a placeholder pod.
+            queue_depth.set(0);
+            self.record_buffers(HashMap::new(), HashSet::new());
+            return Ok(ProvisionRound::default());
+        }
         let results = schedule(&inputs.input, &mut inputs.interner, &inputs.table);
+        let placements = buffer_outcomes(&inputs, &results);
+        // Where placeholders went: existing nodes and in-flight NodeClaims now, the NodeClaims made for them below.
+        let mut buffer_nodes: HashSet<String> = results
+            .existing_nodes
+            .iter()
+            .filter(|(_, pods)| pods.iter().any(|p| inputs.is_buffer_pod(*p)))
+            .filter_map(|(node, _)| inputs.node_names.get(*node).cloned())
+            .collect();
         // The simulation decides every pod in one call: nothing is left queued once it returns.
         queue_depth.set(0);
         metrics
@@ -169,7 +220,16 @@ impl Provisioner {
         metrics
             .scheduler_unschedulable_pods_count
             .get_or_create(&controller)
-            .set(i64::try_from(results.pod_errors.len()).unwrap_or(i64::MAX));
+            .set(
+                i64::try_from(
+                    results
+                        .pod_errors
+                        .iter()
+                        .filter(|(p, _)| !inputs.is_buffer_pod(*p))
+                        .count(),
+                )
+                .unwrap_or(i64::MAX),
+            );
         // As upstream's scheduler: each NodePool left no instance type, each pod left no place, is told.
         let mut warnings: Vec<Warning> = inputs
             .input
@@ -184,17 +244,23 @@ impl Provisioner {
                 Some(scheduling_events::no_compatible_instance_types(pool))
             })
             .collect();
-        warnings.extend(results.pod_errors.iter().filter_map(|(p, why)| {
-            let name = inputs.pod_names.get(*p)?;
-            // Placeholder pods (CapacityBuffers) are not in the cache and have no UID.
-            let uid = self
-                .state
-                .pods
-                .get(name)
-                .map(|pod| pod.metadata.uid)
-                .unwrap_or_default();
-            scheduling_events::failed_scheduling(name, uid, why)
-        }));
+        // Placeholder pods (CapacityBuffers) are no pods of the cluster: nothing to send an event about.
+        warnings.extend(
+            results
+                .pod_errors
+                .iter()
+                .filter(|(p, _)| !inputs.is_buffer_pod(*p))
+                .filter_map(|(p, why)| {
+                    let name = inputs.pod_names.get(*p)?;
+                    let uid = self
+                        .state
+                        .pods
+                        .get(name)
+                        .map(|pod| pod.metadata.uid)
+                        .unwrap_or_default();
+                    scheduling_events::failed_scheduling(name, uid, why)
+                }),
+        );
         if !warnings.is_empty() {
             // Informational, as the nominations: sent beside the round, never slowing it down.
             let events = Arc::clone(&self.events);
@@ -269,10 +335,14 @@ impl Provisioner {
                 })
                 .inc();
             let name = created.name_any();
+            if claim.pods.iter().any(|p| inputs.is_buffer_pod(*p)) {
+                buffer_nodes.insert(name.clone());
+            }
             nominations.extend(
                 claim
                     .pods
                     .iter()
+                    .filter(|p| !inputs.is_buffer_pod(**p))
                     .filter_map(|p| inputs.pod_names.get(*p).cloned())
                     .map(|pod| Nomination {
                         pod,
@@ -282,11 +352,19 @@ impl Provisioner {
             );
             round.created.push(name);
         }
+        let placed_real: Vec<(usize, Vec<usize>)> = results
+            .existing_nodes
+            .iter()
+            .map(|(node, pods)| {
+                let real = pods.iter().copied().filter(|p| !inputs.is_buffer_pod(*p));
+                (*node, real.collect())
+            })
+            .collect();
         nominations.extend(nominations::on_existing(
             &snapshot,
             &inputs.node_names,
             &inputs.pod_names,
-            &results.existing_nodes,
+            &placed_real,
         ));
         // When Karpenter first knew where each pod goes (`karpenter_pods_provisioning_bound_duration_seconds`).
         self.state
@@ -299,12 +377,60 @@ impl Provisioner {
             // Events are informational: sent beside the next round, never slowing this one down.
             tokio::spawn(nominations::publish(self.client.clone(), nominations));
         }
+        self.record_buffers(placements, buffer_nodes);
         // The NodeClaims that were created stand (their pods are nominated); the next round retries the rest.
         if let Some(error) = first_error {
             return Err(error.into());
         }
         Ok(round)
     }
+}
+
+/// Where each buffer's placeholder pods went: any on a new NodeClaim or left without a place means the buffer
+/// needs new capacity; all on existing nodes or in-flight NodeClaims means it fits what is there.
+fn buffer_outcomes(
+    inputs: &karpenter_core::snapshot::ScheduleInputs,
+    results: &karpenter_core::scheduling::SchedulingResults,
+) -> HashMap<String, ProvisioningOutcome> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Placed {
+        Existing,
+        New,
+        Nowhere,
+    }
+    if inputs.buffer_pods.is_empty() {
+        return HashMap::new();
+    }
+    let mut placed = vec![Placed::Existing; inputs.input.pods.len()];
+    let mut mark = |p: usize, how: Placed| {
+        if let Some(slot) = placed.get_mut(p) {
+            *slot = how;
+        }
+    };
+    for (p, _) in &results.pod_errors {
+        mark(*p, Placed::Nowhere);
+    }
+    for claim in &results.new_node_claims {
+        for p in &claim.pods {
+            mark(*p, Placed::New);
+        }
+    }
+    inputs
+        .buffer_pods
+        .iter()
+        .map(|b| {
+            let of = b.pods.len();
+            let mine = placed.get(b.pods.clone()).unwrap_or_default();
+            let count = |how: Placed| mine.iter().filter(|p| **p == how).count();
+            let (new, failed) = (count(Placed::New), count(Placed::Nowhere));
+            let outcome = if new + failed == 0 {
+                ProvisioningOutcome::FitsExistingCapacity { of }
+            } else {
+                ProvisioningOutcome::RequiresNewCapacity { new, failed, of }
+            };
+            (b.buffer.clone(), outcome)
+        })
+        .collect()
 }
 
 /// The NodePools this provider launches for: a node class kind it serves, not being deleted, valid.

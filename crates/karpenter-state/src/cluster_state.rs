@@ -1,17 +1,20 @@
 //! [`ClusterState`]: one projected store per kind decisions read, the synced gate, and snapshots.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashSet},
     fmt::Debug,
     future::Future,
     pin::Pin,
-    sync::{Arc, LazyLock, Mutex, PoisonError},
+    sync::{Arc, LazyLock, Mutex, PoisonError, RwLock},
 };
 
 use futures::future::join_all;
 use k8s_openapi::api::{
-    apps::v1::DaemonSet,
-    core::v1::{Namespace, Node, NodeStatus, PersistentVolume, PersistentVolumeClaim, Pod},
+    apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet},
+    core::v1::{
+        Container, Namespace, Node, NodeStatus, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+        PodTemplateSpec,
+    },
     policy::v1::PodDisruptionBudget,
     storage::v1::{CSINode, StorageClass, VolumeAttachment},
 };
@@ -31,6 +34,8 @@ use crate::{Keyed, ProjectedStore, reflect};
 pub struct Watched {
     pub ec2_node_classes: bool,
     pub node_overlays: bool,
+    /// CapacityBuffers, and the PodTemplates, Deployments, StatefulSets and ReplicaSets they take their shape
+    /// from.
     pub capacity_buffers: bool,
 }
 
@@ -53,9 +58,37 @@ pub struct ClusterState {
     pub ec2_node_classes: ProjectedStore<EC2NodeClass>,
     pub node_overlays: ProjectedStore<NodeOverlay>,
     pub capacity_buffers: ProjectedStore<CapacityBuffer>,
+    /// What CapacityBuffers take their pod shape and size from: watched only with the CapacityBuffer gate on,
+    /// and kept without status and without what scheduling never reads of their pod templates
+    /// ([`project_workload_template`]).
+    pub pod_templates: ProjectedStore<PodTemplate>,
+    pub deployments: ProjectedStore<Deployment>,
+    pub stateful_sets: ProjectedStore<StatefulSet>,
+    pub replica_sets: ProjectedStore<ReplicaSet>,
+    /// Where the provisioner's last round put CapacityBuffer placeholder pods, for disruption.
+    pub capacity_buffer_nodes: BufferNodes,
     /// Pod startup and bind durations, fed by the pod watch and the provisioner.
     pub pod_timing: crate::PodTiming,
     watched: Watched,
+}
+
+/// The nodes and in-flight NodeClaims, by name, that the provisioner's last round placed CapacityBuffer
+/// placeholder pods on. Placeholders are no pods of the cluster, so a node kept for a buffer looks empty; with
+/// this, snapshots tell disruption which ones to leave be (upstream skips nodes hosting buffer pods). Cloning
+/// shares it.
+#[derive(Debug, Clone, Default)]
+pub struct BufferNodes(Arc<RwLock<HashSet<String>>>);
+
+impl BufferNodes {
+    /// Replaces the set with the last round's.
+    pub fn set(&self, names: HashSet<String>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = names;
+    }
+
+    /// The set as it is now.
+    pub fn get(&self) -> HashSet<String> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
 }
 
 /// Drops what no decision reads and what is often most of an object: managedFields.
@@ -117,6 +150,80 @@ fn project_pod(pod: Pod) -> CompactPod {
     let mut pod = CompactPod::from(pod);
     pod.share(&mut SHARING.lock().unwrap_or_else(PoisonError::into_inner));
     pod
+}
+
+/// `kubectl apply`'s copy of the whole object: often the largest annotation of a workload, and read by nothing
+/// here.
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Metadata without managedFields and `kubectl apply`'s copy of the object.
+fn strip_metadata(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+    }
+    repack_metadata(meta);
+}
+
+/// A workload's pod template as a CapacityBuffer's placeholder pods read it: per container only its name,
+/// resources, ports and restart policy (what `CompactPodSpec` keeps); no volumes (a placeholder claims no
+/// storage, and other volumes place nothing), env, commands, probes or mounts, which are most of a template.
+fn project_workload_template(template: &mut PodTemplateSpec) {
+    fn strip(c: &mut Container) {
+        *c = Container {
+            name: std::mem::take(&mut c.name),
+            resources: c.resources.take(),
+            ports: c.ports.take(),
+            restart_policy: c.restart_policy.take(),
+            ..Container::default()
+        };
+    }
+    if let Some(meta) = template.metadata.as_mut() {
+        strip_metadata(meta);
+    }
+    if let Some(spec) = template.spec.as_mut() {
+        spec.containers.iter_mut().for_each(strip);
+        spec.init_containers.iter_mut().flatten().for_each(strip);
+        spec.ephemeral_containers = None;
+        spec.volumes = None;
+    }
+}
+
+fn project_pod_template(mut t: PodTemplate) -> PodTemplate {
+    strip_metadata(&mut t.metadata);
+    if let Some(template) = t.template.as_mut() {
+        project_workload_template(template);
+    }
+    t
+}
+
+fn project_deployment(mut d: Deployment) -> Deployment {
+    strip_metadata(&mut d.metadata);
+    d.status = None;
+    if let Some(spec) = d.spec.as_mut() {
+        project_workload_template(&mut spec.template);
+    }
+    d
+}
+
+fn project_stateful_set(mut s: StatefulSet) -> StatefulSet {
+    strip_metadata(&mut s.metadata);
+    s.status = None;
+    if let Some(spec) = s.spec.as_mut() {
+        project_workload_template(&mut spec.template);
+        // The claims belong to the real replicas; a placeholder claims no storage.
+        spec.volume_claim_templates = None;
+    }
+    s
+}
+
+fn project_replica_set(mut r: ReplicaSet) -> ReplicaSet {
+    strip_metadata(&mut r.metadata);
+    r.status = None;
+    if let Some(template) = r.spec.as_mut().and_then(|s| s.template.as_mut()) {
+        project_workload_template(template);
+    }
+    r
 }
 
 type Watch = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -181,6 +288,30 @@ impl ClusterState {
         }
         if self.watched.capacity_buffers {
             watches.push(watch_all(&client, &self.capacity_buffers, "CapacityBuffer"));
+            watches.push(Box::pin(reflect(
+                Api::<PodTemplate>::all(client.clone()),
+                self.pod_templates.clone(),
+                "PodTemplate",
+                project_pod_template,
+            )));
+            watches.push(Box::pin(reflect(
+                Api::<Deployment>::all(client.clone()),
+                self.deployments.clone(),
+                "Deployment",
+                project_deployment,
+            )));
+            watches.push(Box::pin(reflect(
+                Api::<StatefulSet>::all(client.clone()),
+                self.stateful_sets.clone(),
+                "StatefulSet",
+                project_stateful_set,
+            )));
+            watches.push(Box::pin(reflect(
+                Api::<ReplicaSet>::all(client.clone()),
+                self.replica_sets.clone(),
+                "ReplicaSet",
+                project_replica_set,
+            )));
         }
         join_all(watches).await;
     }
@@ -201,7 +332,12 @@ impl ClusterState {
             && self.namespaces.is_ready()
             && (!self.watched.ec2_node_classes || self.ec2_node_classes.is_ready())
             && (!self.watched.node_overlays || self.node_overlays.is_ready())
-            && (!self.watched.capacity_buffers || self.capacity_buffers.is_ready())
+            && (!self.watched.capacity_buffers
+                || (self.capacity_buffers.is_ready()
+                    && self.pod_templates.is_ready()
+                    && self.deployments.is_ready()
+                    && self.stateful_sets.is_ready()
+                    && self.replica_sets.is_ready()))
     }
 
     /// The cluster as it is now, for one decision. Pods, Nodes and NodeClaims are shared with the cache (pointer
@@ -225,6 +361,12 @@ impl ClusterState {
             node_overlays: owned(&self.node_overlays),
             capacity_buffers: owned(&self.capacity_buffers),
             ec2_node_classes: owned(&self.ec2_node_classes),
+            // Empty unless the CapacityBuffer gate is on (nothing else reads them).
+            pod_templates: owned(&self.pod_templates),
+            deployments: owned(&self.deployments),
+            stateful_sets: owned(&self.stateful_sets),
+            replica_sets: owned(&self.replica_sets),
+            capacity_buffer_nodes: self.capacity_buffer_nodes.get(),
             ..Snapshot::default()
         }
     }
@@ -232,5 +374,62 @@ impl ClusterState {
     /// A pod by `namespace/name`.
     pub fn pod(&self, key: &str) -> Option<Arc<CompactPod>> {
         self.pods.get(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_workload_is_kept_with_what_buffers_read_of_it() {
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "api", "namespace": "ml", "generation": 3,
+                "annotations": {(LAST_APPLIED_ANNOTATION): "{...}", "team": "ml"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "api"}},
+                "template": {"metadata": {"labels": {"app": "api"}},
+                    "spec": {
+                        "containers": [{"name": "c", "image": "api:1", "env": [{"name": "A", "value": "b"}],
+                            "command": ["serve"], "resources": {"requests": {"cpu": "500m"}},
+                            "ports": [{"containerPort": 80, "hostPort": 8080}]}],
+                        "initContainers": [{"name": "i", "image": "init", "restartPolicy": "Always",
+                            "resources": {"requests": {"cpu": "100m"}}}],
+                        "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}],
+                        "nodeSelector": {"disk": "ssd"}}}},
+            "status": {"replicas": 4, "readyReplicas": 4}
+        }))
+        .unwrap();
+        let kept = project_deployment(d);
+        assert_eq!(kept.status, None);
+        assert_eq!(kept.metadata.managed_fields, None);
+        assert_eq!(kept.metadata.generation, Some(3));
+        assert_eq!(
+            kept.metadata.annotations,
+            Some([("team".to_string(), "ml".to_string())].into())
+        );
+        let spec = kept.spec.unwrap();
+        assert_eq!(spec.replicas, Some(4));
+        let pod = spec.template.spec.unwrap();
+        let c = &pod.containers[0];
+        assert_eq!(
+            (c.name.as_str(), c.env.as_ref(), c.command.as_ref()),
+            ("c", None, None)
+        );
+        assert_eq!(c.image, None);
+        assert!(c.resources.as_ref().and_then(|r| r.requests.as_ref()).is_some());
+        assert_eq!(c.ports.as_ref().map(Vec::len), Some(1));
+        let init = &pod.init_containers.unwrap()[0];
+        assert_eq!(init.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(pod.volumes, None);
+        assert_eq!(
+            pod.node_selector,
+            Some([("disk".to_string(), "ssd".to_string())].into())
+        );
+        assert_eq!(
+            spec.template.metadata.and_then(|m| m.labels),
+            Some([("app".to_string(), "api".to_string())].into())
+        );
     }
 }

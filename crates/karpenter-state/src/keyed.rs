@@ -2,8 +2,8 @@
 //! form keeps of it.
 
 use k8s_openapi::api::{
-    apps::v1::DaemonSet,
-    core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim},
+    apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet},
+    core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate},
     policy::v1::PodDisruptionBudget,
     storage::v1::{CSINode, StorageClass, VolumeAttachment},
 };
@@ -44,6 +44,10 @@ keyed_by_metadata!(
     NodeOverlay,
     CapacityBuffer,
     VolumeAttachment,
+    PodTemplate,
+    Deployment,
+    StatefulSet,
+    ReplicaSet,
 );
 
 impl Keyed for CompactPod {

@@ -23,7 +23,7 @@ mod pod_timing;
 mod projected_store;
 mod reflect;
 
-pub use cluster_state::{ClusterState, Watched};
+pub use cluster_state::{BufferNodes, ClusterState, Watched};
 pub use error::StateError;
 pub use pod_timing::PodTiming;
 pub use projected_store::{Keyed, ObjectKey, ProjectedStore};

@@ -74,6 +74,10 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
             .is_some_and(|c| c.status == "True");
+        let holds_capacity_buffer = snapshot.capacity_buffer_nodes.contains(name)
+            || claim
+                .and_then(|c| c.metadata.name.as_deref())
+                .is_some_and(|c| snapshot.capacity_buffer_nodes.contains(c));
         index.insert(name, view.nodes.len());
         view.nodes.push(NodeView {
             name: name.to_string(),
@@ -90,7 +94,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             )),
             has_termination_grace_period: claim.is_some_and(|c| c.spec.termination_grace_period.is_some()),
             pods: Vec::new(),
-            holds_capacity_buffer: false,
+            holds_capacity_buffer,
             nominated_for: None,
         });
     }
@@ -233,6 +237,21 @@ mod tests {
             why.as_deref(),
             Some("pod default/web PodDisruptionBudget default/web allows no more disruptions")
         );
+    }
+
+    #[test]
+    fn a_node_or_node_claim_holding_buffer_placeholders_is_marked() {
+        let managed = ", karpenter.sh/nodepool: default, karpenter.sh/initialized: \"true\"";
+        let mut snap = snapshot(&[
+            &node("n1", managed, ""),
+            &node("n2", managed, ""),
+            &node("n3", managed, ""),
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: default-b}\nspec:\n  requirements: []\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\nstatus: {nodeName: n2}\n",
+        ]);
+        snap.capacity_buffer_nodes = ["n1".to_string(), "default-b".to_string()].into();
+        let view = build_cluster_view(&snap, &mut LabelInterner::new());
+        let held: Vec<bool> = view.nodes.iter().map(|n| n.holds_capacity_buffer).collect();
+        assert_eq!(held, vec![true, true, false]);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! - `nodes`: existing nodes and in-flight NodeClaims;
 //! - `overlays`: NodeOverlay price and capacity changes;
 //! - `nodepools`: NodePools as NodeClaim templates;
-//! - `buffers`: CapacityBuffer placeholder pods;
+//! - `buffers`: CapacityBuffer placeholder pods, and what each buffer resolves to (for its status);
 //! - `static_claims`: the NodeClaims a static NodePool is kept at;
 //! - `disruption_view`: the projection disruption decisions read (nodes, protections, PDBs);
 //! - `disruption_inputs`: everything a disruption pass reads (pools, claims, the base scheduling input).
@@ -63,6 +63,7 @@ use crate::{
 
 use context::Context;
 
+pub use buffers::{BufferPods, BufferResolution, ResolvedBuffer, UnresolvedBuffer, resolve_buffers};
 pub use compact_pod::{CompactPod, CompactPodTemplate, PodSharing};
 
 pub use disruption_inputs::{ClaimInfo, DisruptionInputs, PoolInfo, build_disruption_inputs};
@@ -95,6 +96,10 @@ pub struct Snapshot {
     pub services: Vec<Service>,
     /// PodTemplates, which CapacityBuffers' `podTemplateRef` names.
     pub pod_templates: Vec<PodTemplate>,
+    /// Nodes and in-flight NodeClaims, by name, that the provisioner's last round placed CapacityBuffer
+    /// placeholder pods on (the state cache's; a snapshot read from files has placeholders only as pods):
+    /// disruption leaves them be, as it does a node running placeholder pods.
+    pub capacity_buffer_nodes: std::collections::HashSet<String>,
 }
 
 /// Something worth telling the user about the snapshot: an object skipped, ignored or only partly used.
@@ -178,7 +183,17 @@ pub struct ScheduleInputs {
     pub node_names: Vec<String>,
     /// Per `input.templates[i]`: the NodePool's name.
     pub template_names: Vec<String>,
+    /// CapacityBuffer placeholder pods, per buffer: they follow the real pending pods in `input.pods` and are
+    /// no pods of the cluster (no events, no nominations).
+    pub buffer_pods: Vec<BufferPods>,
     pub notes: Vec<SnapshotNote>,
+}
+
+impl ScheduleInputs {
+    /// Whether `input.pods[pod]` is a CapacityBuffer placeholder.
+    pub fn is_buffer_pod(&self, pod: usize) -> bool {
+        self.buffer_pods.first().is_some_and(|b| pod >= b.pods.start)
+    }
 }
 
 /// Converts a snapshot into scheduling input: pending pods (and pods on nodes being deleted), existing nodes and
@@ -226,10 +241,18 @@ pub fn build_schedule_inputs(
             input_pods.push(p);
         }
     }
+    let mut buffer_pods = Vec::new();
     if options.capacity_buffers {
-        for p in buffers::buffer_pods(&mut cx, snapshot, &mut converter) {
-            pod_names.push(p.id.clone());
-            input_pods.push(p);
+        for (buffer, pods) in buffers::buffer_pods(&mut cx, snapshot, &mut converter) {
+            let start = input_pods.len();
+            for p in pods {
+                pod_names.push(p.id.clone());
+                input_pods.push(p);
+            }
+            buffer_pods.push(BufferPods {
+                buffer,
+                pods: start..input_pods.len(),
+            });
         }
     } else if !snapshot.capacity_buffers.is_empty() {
         cx.note(
@@ -292,6 +315,7 @@ pub fn build_schedule_inputs(
         pod_names,
         node_names,
         template_names,
+        buffer_pods,
         notes,
     }
 }

@@ -18,8 +18,8 @@
 //!
 //! # Supported
 //! - Resources: core v1 pods (+ eviction, binding), nodes, namespaces, events, persistentvolumes,
-//!   persistentvolumeclaims, services, configmaps, secrets, serviceaccounts; apps/v1 deployments, replicasets,
-//!   statefulsets (+ scale), daemonsets; batch/v1 jobs; policy/v1 poddisruptionbudgets; storage.k8s.io/v1 storageclasses,
+//!   persistentvolumeclaims, services, configmaps, secrets, serviceaccounts, podtemplates; apps/v1 deployments,
+//!   replicasets, statefulsets (+ scale), daemonsets; batch/v1 jobs; policy/v1 poddisruptionbudgets; storage.k8s.io/v1 storageclasses,
 //!   csinodes, csidrivers, volumeattachments; coordination.k8s.io/v1 leases; events.k8s.io/v1 events (a converted
 //!   view of the core v1 events, as kube-apiserver serves them: see `events.rs`); scheduling.k8s.io/v1 priorityclasses;
 //!   apiextensions.k8s.io/v1 customresourcedefinitions, with the project's CRDs pre-registered and any CRD

@@ -192,6 +192,8 @@ const BUILTINS: &[Builtin] = &[
         short: &["sa"],
         ..b("", "v1", "ServiceAccount", "serviceaccounts", true, false)
     },
+    // What CapacityBuffers' podTemplateRef names.
+    b("", "v1", "PodTemplate", "podtemplates", true, false),
     Builtin {
         short: &["deploy"],
         scale: true,
