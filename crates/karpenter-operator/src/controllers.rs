@@ -17,6 +17,7 @@ use karpenter_provisioner::{
     consistency::ConsistencyController,
     gc::GarbageCollector,
     lifecycle::Lifecycle,
+    nodeoverlay_status::NodeOverlayStatusController,
     nodepool_status::NodePoolStatusController,
     podevents::PodEventsController,
     provisioner::{Provisioner, ProvisionerSettings},
@@ -238,6 +239,19 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         tasks.push((
             "static.capacity.inert",
             Box::pin(StaticCapacityController::report_inert(state)),
+        ));
+    }
+    if settings.feature_gates.node_overlay {
+        let overlay_status = NodeOverlayStatusController::new(
+            parts.client.clone(),
+            parts.state.clone(),
+            parts.cloud_for("nodeoverlay.controller"),
+            Arc::clone(&parts.clock),
+            parts.build.label_policy,
+        );
+        tasks.push((
+            "nodeoverlay.controller",
+            Box::pin(async move { overlay_status.run().await }),
         ));
     }
     let consistency = ConsistencyController::new(
