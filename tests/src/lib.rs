@@ -71,8 +71,9 @@ impl Harness {
         let clock = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
         let sim = SimCluster::start(SimOptions::new(catalog, clock));
         let client = sim.client();
-        // The kinds a feature gate adds to the cache, watched as `karpenter controller` watches them.
+        // As `karpenter controller`: the gated kinds are watched only with their gates on.
         let state = ClusterState::new(Watched {
+            node_overlays: settings.feature_gates.node_overlay,
             capacity_buffers: settings.feature_gates.capacity_buffer,
             ..Watched::default()
         });

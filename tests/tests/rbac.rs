@@ -1,8 +1,8 @@
 //! The chart's RBAC against the controller's real API calls: the controller (an [`Operator`], leader election on,
 //! as `karpenter controller` runs) is driven through a CapacityBuffer's status, scale-up, blocked disruption,
-//! consolidation, drift, a spot interruption and node repair on the simulated cluster, and every request it made
-//! (the API server's audit log) is checked against the rules of `charts/karpenter/rbac/` (the files the chart's
-//! role templates include). The test fails
+//! consolidation, drift, a spot interruption and node repair on the simulated cluster (with a NodeOverlay whose
+//! status it writes), and every request it made (the API server's audit log) is checked against the rules of
+//! `charts/karpenter/rbac/` (the files the chart's role templates include). The test fails
 //! - when the controller made a call no role of the chart allows (the install would break), and
 //! - when a role grants a verb on a resource the controller never used (the chart grants more than it needs).
 //!
@@ -446,6 +446,16 @@ async fn the_charts_rbac_allows_every_call_the_controller_makes_and_nothing_more
                     "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}},
                 "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "30s",
                     "budgets": [{"nodes": "100%"}]}}}),
+    )?;
+    // A NodeOverlay matching no instance type, so the overlay status controller writes its status
+    // (nodeoverlays/status) without changing any decision of the scenario.
+    create(
+        &sim,
+        "karpenter.sh",
+        "nodeoverlays",
+        json!({"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "none"},
+            "spec": {"requirements": [{"key": labels::INSTANCE_TYPE_LABEL, "operator": "In",
+                "values": ["no-such-instance-type"]}], "price": "1"}}),
     )?;
     sim.api().clear_audit();
 

@@ -3,8 +3,9 @@
 //! resources — without touching the cloud provider.
 //!
 //! Overlays are applied highest weight first; among equal weights, the name later in the alphabet first (see
-//! [`sort_by_precedence`]). Two overlays of the same weight that touch the same offering or resource conflict,
-//! and the controller marks them `ValidationSucceeded=False` with reason `Conflict`.
+//! [`sort_by_precedence`]). Two overlays of the same weight that touch the same offering or resource conflict:
+//! the one behind by precedence is not applied, and the controller marks it `ValidationSucceeded=False` with
+//! reason `Conflict`.
 
 use std::cmp::Ordering;
 

@@ -36,6 +36,19 @@ pub struct InstanceType {
     pub allocatable: Resources,
     /// Offerings sorted by price, cheapest first.
     pub offerings: Vec<Offering>,
+    /// Which NodeOverlay changes these figures carry (none for a type as the provider describes it).
+    pub overlays_applied: OverlaysApplied,
+}
+
+/// What NodeOverlays changed on an instance type: a NodeClaim that may launch it is annotated
+/// `karpenter.sh/price-overlay-applied` / `karpenter.sh/capacity-overlay-applied` (upstream's applied markers;
+/// upstream's AWS provider reads the first to switch CreateFleet to its prioritized allocation strategies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OverlaysApplied {
+    /// An overlay set the price of at least one of its offerings.
+    pub price: bool,
+    /// An overlay set at least one of its capacity resources.
+    pub capacity: bool,
 }
 
 impl InstanceType {
@@ -149,6 +162,7 @@ pub fn from_catalog(
         overhead,
         allocatable,
         offerings,
+        overlays_applied: OverlaysApplied::default(),
     })
 }
 

@@ -5,7 +5,9 @@
 //! - metadata: `generateName: <nodepool>-`; the template's labels, the labels the claim's requirements resolve to
 //!   (`NewNodeClaim::labels`: single values, and a value chosen for user-defined keys that allow several, as
 //!   upstream's `resolveCustomLabelsFromRequirements` chooses one) and `karpenter.sh/nodepool`; the template's annotations, the NodePool hash and its version, and
-//!   `karpenter.sh/nodeclaim-min-values-relaxed` when minValues was relaxed; an owner reference to the NodePool
+//!   `karpenter.sh/nodeclaim-min-values-relaxed` when minValues was relaxed, `karpenter.sh/price-overlay-applied`
+//!   and `karpenter.sh/capacity-overlay-applied` when a NodeOverlay changed the price or the capacity of one of
+//!   its instance types; an owner reference to the NodePool
 //!   when its uid is known (so deleting the NodePool deletes its NodeClaims);
 //! - spec: the narrowed requirements (the kept instance types among them, hostname left out: it is only a
 //!   simulation placeholder), the requests (DaemonSet overhead included), taints, startup taints, node class,
@@ -69,6 +71,19 @@ pub fn node_claim_object(cx: &ClaimContext<'_>, claim: &NewNodeClaim) -> NodeCla
     if claim.min_values_relaxed {
         annotations.insert(
             labels::NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION.to_string(),
+            "true".to_string(),
+        );
+    }
+    // As upstream: marked when any instance type the NodeClaim may launch carries an overlay's change.
+    if claim.instance_types.iter().any(|it| it.overlays_applied.price) {
+        annotations.insert(
+            labels::PRICE_OVERLAY_APPLIED_ANNOTATION.to_string(),
+            "true".to_string(),
+        );
+    }
+    if claim.instance_types.iter().any(|it| it.overlays_applied.capacity) {
+        annotations.insert(
+            labels::CAPACITY_OVERLAY_APPLIED_ANNOTATION.to_string(),
             "true".to_string(),
         );
     }
@@ -378,5 +393,54 @@ mod tests {
                 "{requirements:?} with pod {pod_extra:?}: {labels:?}"
             );
         }
+    }
+
+    /// The annotations of the NodeClaim object made for one 100m pod on NodePool `default` with `overlays`
+    /// (NodeOverlay YAML documents) and the NodeOverlay gate on.
+    fn claim_annotations_with(overlays: &[&str]) -> BTreeMap<String, String> {
+        let pod = pending_pod("default", "a", "100m", "");
+        let mut objects = vec![DEFAULT_POOL, pod.as_str()];
+        objects.extend_from_slice(overlays);
+        let snap = snapshot(&objects);
+        let options = BuildOptions {
+            node_overlays: true,
+            ..BuildOptions::default()
+        };
+        let mut inputs = build_schedule_inputs(&snap, &catalog(), &options);
+        let results = schedule(&inputs.input, &mut inputs.interner, &inputs.table);
+        assert_eq!(results.new_node_claims.len(), 1, "{:?}", results.pod_errors);
+        let claim = &results.new_node_claims[0];
+        let object = node_claim_object(
+            &ClaimContext {
+                interner: &inputs.interner,
+                table: &inputs.table,
+                template: &inputs.input.templates[claim.template],
+                nodepool_hash: None,
+                nodepool_uid: None,
+            },
+            claim,
+        );
+        object.metadata.annotations.unwrap_or_default()
+    }
+
+    #[test]
+    fn a_claim_whose_instance_types_were_overlaid_carries_the_applied_markers() {
+        let price = labels::PRICE_OVERLAY_APPLIED_ANNOTATION;
+        let capacity = labels::CAPACITY_OVERLAY_APPLIED_ANNOTATION;
+        let none = claim_annotations_with(&[]);
+        assert!(
+            !none.contains_key(price) && !none.contains_key(capacity),
+            "{none:?}"
+        );
+
+        let discount = "apiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {name: discount}\nspec:\n  requirements: [{key: size, operator: In, values: [small]}]\n  priceAdjustment: \"-10%\"\n";
+        let priced = claim_annotations_with(&[discount]);
+        assert_eq!(priced.get(price).map(String::as_str), Some("true"), "{priced:?}");
+        assert!(!priced.contains_key(capacity), "{priced:?}");
+
+        let device = "apiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {name: device}\nspec:\n  requirements: []\n  capacity: {example.com/device: \"1\"}\n";
+        let both = claim_annotations_with(&[discount, device]);
+        assert_eq!(both.get(price).map(String::as_str), Some("true"), "{both:?}");
+        assert_eq!(both.get(capacity).map(String::as_str), Some("true"), "{both:?}");
     }
 }

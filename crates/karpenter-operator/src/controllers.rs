@@ -18,6 +18,7 @@ use karpenter_provisioner::{
     consistency::ConsistencyController,
     gc::GarbageCollector,
     lifecycle::Lifecycle,
+    nodeoverlay_status::NodeOverlayStatusController,
     nodepool_status::NodePoolStatusController,
     podevents::PodEventsController,
     provisioner::{Provisioner, ProvisionerSettings},
@@ -268,6 +269,19 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             signals,
         );
         tasks.push(("capacitybuffer", Box::pin(async move { buffers.run().await })));
+    }
+    if settings.feature_gates.node_overlay {
+        let overlay_status = NodeOverlayStatusController::new(
+            parts.client.clone(),
+            parts.state.clone(),
+            parts.cloud_for("nodeoverlay.controller"),
+            Arc::clone(&parts.clock),
+            parts.build.label_policy,
+        );
+        tasks.push((
+            "nodeoverlay.controller",
+            Box::pin(async move { overlay_status.run().await }),
+        ));
     }
     let consistency = ConsistencyController::new(
         parts.client.clone(),

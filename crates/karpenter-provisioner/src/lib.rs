@@ -20,6 +20,9 @@
 //! - [`consistency`]: each launched NodeClaim checked against its Node every 10 minutes (`ConsistentStateFound`,
 //!   `FailedConsistencyCheck` events);
 //! - [`gc`]: instances without NodeClaims are terminated, NodeClaims without instances deleted;
+//! - [`nodeoverlay_status`]: each NodeOverlay's ValidationSucceeded and Ready conditions (the NodeOverlay gate):
+//!   whether the scheduler applies it, or why not (a validation failure, or a conflict with an overlay of the
+//!   same weight);
 //! - [`static_capacity`]: static NodePools (`spec.replicas`, the StaticCapacity gate) kept at their replica
 //!   count;
 //! - [`capacity_buffer`]: CapacityBuffers (the CapacityBuffer gate): each buffer's status, and a provisioning
@@ -35,6 +38,7 @@ pub mod initialization;
 pub mod launch_backoff;
 pub mod lifecycle;
 pub mod lifecycle_events;
+pub mod nodeoverlay_status;
 pub mod nodepool_conditions;
 pub mod nodepool_hash;
 pub mod nodepool_resources;

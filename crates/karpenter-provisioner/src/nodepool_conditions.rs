@@ -39,24 +39,25 @@ pub enum NodeClassReadiness {
     UnknownKind { message: String },
 }
 
-/// One condition as it should be: status, reason, message.
+/// One condition as it should be: status, reason, message (the NodeOverlay status controller writes its
+/// conditions through the same [`merge_conditions`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Wanted {
-    type_: &'static str,
-    status: ConditionStatus,
-    reason: String,
-    message: String,
+pub struct WantedCondition {
+    pub type_: &'static str,
+    pub status: ConditionStatus,
+    pub reason: String,
+    pub message: String,
 }
 
-fn validation(result: &Result<(), ValidationErrors>) -> Wanted {
+fn validation(result: &Result<(), ValidationErrors>) -> WantedCondition {
     match result {
-        Ok(()) => Wanted {
+        Ok(()) => WantedCondition {
             type_: VALIDATION_SUCCEEDED,
             status: ConditionStatus::True,
             reason: VALIDATION_SUCCEEDED.into(),
             message: String::new(),
         },
-        Err(errors) => Wanted {
+        Err(errors) => WantedCondition {
             type_: VALIDATION_SUCCEEDED,
             status: ConditionStatus::False,
             reason: "NodePoolValidationFailed".into(),
@@ -65,7 +66,7 @@ fn validation(result: &Result<(), ValidationErrors>) -> Wanted {
     }
 }
 
-fn node_class(readiness: &NodeClassReadiness) -> Wanted {
+fn node_class(readiness: &NodeClassReadiness) -> WantedCondition {
     let (status, reason, message) = match readiness {
         NodeClassReadiness::Ready => (ConditionStatus::True, NODE_CLASS_READY.to_string(), String::new()),
         NodeClassReadiness::NotReady { reason, message } => (
@@ -98,7 +99,7 @@ fn node_class(readiness: &NodeClassReadiness) -> Wanted {
             message.clone(),
         ),
     };
-    Wanted {
+    WantedCondition {
         type_: NODE_CLASS_READY,
         status,
         reason,
@@ -106,7 +107,9 @@ fn node_class(readiness: &NodeClassReadiness) -> Wanted {
     }
 }
 
-fn ready(dependents: &[&Wanted]) -> Wanted {
+/// The `Ready` root condition over `dependents`, as operatorpkg computes it: True when all are True; else False
+/// (reason `UnhealthyDependents`, the dependents not True named) when one is False, else Unknown.
+pub fn ready(dependents: &[&WantedCondition]) -> WantedCondition {
     let not_true: Vec<String> = dependents
         .iter()
         .filter(|w| w.status != ConditionStatus::True)
@@ -124,7 +127,7 @@ fn ready(dependents: &[&Wanted]) -> Wanted {
     } else {
         ("UnhealthyDependents".to_string(), not_true.join(", "))
     };
-    Wanted {
+    WantedCondition {
         type_: READY,
         status,
         reason,
@@ -144,7 +147,18 @@ pub fn nodepool_conditions(
     let validation = validation(validated);
     let class = node_class(readiness);
     let root = ready(&[&validation, &class]);
-    let ours = [validation, class, root];
+    merge_conditions(current, vec![validation, class, root], generation, now)
+}
+
+/// `current` with the conditions of `ours` replaced (every other condition kept), sorted by type; a condition
+/// whose status did not change keeps its transition time, so an unchanged status compares equal and is not
+/// rewritten.
+pub fn merge_conditions(
+    current: &[Condition],
+    ours: Vec<WantedCondition>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
     let mut out: Vec<Condition> = current
         .iter()
         .filter(|c| !ours.iter().any(|w| w.type_ == c.type_))

@@ -434,7 +434,10 @@ fn buffer_outcomes(
 }
 
 /// The NodePools this provider launches for: a node class kind it serves, not being deleted, valid.
-fn managed_pools(snapshot: &Snapshot, cloud: &dyn CloudProvider) -> Vec<karpenter_api::nodepool::NodePool> {
+pub(crate) fn managed_pools(
+    snapshot: &Snapshot,
+    cloud: &dyn CloudProvider,
+) -> Vec<karpenter_api::nodepool::NodePool> {
     let kinds = cloud.supported_node_classes();
     snapshot
         .node_pools

@@ -387,6 +387,7 @@ mod tests {
             overhead: Resources::default(),
             allocatable: Resources::default(),
             offerings,
+            overlays_applied: Default::default(),
         })
     }
 

@@ -120,6 +120,7 @@ impl Fx {
             overhead,
             allocatable,
             offerings,
+            overlays_applied: Default::default(),
         })
     }
 

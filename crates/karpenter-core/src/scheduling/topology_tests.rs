@@ -95,6 +95,7 @@ impl Fx {
             overhead: Resources::zero(),
             allocatable: Self::res(4000, 110),
             offerings,
+            overlays_applied: Default::default(),
         })
     }
 

@@ -68,6 +68,7 @@ pub use compact_pod::{CompactPod, CompactPodTemplate, PodSharing};
 
 pub use disruption_inputs::{ClaimInfo, DisruptionInputs, PoolInfo, build_disruption_inputs};
 pub use disruption_view::build_cluster_view;
+pub use overlays::{OverlayProblem, OverlayVerdict};
 pub use static_claims::{StaticClaims, static_node_claims};
 
 /// The Kubernetes objects a decision reads, as read from files or the state cache.
@@ -265,7 +266,7 @@ pub fn build_schedule_inputs(
     }
 
     let overlays = if options.node_overlays {
-        overlays::Overlays::compile(&mut cx, &snapshot.node_overlays, options.label_policy)
+        overlays::usable_overlays(&mut cx, snapshot, options.label_policy, &instance_types)
     } else {
         if !snapshot.node_overlays.is_empty() {
             cx.note(
@@ -318,6 +319,20 @@ pub fn build_schedule_inputs(
         buffer_pods,
         notes,
     }
+}
+
+/// Whether each NodeOverlay of `snapshot` is applied, and why not (a validation failure naming the field, or a
+/// conflict naming the overlay that wins it), judged over the snapshot's NodePools and the catalog's instance
+/// types exactly as [`build_schedule_inputs`] applies overlays: what the NodeOverlay status controller writes.
+/// In the order of `snapshot.node_overlays`.
+pub fn node_overlay_verdicts(
+    snapshot: &Snapshot,
+    catalog: &CatalogFile,
+    policy: LabelPolicy,
+) -> Vec<OverlayVerdict> {
+    let mut cx = Context::new();
+    let instance_types = intern_catalog(&mut cx, catalog);
+    overlays::usable_overlays(&mut cx, snapshot, policy, &instance_types).verdicts(&snapshot.node_overlays)
 }
 
 /// Why `pool` may not launch NodeClaims for want of readiness (its `Ready` condition False or Unknown, or absent

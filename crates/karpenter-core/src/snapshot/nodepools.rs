@@ -26,7 +26,7 @@ use karpenter_api::{
 
 use crate::{
     instance_type::InstanceType,
-    requirements::{Requirement, Requirements, WellKnownKeys},
+    requirements::{Requirement, Requirements, Symbol, WellKnownKeys},
     resources::Resources,
     scheduling::{ClaimMetadata, NodePoolTemplate},
 };
@@ -210,23 +210,8 @@ pub(super) fn pool_template(
             return None;
         }
     };
-    let pool_value = cx.interner.intern(&name);
-    let mut labels: Vec<_> = pool
-        .spec
-        .template
-        .metadata
-        .labels
-        .iter()
-        .flatten()
-        .map(|(k, v)| (cx.interner.intern_key(k), cx.interner.intern(v)))
-        .collect();
-    labels.push((cx.keys.nodepool, pool_value));
-    labels.sort_unstable_by_key(|(k, _)| *k);
-    labels.dedup_by_key(|(k, _)| *k);
-    let pool_side: Requirements = labels
-        .iter()
-        .map(|&(k, v)| Requirement::in_values(k, [v]))
-        .collect();
+    let labels = pool_labels(cx, pool);
+    let pool_side = label_requirements(&labels);
     requirements.intersect_with(&pool_side);
 
     let taints: Vec<_> = spec
@@ -302,6 +287,36 @@ pub(super) fn pool_template(
         remaining_nodes,
         claim_metadata,
     })
+}
+
+/// The NodePool's template labels and `karpenter.sh/nodepool=<name>`, sorted by key: what every NodeClaim of it
+/// carries whatever instance type launches, and what NodeOverlays are matched against besides the type's own
+/// requirements.
+pub(super) fn pool_labels(cx: &mut Context, pool: &NodePool) -> Vec<(Symbol, Symbol)> {
+    let pool_value = cx
+        .interner
+        .intern(pool.metadata.name.as_deref().unwrap_or_default());
+    let mut labels: Vec<_> = pool
+        .spec
+        .template
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| (cx.interner.intern_key(k), cx.interner.intern(v)))
+        .collect();
+    labels.push((cx.keys.nodepool, pool_value));
+    labels.sort_unstable_by_key(|(k, _)| *k);
+    labels.dedup_by_key(|(k, _)| *k);
+    labels
+}
+
+/// `key In [value]` for each label.
+pub(super) fn label_requirements(labels: &[(Symbol, Symbol)]) -> Requirements {
+    labels
+        .iter()
+        .map(|&(k, v)| Requirement::in_values(k, [v]))
+        .collect()
 }
 
 /// What is left of the limits. Resources the limits do not name are unlimited (`i64::MAX`), so only named ones

@@ -27,7 +27,7 @@ use super::{
     daemonsets::DaemonPods,
     intern_catalog,
     nodepools::{TemplateSources, pool_template},
-    overlays::{OverlayCache, Overlays},
+    overlays::{OverlayCache, Overlays, usable_overlays},
     well_known_keys,
 };
 
@@ -53,7 +53,7 @@ pub fn static_node_claims(
     let well_known = well_known_keys(&mut cx.interner, catalog, options);
     let instance_types = intern_catalog(&mut cx, catalog);
     let overlays = if options.node_overlays {
-        Overlays::compile(&mut cx, &snapshot.node_overlays, options.label_policy)
+        usable_overlays(&mut cx, snapshot, options.label_policy, &instance_types)
     } else {
         Overlays::default()
     };

@@ -53,6 +53,7 @@ impl Fx {
             overhead: Resources::zero(),
             allocatable: Resources::zero(),
             offerings,
+            overlays_applied: Default::default(),
         })
     }
 
