@@ -283,13 +283,28 @@ fn namespace_of(regarding: &ObjectReference) -> String {
         .unwrap_or_else(|| "default".into())
 }
 
+/// `now` in nanoseconds, or one more than the last value handed out if that is not later.
+fn unique_nanos(now: Timestamp) -> i64 {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST: AtomicI64 = AtomicI64::new(i64::MIN);
+    let wanted = i64::try_from(now.as_nanosecond()).unwrap_or(i64::MAX);
+    let previous = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(wanted.max(last.saturating_add(1)))
+        })
+        .unwrap_or(wanted);
+    wanted.max(previous.saturating_add(1))
+}
+
 /// The Event for one occurrence at `now`.
 fn new_event(type_: &str, regarding: &ObjectReference, reason: &str, message: &str, now: Timestamp) -> Event {
     let object = regarding.name.as_deref().unwrap_or("event");
     Event {
         metadata: ObjectMeta {
-            // The name the Kubernetes event libraries give: the object's name and the time in hex nanoseconds.
-            name: Some(format!("{object}.{:x}", now.as_nanosecond())),
+            // The name the Kubernetes event libraries give: the object's name and the time in hex nanoseconds,
+            // made unique in this process so two events on one object at the same instant (a virtual clock, or a
+            // coarse one) do not collide and lose the second.
+            name: Some(format!("{object}.{:x}", unique_nanos(now))),
             namespace: Some(namespace_of(regarding)),
             ..ObjectMeta::default()
         },
