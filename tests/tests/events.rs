@@ -51,6 +51,32 @@ async fn on_pod(client: &kube::Client, name: &str, reason: &str) -> Result<(i32,
     Ok((count, note))
 }
 
+/// Scales the `web` Deployment to one replica and waits (up to ten minutes) for a consolidation to delete a
+/// NodeClaim; every event then.
+async fn scale_web_to_one_until_terminating(
+    client: &kube::Client,
+) -> Result<Vec<(String, String, String, String, String, i32)>, kube::Error> {
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "default")
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await?;
+    let mut all = Vec::new();
+    for _ in 0..120 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        all = events(client).await?;
+        if all
+            .iter()
+            .any(|e| e.3 == "DisruptionTerminating" && e.4 == "Disrupting NodeClaim: Underutilized")
+        {
+            break;
+        }
+    }
+    Ok(all)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_pod_no_node_pool_can_take_is_told_why_once_per_five_minutes() -> TestResult {
     let h = Harness::start()?;
@@ -180,24 +206,7 @@ async fn a_consolidation_tells_its_node_claims_and_nodes() -> TestResult {
     apply_deployment(&client, "web", 10, "500m").await?;
     until_running(&client, "app=web", 10, 300).await?;
     let first = h.sim.cloud().running_instances();
-    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "default")
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 1}})),
-        )
-        .await?;
-    let mut all = Vec::new();
-    for _ in 0..120 {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        all = events(&client).await?;
-        if all
-            .iter()
-            .any(|e| e.3 == "DisruptionTerminating" && e.4 == "Disrupting NodeClaim: Underutilized")
-        {
-            break;
-        }
-    }
+    let all = scale_web_to_one_until_terminating(&client).await?;
     let of = |reason: &str| -> Vec<_> { all.iter().filter(|e| e.3 == reason).cloned().collect() };
     let terminating = of("DisruptionTerminating");
     assert!(
@@ -276,21 +285,7 @@ async fn a_balanced_consolidation_tells_its_candidates_and_node_pool_it_was_appr
     // NodePool's price for all of its (one pod's) disruption, a score over Balanced's 1/2.
     apply_deployment(&client, "web", 10, "500m").await?;
     until_running(&client, "app=web", 10, 300).await?;
-    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "default")
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 1}})),
-        )
-        .await?;
-    let mut all = Vec::new();
-    for _ in 0..120 {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        all = events(&client).await?;
-        if all.iter().any(|e| e.3 == "DisruptionTerminating") {
-            break;
-        }
-    }
+    let all = scale_web_to_one_until_terminating(&client).await?;
     let of = |kind: &str, reason: &str| -> Vec<_> {
         all.iter()
             .filter(|e| e.0 == kind && e.3 == reason)

@@ -985,13 +985,13 @@ fn min_values_strict_keeps_pods_pending_and_best_effort_relaxes() {
     assert!(r.new_node_claims[0].min_values_relaxed);
 }
 
-#[test]
-fn reserved_capacity_is_launched_before_spot_and_on_demand() {
-    let mut fx = Fx::new();
+/// The test catalog with one reserved offering of the large type in zone-a: reservation `id`, room for one
+/// instance.
+fn catalog_with_reservation(fx: &mut Fx, id: &str) -> (Vec<Arc<InstanceType>>, Symbol) {
     let mut cat = fx.catalog();
     let zone = fx.sym("zone-a");
     let reserved = fx.sym("reserved");
-    let rid = fx.sym("cr-123");
+    let rid = fx.sym(id);
     let large = Arc::make_mut(&mut cat[2]);
     large.offerings.push(Offering {
         zone,
@@ -1006,6 +1006,13 @@ fn reserved_capacity_is_launched_before_spot_and_on_demand() {
         ct_key,
         [reserved, fx.i.intern("on-demand"), fx.i.intern("spot")],
     ));
+    (cat, rid)
+}
+
+#[test]
+fn reserved_capacity_is_launched_before_spot_and_on_demand() {
+    let mut fx = Fx::new();
+    let (cat, _) = catalog_with_reservation(&mut fx, "cr-123");
     let t = fx.template("default", 0, &[], &cat);
     let pods = vec![fx.pod("a", 5000, 256), fx.pod("b", 5000, 256)];
     let mut input = make_input(fx.wk.clone(), vec![t], pods);
@@ -1029,24 +1036,7 @@ fn reserved_capacity_is_launched_before_spot_and_on_demand() {
 #[test]
 fn one_reservation_is_counted_across_nodepools() {
     let mut fx = Fx::new();
-    let mut cat = fx.catalog();
-    let zone = fx.sym("zone-a");
-    let reserved = fx.sym("reserved");
-    let rid = fx.sym("cr-shared");
-    let large = Arc::make_mut(&mut cat[2]);
-    large.offerings.push(Offering {
-        zone,
-        capacity_type: reserved,
-        price: 0.3,
-        available: true,
-        reservation_id: Some(rid),
-        reservation_capacity: Some(1),
-    });
-    let ct_key = fx.i.intern_key("karpenter.sh/capacity-type");
-    large.requirements.add(Requirement::in_values(
-        ct_key,
-        [reserved, fx.i.intern("on-demand"), fx.i.intern("spot")],
-    ));
+    let (cat, rid) = catalog_with_reservation(&mut fx, "cr-shared");
     // Two NodePools offering the same reservation; each pod selects its own pool's `team`.
     let a = fx.template("a", 10, &[("team", "In", &["a"])], &cat);
     let b = fx.template("b", 0, &[("team", "In", &["b"])], &cat);
