@@ -139,7 +139,6 @@ const PER_OBJECT_CONCURRENCY: (usize, usize) = (64, 1000);
 
 /// Every controller loop the leader runs (not the state cache's watches: the caller runs those on every
 /// replica). Each future runs until dropped.
-
 pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     let build = parts.build_options();
     let settings = &parts.settings;
