@@ -273,11 +273,19 @@ mod tests {
         );
         let pod = pending_pod("default", "a", "100m", pod_extra);
         let snap = snapshot(&[&pool, &pod]);
-        let mut inputs = build_schedule_inputs(&snap, &catalog(), &BuildOptions::default());
+        the_one_claim(&snap, &BuildOptions::default())
+            .metadata
+            .labels
+            .unwrap_or_default()
+    }
+
+    /// The NodeClaim object of the one new NodeClaim scheduling `snap` gives.
+    fn the_one_claim(snap: &crate::snapshot::Snapshot, options: &BuildOptions) -> NodeClaim {
+        let mut inputs = build_schedule_inputs(snap, &catalog(), options);
         let results = schedule(&inputs.input, &mut inputs.interner, &inputs.table);
         assert_eq!(results.new_node_claims.len(), 1, "{:?}", results.pod_errors);
         let claim = &results.new_node_claims[0];
-        let object = node_claim_object(
+        node_claim_object(
             &ClaimContext {
                 interner: &inputs.interner,
                 table: &inputs.table,
@@ -286,8 +294,7 @@ mod tests {
                 nodepool_uid: None,
             },
             claim,
-        );
-        object.metadata.labels.unwrap_or_default()
+        )
     }
 
     #[test]
@@ -406,21 +413,10 @@ mod tests {
             node_overlays: true,
             ..BuildOptions::default()
         };
-        let mut inputs = build_schedule_inputs(&snap, &catalog(), &options);
-        let results = schedule(&inputs.input, &mut inputs.interner, &inputs.table);
-        assert_eq!(results.new_node_claims.len(), 1, "{:?}", results.pod_errors);
-        let claim = &results.new_node_claims[0];
-        let object = node_claim_object(
-            &ClaimContext {
-                interner: &inputs.interner,
-                table: &inputs.table,
-                template: &inputs.input.templates[claim.template],
-                nodepool_hash: None,
-                nodepool_uid: None,
-            },
-            claim,
-        );
-        object.metadata.annotations.unwrap_or_default()
+        the_one_claim(&snap, &options)
+            .metadata
+            .annotations
+            .unwrap_or_default()
     }
 
     #[test]
