@@ -22,7 +22,20 @@ use std::time::Duration;
 use async_trait::async_trait;
 use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
 
-use crate::{catalog::CatalogInstanceType, disruption::drift::DriftProvider};
+use crate::{
+    catalog::{CatalogFile, CatalogInstanceType},
+    disruption::drift::DriftProvider,
+};
+
+/// The prices NodeOverlays set, for a cloud provider that can ask its cloud to launch in a given order (AWS:
+/// CreateFleet's prioritized allocation strategies). A NodeClaim marked `karpenter.sh/price-overlay-applied` was
+/// given its instance types by overlaid prices; the provider's own catalog has the cloud's. The controller gives
+/// the provider one of these that reads the cluster's NodeOverlays and NodePools (feature gate NodeOverlay).
+pub trait LaunchPrices: Send + Sync {
+    /// Reprices the offerings of `catalog` as NodePool `node_pool` sees them after the NodeOverlays; how many
+    /// offerings changed (0 when the NodePool is unknown or no overlay applies).
+    fn apply(&self, node_pool: &str, catalog: &mut CatalogFile) -> usize;
+}
 
 /// A node condition that, held for `toleration`, makes a node unhealthy enough to be repaired (replaced) when
 /// the NodeRepair feature gate is on.

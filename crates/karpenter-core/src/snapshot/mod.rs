@@ -30,6 +30,7 @@ mod load;
 mod node_resources;
 mod nodepools;
 mod nodes;
+mod overlay_prices;
 mod overlays;
 pub(crate) mod pods;
 mod selectors;
@@ -68,6 +69,7 @@ pub use compact_pod::{CompactPod, CompactPodTemplate, PodSharing};
 
 pub use disruption_inputs::{ClaimInfo, DisruptionInputs, PoolInfo, build_disruption_inputs};
 pub use disruption_view::build_cluster_view;
+pub use overlay_prices::apply_overlay_prices;
 pub use overlays::{OverlayProblem, OverlayVerdict};
 pub use static_claims::{StaticClaims, static_node_claims};
 
