@@ -18,6 +18,7 @@ mod error;
 pub mod events;
 pub mod finalizers;
 mod keyed;
+mod launch_prices;
 pub mod periodic;
 mod pod_timing;
 mod projected_store;
@@ -25,6 +26,7 @@ mod reflect;
 
 pub use cluster_state::{BufferNodes, ClusterState, Watched};
 pub use error::StateError;
+pub use launch_prices::CachedLaunchPrices;
 pub use pod_timing::PodTiming;
 pub use projected_store::{Keyed, ObjectKey, ProjectedStore};
 pub use reflect::reflect;
