@@ -44,14 +44,14 @@ use karpenter_api::labels::{
     AWS_CAPACITY_RESERVATION_TYPE_LABEL, AWS_EC2NODECLASS_HASH_ANNOTATION,
     AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_EC2NODECLASS_LABEL, AWS_GROUP, AWS_INSTANCE_TENANCY_LABEL,
     AWS_TAG_NODECLAIM, AWS_ZONE_ID_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL,
-    RESOURCE_EFA, ZONE_LABEL,
+    PRICE_OVERLAY_APPLIED_ANNOTATION, RESOURCE_EFA, ZONE_LABEL,
 };
 use karpenter_api::nodeclaim::{NodeClaim, NodeClaimStatus};
 use karpenter_api::nodepool::NodePool;
 use karpenter_api::quantity::format_milli;
-use karpenter_core::catalog::{CatalogInstanceType, Quantities, RequirementOperator};
+use karpenter_core::catalog::{CatalogFile, CatalogInstanceType, Quantities, RequirementOperator};
 use karpenter_core::cloudprovider::{
-    CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RepairPolicy,
+    CloudProvider, CloudProviderError, InstanceSummary, LaunchPrices, NodeClassKind, RepairPolicy,
 };
 use karpenter_core::disruption::drift::DriftProvider;
 
@@ -126,6 +126,9 @@ pub struct AwsCloudProvider {
     launch_template_cache: Arc<LaunchTemplateCache>,
     fleet: FleetBatcher<Ec2Fleet>,
     kubernetes_version: RwLock<String>,
+    /// NodeOverlay prices for claims marked `karpenter.sh/price-overlay-applied` (set by the controller when
+    /// the NodeOverlay gate is on; none in tests and tools that launch without a cluster).
+    launch_prices: RwLock<Option<Arc<dyn LaunchPrices>>>,
 }
 
 impl std::fmt::Debug for AwsCloudProvider {
@@ -235,10 +238,52 @@ impl AwsCloudProvider {
             launch_template_cache: Arc::new(LaunchTemplateCache::default()),
             node_class_cache: Arc::new(NodeClassCache::default()),
             kubernetes_version: RwLock::new(version),
+            launch_prices: RwLock::new(None),
             settings,
             clients,
             node_classes,
         })
+    }
+
+    /// Where launches read NodeOverlay prices from: a NodeClaim marked `karpenter.sh/price-overlay-applied` is
+    /// launched with CreateFleet's prioritized strategies, its offerings prioritized by these prices.
+    pub fn set_launch_prices(&self, prices: Arc<dyn LaunchPrices>) {
+        *self.launch_prices.write().unwrap_or_else(PoisonError::into_inner) = Some(prices);
+    }
+
+    /// `catalog` repriced by the NodeOverlays of the claim's NodePool, when the claim was scheduled by overlaid
+    /// prices; whether CreateFleet is to launch by priority.
+    fn apply_launch_prices(&self, claim: &NodeClaim, catalog: &mut Vec<CatalogInstanceType>) -> bool {
+        let marked = claim.metadata.annotations.as_ref().is_some_and(|a| {
+            a.get(PRICE_OVERLAY_APPLIED_ANNOTATION)
+                .is_some_and(|v| v == "true")
+        });
+        if !marked {
+            return false;
+        }
+        let prices = self
+            .launch_prices
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let node_pool = claim.metadata.labels.as_ref().and_then(|l| l.get(NODEPOOL_LABEL));
+        if let (Some(prices), Some(node_pool)) = (prices, node_pool) {
+            let mut file = CatalogFile {
+                well_known_labels: Vec::new(),
+                instance_types: std::mem::take(catalog),
+            };
+            let repriced = prices.apply(node_pool, &mut file);
+            *catalog = file.instance_types;
+            tracing::debug!(
+                nodeclaim = claim.metadata.name.as_deref().unwrap_or_default(),
+                node_pool = %node_pool,
+                repriced,
+                "launching by NodeOverlay prices"
+            );
+        }
+        // As upstream, the mark alone switches the strategies: the overlays may have changed since the claim
+        // was scheduled, and the priorities are then the prices EC2 would have ordered by anyway.
+        true
     }
 
     pub fn settings(&self) -> &AwsSettings {
@@ -559,6 +604,7 @@ impl AwsCloudProvider {
         let mut catalog = self
             .catalog_with(&node_class, Some(&status))
             .map_err(|e| not_ready(&class_name, e.to_string()))?;
+        let prioritized = self.apply_launch_prices(claim, &mut catalog);
         let addressing = PodAddressing::of_class(&node_class.spec);
         let (mut plan, reservation_slot) =
             self.plan_and_take_reservation(claim, &mut catalog, &status, addressing)?;
@@ -616,6 +662,7 @@ impl AwsCloudProvider {
                 .filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?)))
                 .collect(),
             context: node_class.spec.context.clone(),
+            prioritized,
         };
         let launched = match self.fleet.launch(&request).await {
             Err(CloudProviderError::Create { reason, .. }) if reason == LAUNCH_TEMPLATE_NOT_FOUND => {

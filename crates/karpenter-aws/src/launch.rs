@@ -5,7 +5,10 @@
 //! `CloudProviderError::InsufficientCapacity`, which makes the next scheduling round pick something else.
 //!
 //! Follows upstream's `instance.Provider.Create` (pkg/providers/instance): spot uses the
-//! price-capacity-optimized allocation strategy, on-demand lowest-price; one TagSpecification each for the
+//! price-capacity-optimized allocation strategy, on-demand lowest-price; a NodeClaim whose types NodeOverlays
+//! repriced ([`LaunchRequest::prioritized`]) uses the prioritized variants instead (spot
+//! capacity-optimized-prioritized, on-demand prioritized) with each override's priority its overlaid price, so
+//! EC2 follows the overlaid order rather than its list prices; one TagSpecification each for the
 //! instance, its volumes and the fleet. A launch into a capacity reservation ([`LaunchRequest::reservation`])
 //! asks for on-demand capacity (`capacity-block` for a capacity block) through a launch template that targets
 //! the reservation; when EC2 finds the reservation full (ReservationCapacityExceeded, or a capacity error) the
@@ -70,6 +73,9 @@ pub struct LaunchRequest {
     pub zone_ids: BTreeMap<String, String>,
     /// The EC2NodeClass's `spec.context`, CreateFleet's reserved `Context` field.
     pub context: Option<String>,
+    /// The NodeClaim is marked `karpenter.sh/price-overlay-applied`: EC2 is to launch by the overrides'
+    /// (overlaid) prices as priorities, not by its own prices.
+    pub prioritized: bool,
 }
 
 /// `karpenter_cloudprovider_instance_launch_failures_total` for one failed offering.
@@ -238,6 +244,9 @@ pub fn create_fleet_request(
                                 .subnet_id(&o.subnet_id)
                                 .availability_zone(&o.zone)
                                 .set_image_id(o.image_id.clone())
+                                // EC2 launches the lowest priority number first; it reads priorities only
+                                // under the prioritized strategies.
+                                .set_priority(request.prioritized.then_some(o.price))
                                 .build()
                         })
                         .collect(),
@@ -273,15 +282,25 @@ pub fn create_fleet_request(
         .set_tag_specifications((!tag_specifications.is_empty()).then_some(tag_specifications))
         .set_context(request.context.clone());
     call = if spot {
+        let strategy = if request.prioritized {
+            SpotAllocationStrategy::CapacityOptimizedPrioritized
+        } else {
+            SpotAllocationStrategy::PriceCapacityOptimized
+        };
         call.spot_options(
             SpotOptionsRequest::builder()
-                .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                .allocation_strategy(strategy)
                 .build(),
         )
     } else {
+        let strategy = if request.prioritized {
+            FleetOnDemandAllocationStrategy::Prioritized
+        } else {
+            FleetOnDemandAllocationStrategy::LowestPrice
+        };
         call.on_demand_options(
             OnDemandOptionsRequest::builder()
-                .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                .allocation_strategy(strategy)
                 .build(),
         )
     };
@@ -407,7 +426,96 @@ mod tests {
             tags: BTreeMap::new(),
             zone_ids: BTreeMap::new(),
             context: context.map(str::to_string),
+            prioritized: false,
         }
+    }
+
+    fn ec2() -> aws_sdk_ec2::Client {
+        // A client that is never called: only the request is built.
+        aws_sdk_ec2::Client::from_conf(
+            aws_sdk_ec2::Config::builder()
+                .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+                .region(aws_sdk_ec2::config::Region::new("us-east-1"))
+                .build(),
+        )
+    }
+
+    /// (instance type, priority) of each override of the built request, in order.
+    fn priorities(call: &CreateFleetFluentBuilder) -> Vec<(String, Option<f64>)> {
+        call.as_input()
+            .get_launch_template_configs()
+            .iter()
+            .flatten()
+            .flat_map(|c| c.overrides())
+            .map(|o| {
+                (
+                    o.instance_type()
+                        .map(|t| t.as_str().to_string())
+                        .unwrap_or_default(),
+                    o.priority(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_claim_repriced_by_node_overlays_launches_by_their_prices() {
+        let mut overlaid = request(None);
+        // The overlay made m6i.large the cheaper of the two; EC2's own prices have them level.
+        overlaid.overrides.push(LaunchOverride {
+            instance_type: "m6i.large".into(),
+            price: 0.0864,
+            ..overlaid.overrides[0].clone()
+        });
+        overlaid.prioritized = true;
+        let call = create_fleet_request(&ec2(), &overlaid, 1);
+        let options = call
+            .as_input()
+            .get_on_demand_options()
+            .clone()
+            .expect("on-demand options");
+        assert_eq!(
+            options.allocation_strategy(),
+            Some(&FleetOnDemandAllocationStrategy::Prioritized)
+        );
+        assert_eq!(
+            priorities(&call),
+            vec![
+                ("m6i.large".to_string(), Some(0.0864)),
+                ("m5.large".to_string(), Some(0.096))
+            ]
+        );
+
+        overlaid.capacity_type = "spot".into();
+        let spot = create_fleet_request(&ec2(), &overlaid, 1);
+        let options = spot.as_input().get_spot_options().clone().expect("spot options");
+        assert_eq!(
+            options.allocation_strategy(),
+            Some(&SpotAllocationStrategy::CapacityOptimizedPrioritized)
+        );
+    }
+
+    #[test]
+    fn a_claim_without_overlaid_prices_keeps_ec2_s_price_strategies() {
+        let call = create_fleet_request(&ec2(), &request(None), 1);
+        let options = call
+            .as_input()
+            .get_on_demand_options()
+            .clone()
+            .expect("on-demand options");
+        assert_eq!(
+            options.allocation_strategy(),
+            Some(&FleetOnDemandAllocationStrategy::LowestPrice)
+        );
+        assert_eq!(priorities(&call), vec![("m5.large".to_string(), None)]);
+        let mut spot = request(None);
+        spot.capacity_type = "spot".into();
+        let call = create_fleet_request(&ec2(), &spot, 1);
+        let options = call.as_input().get_spot_options().clone().expect("spot options");
+        assert_eq!(
+            options.allocation_strategy(),
+            Some(&SpotAllocationStrategy::PriceCapacityOptimized)
+        );
     }
 
     #[test]

@@ -379,6 +379,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
         tags: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
         zone_ids: BTreeMap::from([("us-west-2a".into(), "usw2-az2".into())]),
         context: None,
+        prioritized: false,
     };
     let unavailable = UnavailableOfferings::default();
     let now = Instant::now();

@@ -133,6 +133,8 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
     let mut provider_tasks: Vec<ControllerTask> = Vec::new();
     #[cfg_attr(not(feature = "aws"), allow(unused_mut))]
     let mut interruption = None;
+    #[cfg(feature = "aws")]
+    let mut aws_provider = None;
     let (cloud, build, watched) = match args.cloud_provider {
         CloudProviderKind::Kwok => {
             let catalog = catalog(args.instance_types_file_path.as_ref())?;
@@ -153,6 +155,7 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
             .await?;
             interruption = runtime.interruption_source_dyn();
             let cloud = runtime.cloud_provider_dyn();
+            aws_provider = Some(Arc::clone(&runtime.cloud_provider));
             provider_tasks.extend(runtime.tasks.into_iter().map(|t| (t.name, t.future)));
             let build = BuildOptions {
                 label_policy: LabelPolicy::Aws,
@@ -177,9 +180,18 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
         capacity_buffers: settings.feature_gates.capacity_buffer,
         ..watched
     };
+    let state = ClusterState::new(watched);
+    // NodeClaims the scheduler gave overlaid prices launch by them (CreateFleet's prioritized strategies).
+    #[cfg(feature = "aws")]
+    if let Some(provider) = aws_provider.filter(|_| settings.feature_gates.node_overlay) {
+        provider.set_launch_prices(Arc::new(karpenter_state::CachedLaunchPrices::new(
+            state.clone(),
+            build.label_policy,
+        )));
+    }
     let parts = ControllerParts {
         client,
-        state: ClusterState::new(watched),
+        state,
         cloud,
         clock,
         interruption,

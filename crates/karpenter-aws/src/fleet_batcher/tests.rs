@@ -107,6 +107,7 @@ fn request(claim: &str, instance_type: &str) -> LaunchRequest {
         ]),
         zone_ids: BTreeMap::new(),
         context: None,
+        prioritized: false,
     }
 }
 

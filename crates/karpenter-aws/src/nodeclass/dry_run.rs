@@ -238,6 +238,7 @@ fn fleet_request(inputs: &DryRunInputs) -> LaunchRequest {
         tags: inputs.tags.clone(),
         zone_ids: BTreeMap::new(),
         context: None,
+        prioritized: false,
     }
 }
 

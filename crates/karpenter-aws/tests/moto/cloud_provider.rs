@@ -284,3 +284,67 @@ async fn a_class_whose_selectors_match_nothing_is_not_ready() {
     assert!(message.contains("SubnetsNotFound"), "{message}");
     assert!(message.contains("SecurityGroupsNotFound"), "{message}");
 }
+
+/// With the NodeOverlay gate on, a NodeClaim the scheduler priced by overlays launches by those prices: the
+/// overlay makes m5.xlarge cheaper than c6g.large and m5.large here, and EC2 (moto launches the first override
+/// of a fleet) gets it first. A claim without the mark launches at EC2's own prices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_priced_by_node_overlays_launches_the_type_they_made_cheapest() {
+    use karpenter_api::{label_policy::LabelPolicy, nodeoverlay::NodeOverlay};
+    use karpenter_state::{CachedLaunchPrices, ClusterState};
+
+    let moto = moto!(&TYPES);
+    let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
+    network(&admin).await;
+    let (server, provider) = provider(clients.clone()).await;
+    provider.refresh_instance_types().await.unwrap();
+    create_node_class(
+        &server,
+        &node_class("default", json!([{"alias": "al2023@latest"}])),
+    )
+    .await;
+    let state = ClusterState::default();
+    state.node_pools.apply(node_pool("default"));
+    let overlay: NodeOverlay = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "savings-plan"},
+        "spec": {"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]}],
+            "price": "0.001"}
+    }))
+    .unwrap();
+    state.node_overlays.apply(overlay);
+    provider.set_launch_prices(std::sync::Arc::new(CachedLaunchPrices::new(
+        state,
+        LabelPolicy::Aws,
+    )));
+
+    let unmarked = provider
+        .create(&node_claim(
+            "default-plain",
+            "default",
+            requirements(&["on-demand"]),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        unmarked.metadata.labels.as_ref().unwrap()["node.kubernetes.io/instance-type"],
+        "c6g.large",
+        "no mark: EC2's cheapest"
+    );
+
+    let mut marked = node_claim("default-overlaid", "default", requirements(&["on-demand"]));
+    marked.metadata.annotations = Some(
+        [(
+            "karpenter.sh/price-overlay-applied".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    let launched = provider.create(&marked).await.unwrap();
+    assert_eq!(
+        launched.metadata.labels.as_ref().unwrap()["node.kubernetes.io/instance-type"],
+        "m5.xlarge",
+        "the overlaid price comes first"
+    );
+}

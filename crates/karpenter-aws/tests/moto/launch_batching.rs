@@ -59,6 +59,7 @@ async fn launches_at_once_share_one_create_fleet_and_each_instance_carries_its_n
         ]),
         zone_ids: BTreeMap::new(),
         context: None,
+        prioritized: false,
     };
     let unavailable = Arc::new(UnavailableOfferings::default());
     let batcher = FleetBatcher::new(
