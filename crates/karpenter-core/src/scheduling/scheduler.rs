@@ -10,7 +10,7 @@ use std::{collections::BTreeSet, collections::HashMap, collections::VecDeque, sy
 
 use crate::{
     instance_type::{InstanceType, Offering},
-    requirements::{Incompatibility, LabelInterner, Requirements, Symbol, WellKnownKeys},
+    requirements::{Incompatibility, LabelInterner, Requirement, Requirements, Symbol, WellKnownKeys},
     resources::{ResourceTable, Resources, fits, sum_fits},
 };
 use karpenter_api::labels;
@@ -1029,15 +1029,8 @@ impl<'a> Scheduler<'a> {
                 &claim.requirements,
                 input.settings.max_instance_types,
             );
-            // The DaemonSets counted are the fewest any of its types runs, as upstream requests them: the
-            // launch may pick any of the types, and each one was checked with its own overhead.
-            let kept = types.iter().take(instance_types.len()).map(|&(_, i)| i);
-            let mut requests = claim.pod_requests;
-            if let Some((daemons, _)) = template.daemon_overheads.bounds(kept) {
-                requests.add_assign(&daemons);
-            }
             let mut requirements = claim.requirements;
-            requirements.add(crate::requirements::Requirement::in_values(
+            requirements.add(Requirement::in_values(
                 self.instance_type_key,
                 instance_types.iter().map(|it| it.name_symbol),
             ));
@@ -1050,6 +1043,55 @@ impl<'a> Scheduler<'a> {
                 self.spot,
                 &mut reservations,
             );
+            let mut kept: Vec<usize> = types.iter().take(instance_types.len()).map(|&(_, i)| i).collect();
+            if let Some(Launch {
+                offering:
+                    Offering {
+                        reservation_id: Some(id),
+                        capacity_type,
+                        ..
+                    },
+                ..
+            }) = &launch
+            {
+                // Pinned to the reservation it was counted against, as upstream's scheduler narrows a claim that
+                // reserved an offering: the launch goes into that reservation or fails for lack of capacity (the
+                // next round then sees it full), never quietly onto on-demand or spot while the reservation
+                // still had room, and two claims never count on one seat.
+                let reservation_key = interner.intern_key(labels::AWS_CAPACITY_RESERVATION_ID_LABEL);
+                let mut pinned = requirements.clone();
+                pinned.add(Requirement::in_values(self.ct_key, [*capacity_type]));
+                pinned.add(Requirement::in_values(reservation_key, [*id]));
+                let fits_pin: Vec<bool> = instance_types
+                    .iter()
+                    .map(|it| it.requirements.intersects(&pinned).is_ok())
+                    .collect();
+                let narrowed: Vec<&Requirements> = instance_types
+                    .iter()
+                    .zip(&fits_pin)
+                    .filter(|(_, fits)| **fits)
+                    .map(|(it, _)| &it.requirements)
+                    .collect();
+                // A pin that would leave fewer types than minValues asks for is not made: the claim keeps its
+                // choice of types and the launch still prefers the reservation.
+                if !pinned.has_min_values() || pinned.check_min_values(narrowed.iter().copied()).is_ok() {
+                    let mut fits = fits_pin.iter();
+                    instance_types.retain(|_| *fits.next().unwrap_or(&false));
+                    let mut fits = fits_pin.iter();
+                    kept.retain(|_| *fits.next().unwrap_or(&false));
+                    pinned.add(Requirement::in_values(
+                        self.instance_type_key,
+                        instance_types.iter().map(|it| it.name_symbol),
+                    ));
+                    requirements = pinned;
+                }
+            }
+            // The DaemonSets counted are the fewest any of its types runs, as upstream requests them: the
+            // launch may pick any of the types, and each one was checked with its own overhead.
+            let mut requests = claim.pod_requests;
+            if let Some((daemons, _)) = template.daemon_overheads.bounds(kept.iter().copied()) {
+                requests.add_assign(&daemons);
+            }
             let labels = claim_labels(&requirements, &input.well_known, interner);
             new_node_claims.push(NewNodeClaim {
                 template: claim.template,

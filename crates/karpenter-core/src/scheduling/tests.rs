@@ -1002,6 +1002,8 @@ fn catalog_with_reservation(fx: &mut Fx, id: &str) -> (Vec<Arc<InstanceType>>, S
         reservation_capacity: Some(1),
     });
     let ct_key = fx.i.intern_key("karpenter.sh/capacity-type");
+    // As the AWS catalog does for a type with a reservation: "reserved" joins its capacity types.
+    large.requirements.remove(ct_key);
     large.requirements.add(Requirement::in_values(
         ct_key,
         [reserved, fx.i.intern("on-demand"), fx.i.intern("spot")],
@@ -1031,6 +1033,37 @@ fn reserved_capacity_is_launched_before_spot_and_on_demand() {
         ["reserved", "spot"],
         "one reservation slot, then the cheapest"
     );
+}
+
+#[test]
+fn a_claim_counted_against_a_reservation_is_pinned_to_it() {
+    let mut fx = Fx::new();
+    let (cat, rid) = catalog_with_reservation(&mut fx, "cr-123");
+    let t = fx.template("default", 0, &[], &cat);
+    let pods = vec![fx.pod("a", 5000, 256), fx.pod("b", 5000, 256)];
+    let mut input = make_input(fx.wk.clone(), vec![t], pods);
+    input.pods[0].anti_affinity = vec![fx.term("kubernetes.io/hostname", "app", "b")];
+    let r = fx.run(&input);
+    assert_eq!(r.new_node_claims.len(), 2, "{:?}", r.pod_errors);
+    let ct_key = fx.i.intern_key("karpenter.sh/capacity-type");
+    let rid_key = fx.i.intern_key("karpenter.k8s.aws/capacity-reservation-id");
+    let reserved = fx.sym("reserved");
+    let (pinned, other): (Vec<_>, Vec<_>) = r.new_node_claims.iter().partition(|c| {
+        c.launch
+            .as_ref()
+            .is_some_and(|l| l.offering.reservation_id == Some(rid))
+    });
+    assert_eq!(pinned.len(), 1);
+    let pinned = pinned[0];
+    // The launch may not fall back to on-demand or spot, nor into another reservation.
+    assert_eq!(pinned.requirements.get(ct_key).unwrap().values(), &[reserved]);
+    assert_eq!(pinned.requirements.get(rid_key).unwrap().values(), &[rid]);
+    assert!(
+        pinned.labels.contains(&(ct_key, reserved)) && pinned.labels.contains(&(rid_key, rid)),
+        "the NodeClaim is labelled with its capacity type and reservation"
+    );
+    // The claim that found the reservation full is free to launch anything its pods allow.
+    assert!(!other[0].requirements.has(rid_key));
 }
 
 #[test]
