@@ -271,6 +271,7 @@ impl AwsCloudProvider {
             let mut file = CatalogFile {
                 well_known_labels: Vec::new(),
                 instance_types: std::mem::take(catalog),
+                node_pool_types: Default::default(),
             };
             let repriced = prices.apply(node_pool, &mut file);
             *catalog = file.instance_types;

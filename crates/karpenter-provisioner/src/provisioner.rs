@@ -28,7 +28,7 @@ use crate::{
     ProvisionerError,
     batcher::BatchWindow,
     capacity_buffer::{BufferSignals, ProvisioningOutcome},
-    catalog::catalog_for,
+    catalog::{NodePoolCatalog, catalog_by_node_pool},
     nominations::{self, Nomination, RecentNominations},
     pending::is_provisionable,
     scheduling_events::{self, Warning},
@@ -183,8 +183,26 @@ impl Provisioner {
             self.record_buffers(HashMap::new(), HashSet::new());
             return Ok(ProvisionRound::default());
         }
-        let pools = managed_pools(&snapshot, self.cloud.as_ref());
-        let mut catalog = catalog_for(self.cloud.as_ref(), &pools).await?;
+        let mut pools = managed_pools(&snapshot, self.cloud.as_ref());
+        let NodePoolCatalog {
+            mut catalog,
+            mut failed,
+        } = catalog_by_node_pool(self.cloud.as_ref(), &pools).await;
+        if failed.len() == pools.len()
+            && let Some((_, error)) = failed.pop()
+        {
+            return Err(error.into());
+        }
+        // One NodePool whose instance types cannot be listed (its node class, a throttled API) sits this round
+        // out; the others provision.
+        for (pool, error) in &failed {
+            tracing::warn!(controller = "provisioner", nodepool = %pool, category = error.category(), %error, "instance types could not be listed; the NodePool is skipped this round");
+        }
+        pools.retain(|p| {
+            !failed
+                .iter()
+                .any(|(name, _)| p.metadata.name.as_deref() == Some(name.as_str()))
+        });
         catalog.well_known_labels = self.settings.build.extra_well_known_labels.clone();
         snapshot.node_pools = pools;
 

@@ -113,6 +113,7 @@ pub fn fake_catalog(total: u32) -> CatalogFile {
     CatalogFile {
         well_known_labels: vec![LABEL_SIZE.into(), LABEL_SPECIAL.into(), LABEL_INTEGER.into()],
         instance_types,
+        ..CatalogFile::default()
     }
 }
 
@@ -170,6 +171,7 @@ pub fn kwok_catalog() -> CatalogFile {
         .map(String::from)
         .to_vec(),
         instance_types,
+        ..CatalogFile::default()
     }
 }
 

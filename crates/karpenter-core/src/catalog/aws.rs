@@ -116,6 +116,7 @@ pub fn aws_catalog(region: &str, settings: &AwsCapacitySettings) -> Result<Catal
     Ok(CatalogFile {
         well_known_labels: aws_well_known_labels(),
         instance_types,
+        node_pool_types: Default::default(),
     })
 }
 

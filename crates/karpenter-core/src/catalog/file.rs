@@ -28,6 +28,12 @@ pub struct CatalogFile {
     /// select them without the NodePool declaring them.
     pub well_known_labels: Vec<String>,
     pub instance_types: Vec<CatalogInstanceType>,
+    /// Which of `instance_types` (by index) each NodePool is offered, when the catalog was gathered from a cloud
+    /// provider NodePool by NodePool: NodePools of different node classes see the same type with different
+    /// offerings (subnets, zones) or capacity (kubelet, volumes), so one name may appear once per version. A
+    /// NodePool not listed is offered every type; a catalog file has no such list.
+    #[serde(skip)]
+    pub node_pool_types: BTreeMap<String, Vec<usize>>,
 }
 
 /// One instance type of a catalog file.
@@ -195,6 +201,7 @@ impl CatalogFile {
         Ok(Self {
             well_known_labels,
             instance_types,
+            node_pool_types: BTreeMap::new(),
         })
     }
 
@@ -782,7 +789,7 @@ mod tests {
                 for (i, t) in types.iter_mut().enumerate() {
                     t.name = format!("{}-{i}", t.name);
                 }
-                let file = CatalogFile { well_known_labels: vec!["size".into()], instance_types: types };
+                let file = CatalogFile { well_known_labels: vec!["size".into()], instance_types: types, ..CatalogFile::default() };
                 let text = serde_json::to_string(&file).unwrap();
                 let again = CatalogFile::from_json_str(&text).unwrap();
                 prop_assert_eq!(again, file);

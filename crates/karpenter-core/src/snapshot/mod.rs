@@ -164,14 +164,27 @@ impl Default for BuildOptions {
 
 /// The catalog's instance types interned in `cx`; a type that cannot be read is noted and left out.
 fn intern_catalog(cx: &mut Context, catalog: &CatalogFile) -> Vec<Arc<InstanceType>> {
+    intern_catalog_offered(cx, catalog).0
+}
+
+/// [`intern_catalog`], with which of the interned types each NodePool is offered.
+fn intern_catalog_offered(
+    cx: &mut Context,
+    catalog: &CatalogFile,
+) -> (Vec<Arc<InstanceType>>, nodepools::PoolOffers) {
     let mut instance_types: Vec<Arc<InstanceType>> = Vec::with_capacity(catalog.instance_types.len());
-    for it in &catalog.instance_types {
+    let mut read = Vec::with_capacity(catalog.instance_types.len());
+    for (i, it) in catalog.instance_types.iter().enumerate() {
         match instance_type::from_catalog(it, &mut cx.interner, &mut cx.table) {
-            Ok(t) => instance_types.push(Arc::new(t)),
+            Ok(t) => {
+                instance_types.push(Arc::new(t));
+                read.push(i);
+            }
             Err(e) => cx.note(format!("instance type {}", it.name), e.to_string()),
         }
     }
-    instance_types
+    let offers = nodepools::PoolOffers::new(&catalog.node_pool_types, &read);
+    (instance_types, offers)
 }
 
 /// The scheduler's input and what is needed to read its answer back.
@@ -210,10 +223,13 @@ pub fn build_schedule_inputs(
     let mut cx = Context::new();
     let well_known = well_known_keys(&mut cx.interner, catalog, options);
 
-    // The catalog is interned once; every NodePool shares these instance types.
-    let instance_types = intern_catalog(&mut cx, catalog);
-    let types_by_name: HashMap<&str, &Arc<InstanceType>> =
-        instance_types.iter().map(|t| (t.name.as_str(), t)).collect();
+    // The catalog is interned once; NodePools share these instance types (each offered its own versions).
+    let (instance_types, offers) = intern_catalog_offered(&mut cx, catalog);
+    // Nodes and in-flight claims look their type up by name: the first version of a name stands for it.
+    let mut types_by_name: HashMap<&str, &Arc<InstanceType>> = HashMap::with_capacity(instance_types.len());
+    for t in &instance_types {
+        types_by_name.entry(t.name.as_str()).or_insert(t);
+    }
 
     let namespaces = selectors::NamespaceIndex::new(&snapshot.namespaces);
     let volumes = volumes::VolumeIndex::new(snapshot);
@@ -288,6 +304,7 @@ pub fn build_schedule_inputs(
             snapshot,
             policy: options.label_policy,
             instance_types: &instance_types,
+            offers: &offers,
             overlays: &overlays,
             daemons: &daemons,
             usage: &usage,
@@ -369,6 +386,8 @@ fn well_known_keys(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::test_support::*;
     use super::*;
 
@@ -406,6 +425,54 @@ mod tests {
         assert!(results.pod_errors.is_empty(), "{:?}", results.pod_errors);
         assert_eq!(results.new_node_claims.len(), 1);
         assert_eq!(results.new_node_claims[0].pods, vec![0]);
+    }
+
+    #[test]
+    fn each_nodepool_launches_the_versions_of_a_type_its_node_class_offers() {
+        // Two node classes see "small" differently (their subnets are in different zones): pool "east" was
+        // offered a version in test-zone-1 only, pool "west" one in test-zone-3 only.
+        let pool = |name: &str| DEFAULT_POOL.replace("name: default}", &format!("name: {name}}}"));
+        let mut catalog = catalog();
+        catalog.instance_types.truncate(1);
+        let mut west = catalog.instance_types[0].clone();
+        catalog.instance_types[0]
+            .offerings
+            .retain(|o| o.zone == "test-zone-1");
+        west.offerings.retain(|o| o.zone == "test-zone-3");
+        catalog.instance_types.push(west);
+        catalog.node_pool_types = [("east".to_string(), vec![0]), ("west".to_string(), vec![1])].into();
+        let pod = |name: &str, pool: &str| {
+            pending_pod(
+                "default",
+                name,
+                "500m",
+                &format!("  nodeSelector: {{karpenter.sh/nodepool: {pool}}}\n"),
+            )
+        };
+        let snap = snapshot(&[&pool("east"), &pool("west"), &pod("a", "east"), &pod("b", "west")]);
+
+        let mut built = build_schedule_inputs(&snap, &catalog, &BuildOptions::default());
+        let results = crate::scheduling::schedule(&built.input, &mut built.interner, &built.table);
+
+        assert!(results.pod_errors.is_empty(), "{:?}", results.pod_errors);
+        let zones: BTreeMap<String, String> = results
+            .new_node_claims
+            .iter()
+            .map(|c| {
+                let launch = c.launch.as_ref().expect("a launch");
+                (
+                    built.template_names[c.template].clone(),
+                    built.interner.resolve(launch.offering.zone).to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            zones,
+            BTreeMap::from([
+                ("east".to_string(), "test-zone-1".to_string()),
+                ("west".to_string(), "test-zone-3".to_string()),
+            ])
+        );
     }
 
     #[test]

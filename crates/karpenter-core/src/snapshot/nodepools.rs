@@ -1,8 +1,9 @@
 //! NodePools as NodeClaim templates (upstream `NewNodeClaimTemplate` and the provisioner's setup):
 //!
 //! - requirements: the NodePool's (with minValues) ∩ its template labels ∩ `karpenter.sh/nodepool In [name]`;
-//! - instance types: the catalog's (after NodeOverlays) whose requirements intersect those and that have an
-//!   available offering they allow, cheapest first;
+//! - instance types: the catalog's offered to this NodePool (a provider's catalog is gathered per NodePool, see
+//!   [`crate::catalog::CatalogFile::node_pool_types`]), after NodeOverlays, whose requirements intersect those and
+//!   that have an available offering they allow, cheapest first;
 //! - DaemonSet overhead per instance type: the DaemonSet pods that tolerate the NodePool's taints and whose node
 //!   requirements the template and the instance type can both meet;
 //! - what is left of `spec.limits`: limits minus the capacity of the NodePool's nodes (with their NodeClaims'
@@ -15,7 +16,10 @@
 //! validation are skipped with a note; a pod no NodePool could take says which NodePools were not ready. A
 //! NodePool whose node class is not in the snapshot is kept: a snapshot may leave node classes out.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use karpenter_api::{
     common::{ConditionStatus, find_condition},
@@ -98,11 +102,44 @@ pub(super) fn pool_usage(
     usage
 }
 
+/// Which interned instance types each NodePool was offered: the catalog's `node_pool_types` carried over to the
+/// interned list (a type that could not be read is not in it). A NodePool not listed is offered every type.
+#[derive(Debug, Default)]
+pub(super) struct PoolOffers(HashMap<String, Vec<bool>>);
+
+impl PoolOffers {
+    /// `read[i]` is the catalog index of interned type `i`.
+    pub fn new(node_pool_types: &BTreeMap<String, Vec<usize>>, read: &[usize]) -> Self {
+        let offers = node_pool_types
+            .iter()
+            .map(|(pool, indices)| {
+                let mut catalog_offered = indices.clone();
+                catalog_offered.sort_unstable();
+                let offered = read
+                    .iter()
+                    .map(|i| catalog_offered.binary_search(i).is_ok())
+                    .collect();
+                (pool.clone(), offered)
+            })
+            .collect();
+        Self(offers)
+    }
+
+    /// Whether NodePool `pool` may launch interned type `i`.
+    pub fn offers(&self, pool: &str, i: usize) -> bool {
+        self.0
+            .get(pool)
+            .is_none_or(|offered| offered.get(i).copied().unwrap_or(false))
+    }
+}
+
 /// Everything templates are built from.
 pub(super) struct TemplateSources<'a, 's> {
     pub snapshot: &'s Snapshot,
     pub policy: LabelPolicy,
     pub instance_types: &'a [Arc<InstanceType>],
+    /// Which of `instance_types` each NodePool is offered.
+    pub offers: &'a PoolOffers,
     pub overlays: &'a Overlays<'s>,
     pub daemons: &'a DaemonPods,
     pub usage: &'a HashMap<String, PoolUsage>,
@@ -228,8 +265,12 @@ pub(super) fn pool_template(
     let candidates = sources
         .overlays
         .apply(&cx.keys, &pool_side, sources.instance_types, cache);
+    // Overlays see every type (their cache is by position in the whole list); the NodePool keeps its own.
     let mut priced: Vec<(f64, Arc<InstanceType>)> = candidates
         .into_iter()
+        .enumerate()
+        .filter(|(i, _)| sources.offers.offers(&name, *i))
+        .map(|(_, it)| it)
         .filter(|it| it.requirements.intersects(&requirements).is_ok())
         .filter_map(|it| {
             let price = it

@@ -25,7 +25,7 @@ use super::{
     BuildOptions, Snapshot, SnapshotNote,
     context::{Context, describe},
     daemonsets::DaemonPods,
-    intern_catalog,
+    intern_catalog_offered,
     nodepools::{TemplateSources, pool_template},
     overlays::{OverlayCache, Overlays, usable_overlays},
     well_known_keys,
@@ -51,7 +51,7 @@ pub fn static_node_claims(
 ) -> StaticClaims {
     let mut cx = Context::new();
     let well_known = well_known_keys(&mut cx.interner, catalog, options);
-    let instance_types = intern_catalog(&mut cx, catalog);
+    let (instance_types, offers) = intern_catalog_offered(&mut cx, catalog);
     let overlays = if options.node_overlays {
         usable_overlays(&mut cx, snapshot, options.label_policy, &instance_types)
     } else {
@@ -65,6 +65,7 @@ pub fn static_node_claims(
         snapshot,
         policy: options.label_policy,
         instance_types: &instance_types,
+        offers: &offers,
         overlays: &overlays,
         daemons: &daemons,
         usage: &usage,
