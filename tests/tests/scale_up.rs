@@ -151,3 +151,33 @@ async fn the_claims_of_one_round_are_launched_together() -> TestResult {
     assert_eq!(h.sim.cloud().peak_concurrent_creates(), 10);
     Ok(())
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_node_pool_whose_instance_types_cannot_be_listed_does_not_stop_the_others() -> TestResult {
+    let h = Harness::start()?;
+    let client = h.sim.client();
+    h.sim.cloud().set_unlistable_node_pool("broken", true);
+    apply_nodepool(&client, "broken", &["spot", "on-demand"], Value::Null).await?;
+    apply_nodepool(&client, "default", &["spot", "on-demand"], Value::Null).await?;
+    apply_deployment(&client, "web", 4, "500m").await?;
+    until_running(&client, "app=web", 4, 300).await?;
+
+    let claims = Api::<NodeClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    assert!(!claims.items.is_empty());
+    for claim in &claims.items {
+        let pool = claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL_LABEL));
+        assert_eq!(
+            pool.map(String::as_str),
+            Some("default"),
+            "{:?}",
+            claim.metadata.name
+        );
+    }
+    Ok(())
+}

@@ -18,7 +18,8 @@
 //!   next create falls back to the next offering); [`SimCloudProvider::set_never_register`] (instances launched
 //!   while set never get a Node); [`SimCloudProvider::set_failing_launches`] (every launch fails with a
 //!   provider error that is not about capacity, as a quota or permission problem would; the attempts are in
-//!   [`SimCloudProvider::failed_launches`]); [`SimCloudProvider::set_drifted`];
+//!   [`SimCloudProvider::failed_launches`]); [`SimCloudProvider::set_unlistable_node_pool`] (one NodePool's
+//!   instance types cannot be listed, as when its node class cannot be read); [`SimCloudProvider::set_drifted`];
 //!   [`SimCloudProvider::terminate_instance`] (the instance dies outside Karpenter).
 //! - Interruptions: [`SimCloudProvider::schedule_interruption`] delivers an [`InterruptionEvent`] at a virtual
 //!   time to every [`SimCloudProvider::interruptions`] receiver; a spot interruption also terminates the instance
@@ -199,6 +200,8 @@ struct CloudState {
     failing_launches: Option<(String, String)>,
     /// When each failed launch was attempted.
     failed_launches: Vec<Timestamp>,
+    /// NodePools whose instance types cannot be listed (fault).
+    unlistable_node_pools: BTreeSet<String>,
     drifted: BTreeMap<String, String>,
     launches: Vec<LaunchRecord>,
     /// `create` calls under way now, and the most ever under way at once.
@@ -285,6 +288,7 @@ impl SimCloudProvider {
             never_register: false,
             failing_launches: None,
             failed_launches: Vec::new(),
+            unlistable_node_pools: BTreeSet::new(),
             drifted: BTreeMap::new(),
             launches: Vec::new(),
             creates_in_flight: 0,
@@ -336,6 +340,17 @@ impl SimCloudProvider {
     /// `None` lets launches succeed again.
     pub fn set_failing_launches(&self, failure: Option<(&str, &str)>) {
         self.shared.state().failing_launches = failure.map(|(r, m)| (r.to_string(), m.to_string()));
+    }
+
+    /// While `unlistable`, listing NodePool `node_pool`'s instance types fails with
+    /// [`CloudProviderError::NodeClassNotReady`], as when its node class cannot be read.
+    pub fn set_unlistable_node_pool(&self, node_pool: &str, unlistable: bool) {
+        let pools = &mut self.shared.state().unlistable_node_pools;
+        if unlistable {
+            pools.insert(node_pool.to_string());
+        } else {
+            pools.remove(node_pool);
+        }
     }
 
     /// When each launch that [`SimCloudProvider::set_failing_launches`] failed was attempted.
@@ -717,10 +732,18 @@ impl CloudProvider for SimCloudProvider {
 
     async fn instance_types(
         &self,
-        _node_pool: &NodePool,
+        node_pool: &NodePool,
     ) -> Result<Vec<CatalogInstanceType>, CloudProviderError> {
         let now = self.now();
         let state = self.shared.state();
+        if let Some(name) = node_pool.metadata.name.as_ref()
+            && state.unlistable_node_pools.contains(name)
+        {
+            return Err(CloudProviderError::NodeClassNotReady {
+                name: node_pool.spec.template.spec.node_class_ref.name.clone(),
+                reason: format!("instance types of NodePool {name} cannot be listed (fault)"),
+            });
+        }
         Ok(self
             .shared
             .source
