@@ -36,7 +36,7 @@ COPY crds ./crds
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
-    cargo build --profile image --locked -p karpenter --features aws \
+    cargo build --profile image --locked -p karpenter --no-default-features --features aws \
  && cp target/image/karpenter /karpenter
 
 FROM gcr.io/distroless/cc-debian12:nonroot

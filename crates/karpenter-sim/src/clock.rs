@@ -49,6 +49,7 @@ impl Clock for VirtualClock {
 }
 
 /// Kubernetes' wire format for metav1.Time: RFC 3339 with whole seconds, in UTC.
+#[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
 pub(crate) fn format_time(ts: Timestamp) -> String {
     ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }

@@ -10,22 +10,40 @@
 //! - [`workloads`]: Deployment, ReplicaSet, DaemonSet and Job controllers.
 //! - [`cluster`]: [`SimCluster`], all of the above on one clock.
 
+//!
+//! The API server and what runs on it (`apiserver`, `cluster`, `kubelet`, `scheduler`, `workloads`) are the
+//! `apiserver` feature (on by default): the controller binary needs only the clock and the kwok cloud provider
+//! unless it is built with `simulate`, so a production image does not carry an API server.
+
+#[cfg(feature = "apiserver")]
 pub mod apiserver;
 pub mod clock;
 pub mod cloud;
+#[cfg(feature = "apiserver")]
 pub mod cluster;
+#[cfg(feature = "apiserver")]
 mod error;
+#[cfg(feature = "apiserver")]
 pub mod kubelet;
 pub mod kwok;
+#[cfg(feature = "apiserver")]
 mod objects;
+mod rng;
+#[cfg(feature = "apiserver")]
 pub mod scheduler;
+#[cfg(feature = "apiserver")]
 pub mod workloads;
 
+#[cfg(feature = "apiserver")]
 pub use apiserver::{ApiServer, ApiServerOptions};
 pub use clock::{Clock, SystemClock, VirtualClock};
 pub use cloud::{InterruptionEvent, InterruptionKind, OfferingKey, SimCloudOptions, SimCloudProvider};
+#[cfg(feature = "apiserver")]
 pub use cluster::{SimCluster, SimOptions};
+#[cfg(feature = "apiserver")]
 pub use error::{ApiStatus, Error};
+#[cfg(feature = "apiserver")]
 pub use kubelet::KubeletOptions;
 pub use kwok::KwokCloudProvider;
+#[cfg(feature = "apiserver")]
 pub use workloads::WorkloadOptions;

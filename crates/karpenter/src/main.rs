@@ -12,6 +12,7 @@ mod disrupt;
 mod input;
 mod json_stream;
 mod schedule;
+#[cfg(feature = "simulate")]
 mod simulate;
 
 /// jemalloc instead of glibc's malloc: with a cache of 150,000 pods turning over, glibc keeps freed memory in
@@ -44,6 +45,7 @@ enum Command {
     /// Show what the next disruption pass would do on a snapshot, and why every other node is left alone.
     Disrupt(disrupt::DisruptArgs),
     /// Run the controllers against a simulated cluster and cloud on a virtual clock, and report what happened.
+    #[cfg(feature = "simulate")]
     Simulate(simulate::SimulateArgs),
 }
 
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Some(Command::Controller(args)) => controller::run(args),
         Some(Command::Schedule(args)) => schedule::run(args),
         Some(Command::Disrupt(args)) => disrupt::run(args),
+        #[cfg(feature = "simulate")]
         Some(Command::Simulate(args)) => simulate::run(args),
     };
     match result {

@@ -4,7 +4,8 @@
 
 use std::{sync::Arc, time::Duration};
 
-use super::{Shared, rng::Rng, route::Verb};
+use super::{Shared, route::Verb};
+use crate::rng::Rng;
 
 /// Answer matching requests with an error code instead of serving them.
 #[derive(Debug, Clone)]

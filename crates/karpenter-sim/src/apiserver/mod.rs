@@ -57,7 +57,6 @@ mod patch;
 mod read;
 mod resources;
 mod response;
-pub(crate) mod rng;
 mod route;
 pub(crate) mod selectors;
 mod service;

@@ -14,11 +14,8 @@ use std::{
 use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::{
-    resources::{Registry, ResourceId, ResourceInfo},
-    rng::Rng,
-};
-use crate::{clock::Clock, error::ApiStatus};
+use super::resources::{Registry, ResourceId, ResourceInfo};
+use crate::{clock::Clock, error::ApiStatus, rng::Rng};
 
 /// A stored object; shared between the map, the history and the watch streams without copying.
 pub type Obj = Arc<Value>;

@@ -67,7 +67,7 @@ use karpenter_core::{
 };
 use tokio::{sync::broadcast, task::JoinHandle};
 
-use crate::{apiserver::rng::Rng, clock::Clock};
+use crate::{clock::Clock, rng::Rng};
 use select::CompiledCatalog;
 
 /// The image every simulated instance runs.

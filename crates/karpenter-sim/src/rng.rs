@@ -4,6 +4,8 @@
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 
+// The API server's uids, names and faults use the rest.
+#[cfg_attr(not(feature = "apiserver"), allow(dead_code))]
 impl Rng {
     pub fn seeded(seed: u64) -> Self {
         Self(seed)
