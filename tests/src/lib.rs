@@ -11,6 +11,7 @@ use karpenter_api::nodepool::NodePool;
 use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
 use karpenter_operator::{ControllerParts, Settings, controller_tasks};
 use karpenter_sim::{SimCluster, SimOptions, VirtualClock};
+use karpenter_state::api_errors::is_conflict;
 use karpenter_state::{ClusterState, Watched};
 use kube::{
     Api,
@@ -172,7 +173,7 @@ pub async fn apply_node_class(client: &kube::Client, name: &str) -> TestResult {
     }))?;
     match api.create(&PostParams::default(), &object).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) if is_conflict(&e) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }

@@ -22,6 +22,7 @@ use karpenter_core::{
     snapshot::{BuildOptions, DisruptionInputs, Snapshot, build_disruption_inputs},
 };
 use karpenter_provisioner::catalog::catalog_for;
+use karpenter_state::api_errors::{ignore_not_found, is_conflict, is_not_found};
 use karpenter_state::{
     ClusterState,
     events::{Dedupe, DedupedRecorder},
@@ -290,8 +291,8 @@ impl DisruptionController {
                 .await
             {
                 Ok(_) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 && attempt < ATTEMPTS => continue,
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if is_conflict(&e) && attempt < ATTEMPTS => continue,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -737,9 +738,6 @@ impl DisruptionController {
 }
 
 async fn delete_claim(claims: &Api<NodeClaim>, name: &str) -> Result<(), DisruptionError> {
-    match claims.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    ignore_not_found(claims.delete(name, &DeleteParams::default()).await)?;
+    Ok(())
 }

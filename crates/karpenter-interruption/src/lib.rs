@@ -25,6 +25,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_core::clock::SystemClock;
 use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind};
+use karpenter_state::api_errors::is_not_found;
 use karpenter_state::{ClusterState, events::DedupedRecorder};
 use kube::{Api, Client, Resource, ResourceExt, api::DeleteParams};
 
@@ -147,7 +148,7 @@ impl InterruptionController {
                     .inc();
                 Ok(Handled::Deleted(name))
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Handled::Noted),
+            Err(e) if is_not_found(&e) => Ok(Handled::Noted),
             Err(e) => Err(e),
         }
     }

@@ -37,6 +37,7 @@ use karpenter_core::{
     clock::Clock,
     snapshot::{BufferResolution, ResolvedBuffer, Snapshot, UnresolvedBuffer, resolve_buffers},
 };
+use karpenter_state::api_errors::is_not_found;
 use karpenter_state::{ClusterState, Keyed, ProjectedStore, periodic::run_synced};
 use kube::{
     Api, Client,
@@ -403,7 +404,7 @@ impl CapacityBufferController {
         {
             Ok(_) => Ok(Some(key)),
             // Deleted since the cache saw it.
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

@@ -31,6 +31,7 @@ use karpenter_core::{
         FAILED_CONSISTENCY_CHECK, consistency_issues,
     },
 };
+use karpenter_state::api_errors::ignore_not_found;
 use karpenter_state::{ClusterState, events::DedupedRecorder, periodic::run_synced};
 use kube::{
     Api, Client, ResourceExt,
@@ -185,14 +186,11 @@ impl ConsistencyController {
             "metadata": {"resourceVersion": claim.resource_version()},
             "status": {"conditions": conditions},
         });
-        match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        ignore_not_found(
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await,
+        )?;
+        Ok(())
     }
 }
 

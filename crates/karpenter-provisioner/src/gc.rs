@@ -21,6 +21,7 @@ use karpenter_core::{
     cloudprovider::{CloudProvider, InstanceSummary},
 };
 use karpenter_state::ClusterState;
+use karpenter_state::api_errors::ignore_not_found;
 use kube::{Api, Client, ResourceExt, api::DeleteParams};
 
 use crate::ProvisionerError;
@@ -171,10 +172,8 @@ impl GarbageCollector {
             if running.contains(id) || claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            match api.delete(&claim.name_any(), &DeleteParams::default()).await {
-                Ok(_) => collected.node_claims.push(claim.name_any()),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
+            if ignore_not_found(api.delete(&claim.name_any(), &DeleteParams::default()).await)?.is_some() {
+                collected.node_claims.push(claim.name_any());
             }
         }
         Ok(collected)

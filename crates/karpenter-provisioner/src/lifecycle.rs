@@ -50,6 +50,7 @@ use karpenter_core::{
     clock::Clock,
     cloudprovider::{CloudProvider, CloudProviderError},
 };
+use karpenter_state::api_errors::ignore_not_found;
 use karpenter_state::{
     ClusterState,
     events::DedupedRecorder,
@@ -346,10 +347,8 @@ impl Lifecycle {
         let name = claim.name_any();
         tracing::warn!(nodeclaim = %name, "{what} did not complete in time; deleting the NodeClaim");
         let api: Api<NodeClaim> = Api::all(self.client.clone());
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => self.report(claim, outcome),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
+        if ignore_not_found(api.delete(&name, &DeleteParams::default()).await)?.is_some() {
+            self.report(claim, outcome);
         }
         done.timed_out.push(name);
         Ok(())
@@ -578,11 +577,8 @@ fn launch_failure(error: &CloudProviderError) -> (String, String) {
 /// deleted (such a Node, deleted before it registered, goes without draining, as it would without Karpenter).
 /// Deletes a claim; one already gone is what was wanted.
 async fn delete_ignoring_gone(api: &Api<NodeClaim>, name: &str) -> Result<(), ProvisionerError> {
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    ignore_not_found(api.delete(name, &DeleteParams::default()).await)?;
+    Ok(())
 }
 
 /// A Node not yet registered (no `karpenter.sh/registered` label) that came up without the

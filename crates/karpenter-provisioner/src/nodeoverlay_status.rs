@@ -23,6 +23,7 @@ use karpenter_core::{
     cloudprovider::CloudProvider,
     snapshot::{OverlayProblem, OverlayVerdict, Snapshot, node_overlay_verdicts},
 };
+use karpenter_state::api_errors::is_not_found;
 use karpenter_state::{ClusterState, periodic::run_synced};
 use kube::{
     Api, Client, ResourceExt,
@@ -139,7 +140,7 @@ impl NodeOverlayStatusController {
             {
                 Ok(_) => patched.push(name),
                 // Deleted since the cache saw it.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

@@ -24,6 +24,7 @@ use karpenter_api::{
 };
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
 use karpenter_state::ClusterState;
+use karpenter_state::api_errors::is_not_found;
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
@@ -174,7 +175,7 @@ impl NodePoolStatusController {
                     pass.patched.push(name);
                 }
                 // Deleted since the cache saw it.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

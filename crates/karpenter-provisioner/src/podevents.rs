@@ -23,6 +23,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_core::{clock::Clock, snapshot::CompactPod};
+use karpenter_state::api_errors::is_not_found;
 use karpenter_state::{ClusterState, periodic::run_synced};
 use kube::{
     Api, Client,
@@ -228,7 +229,7 @@ impl PodEventsController {
                 .await
             {
                 Ok(_) => written.push(name),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

@@ -25,6 +25,7 @@ use karpenter_core::{
     snapshot::{BuildOptions, static_node_claims},
     static_capacity::{StaticPool, choose_surplus, static_pools, surplus_candidates},
 };
+use karpenter_state::api_errors::ignore_not_found;
 use karpenter_state::{ClusterState, periodic::run_synced};
 use kube::{
     Api, Client, ResourceExt,
@@ -287,11 +288,7 @@ impl StaticCapacityController {
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         for i in chosen {
             let name = &candidates[i].node_claim;
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            ignore_not_found(api.delete(name, &DeleteParams::default()).await)?;
             self.lock().deleted.insert(name.clone(), Instant::now());
             pass.deleted.push(name.clone());
         }

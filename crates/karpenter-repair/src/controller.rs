@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
+use karpenter_state::api_errors::is_not_found;
 use karpenter_state::{ClusterState, events::DedupedRecorder};
 use kube::{
     Api, Client, Resource,
@@ -136,7 +137,7 @@ impl NodeRepairController {
             .await
         {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) if is_not_found(&e) => return Ok(false),
             Err(e) => return Err(e.into()),
         }
         match claims.delete(&repair.node_claim, &DeleteParams::default()).await {
@@ -170,7 +171,7 @@ impl NodeRepairController {
                     .inc();
                 Ok(true)
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }

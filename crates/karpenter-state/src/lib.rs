@@ -11,8 +11,10 @@
 //! an empty cluster.
 //!
 //! [`events::DedupedRecorder`] is here too: the Events recorder the controllers that report every pass share;
-//! and [`finalizers`], the optimistically locked finalizer writes the lifecycle and the terminator share.
+//! [`finalizers`], the optimistically locked finalizer writes the lifecycle and the terminator share; and
+//! [`api_errors`], the API server answers (not found, conflict) every controller branches on.
 
+pub mod api_errors;
 mod cluster_state;
 mod error;
 pub mod events;

@@ -16,6 +16,7 @@ use karpenter_core::{
     clock::Clock, cloudprovider::CloudProvider, disruption::expiration::termination_deadline,
     snapshot::CompactPod,
 };
+use karpenter_state::api_errors::{ignore_not_found, is_conflict, is_not_found};
 use karpenter_state::{
     ClusterState, events::DedupedRecorder, finalizers::remove_finalizer, periodic::run_synced,
 };
@@ -277,10 +278,10 @@ impl Terminator {
         match claim {
             Some(claim) if claim.metadata.deletion_timestamp.is_none() => {
                 let claims: Api<NodeClaim> = Api::all(self.client.clone());
-                match claims.delete(&claim.name_any(), &DeleteParams::default()).await {
-                    Ok(_) => done.deleted_for_node.push(claim.name_any()),
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e.into()),
+                if ignore_not_found(claims.delete(&claim.name_any(), &DeleteParams::default()).await)?
+                    .is_some()
+                {
+                    done.deleted_for_node.push(claim.name_any());
                 }
             }
             Some(claim)
@@ -358,11 +359,7 @@ impl Terminator {
         }
         if let Some(node) = &node {
             let nodes: Api<Node> = Api::all(self.client.clone());
-            match nodes.delete(&node.name_any(), &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            ignore_not_found(nodes.delete(&node.name_any(), &DeleteParams::default()).await)?;
             // The instance is gone, so the Node may go too. Before the claim's own finalizer: were that removed
             // first and this patch then failed, the Node would wait for the node pass's fallback instead.
             if remove_node_finalizer(&self.client, node).await? {
@@ -535,7 +532,7 @@ impl Terminator {
                 *claim = written;
                 Ok(false)
             }
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(true),
+            Err(e) if is_conflict(&e) || is_not_found(&e) => Ok(true),
             Err(e) => Err(e.into()),
         }
     }
@@ -580,7 +577,7 @@ impl Terminator {
             .await
         {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) if is_not_found(&e) => return Ok(()),
             Err(e) => return Err(e.into()),
         }
         let own = pod
@@ -635,7 +632,7 @@ impl Terminator {
                 done.evicted.push(key(pod));
             }
             // Gone already, or a different pod of that name by now.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) if is_not_found(&e) || is_conflict(&e) => {}
             Err(kube::Error::Api(s)) if s.code == 429 => {
                 let message = format!("Failed to drain node, evicting pod {} violates a PDB", key(pod));
                 self.events.warn(node, events::FAILED_DRAINING, &message).await;
