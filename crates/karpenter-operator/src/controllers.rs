@@ -26,7 +26,7 @@ use karpenter_provisioner::{
     static_capacity::StaticCapacityController,
 };
 use karpenter_repair::NodeRepairController;
-use karpenter_state::ClusterState;
+use karpenter_state::{ClusterState, periodic::run_timed};
 use karpenter_termination::Terminator;
 use kube::{Client, ResourceExt};
 
@@ -304,13 +304,14 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     tasks.push((
         "disruption",
         Box::pin(async move {
-            loop {
-                let mut timer = metrics().reconcile("disruption");
+            let (disruption, state, observer) = (&disruption, &state, &observer);
+            // Timed before the sync too: the tick answers NotSynced itself.
+            run_timed("disruption", interval, || async move {
                 match disruption.tick().await {
                     Ok(Tick::Started(command)) => {
                         tracing::info!(controller = "disruption", method = %command.method, candidates = ?command.candidates, replacements = ?command.replacements, "disrupting");
-                        record_disruption(&state, &command);
-                        if let Some(observer) = &observer {
+                        record_disruption(state, &command);
+                        if let Some(observer) = observer {
                             observer.disrupted(&command.method, command.candidates.len());
                         }
                     }
@@ -337,13 +338,13 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
                     }
                     Ok(_) => {}
                     Err(error) => {
-                        timer.failed();
                         tracing::warn!(controller = "disruption", category = error.category(), %error, "disruption tick failed");
+                        return false;
                     }
                 }
-                drop(timer);
-                tokio::time::sleep(interval).await;
-            }
+                true
+            })
+            .await;
         }),
     ));
     if let Some(source) = parts.interruption.clone() {

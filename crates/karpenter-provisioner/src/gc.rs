@@ -20,8 +20,8 @@ use karpenter_core::{
     clock::Clock,
     cloudprovider::{CloudProvider, InstanceSummary},
 };
-use karpenter_state::ClusterState;
 use karpenter_state::api_errors::ignore_not_found;
+use karpenter_state::{ClusterState, periodic::run_synced};
 use kube::{Api, Client, ResourceExt, api::DeleteParams};
 
 use crate::ProvisionerError;
@@ -123,27 +123,23 @@ impl GarbageCollector {
     }
 
     pub async fn run(&self) {
-        loop {
-            tokio::time::sleep(self.interval).await;
-            if !self.state.synced() {
-                continue;
-            }
-            let mut timer = karpenter_metrics::metrics().reconcile("nodeclaim.garbagecollection");
+        // The first pass waits one interval too.
+        tokio::time::sleep(self.interval).await;
+        run_synced(&self.state, "nodeclaim.garbagecollection", self.interval, || async {
             match self.collect().await {
-                Ok(c) if c != Collected::default() => {
-                    tracing::info!(
-                        controller = "nodeclaim.garbagecollection",
-                        ?c,
-                        "garbage collected"
-                    )
+                Ok(c) => {
+                    if c != Collected::default() {
+                        tracing::info!(controller = "nodeclaim.garbagecollection", ?c, "garbage collected");
+                    }
+                    true
                 }
-                Ok(_) => {}
                 Err(error) => {
-                    timer.failed();
-                    tracing::warn!(controller = "nodeclaim.garbagecollection", category = error.category(), %error, "garbage collection failed")
+                    tracing::warn!(controller = "nodeclaim.garbagecollection", category = error.category(), %error, "garbage collection failed");
+                    false
                 }
             }
-        }
+        })
+        .await;
     }
 
     pub async fn collect(&self) -> Result<Collected, ProvisionerError> {

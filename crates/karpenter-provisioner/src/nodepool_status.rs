@@ -23,8 +23,8 @@ use karpenter_api::{
     nodepool::{NodePool, NodePoolStatus},
 };
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
-use karpenter_state::ClusterState;
 use karpenter_state::api_errors::is_not_found;
+use karpenter_state::{ClusterState, periodic::run_synced_untimed};
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
@@ -94,14 +94,12 @@ impl NodePoolStatusController {
 
     /// Runs passes until the future is dropped; a failed pass is logged and the next one retries.
     pub async fn run(&self) {
-        loop {
-            if self.state.synced()
-                && let Err(error) = self.pass().await
-            {
+        run_synced_untimed(&self.state, self.interval, || async {
+            if let Err(error) = self.pass().await {
                 tracing::warn!(category = error.category(), %error, "NodePool status pass failed");
             }
-            tokio::time::sleep(self.interval).await;
-        }
+        })
+        .await;
     }
 
     /// One pass over every NodePool in the cache.

@@ -26,7 +26,10 @@ use karpenter_core::{
     static_capacity::{StaticPool, choose_surplus, static_pools, surplus_candidates},
 };
 use karpenter_state::api_errors::ignore_not_found;
-use karpenter_state::{ClusterState, periodic::run_synced};
+use karpenter_state::{
+    ClusterState,
+    periodic::{run_synced, run_synced_untimed},
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, PostParams},
@@ -299,16 +302,15 @@ impl StaticCapacityController {
     /// replicas. Runs until dropped.
     pub async fn report_inert(state: ClusterState) {
         let mut told = HashSet::new();
-        loop {
-            if state.synced() {
-                for pool in state.node_pools.all() {
-                    if pool.is_static() && told.insert(pool.name_any()) {
-                        tracing::warn!(nodepool = %pool.name_any(), replicas = ?pool.spec.replicas, "NodePool sets replicas but the StaticCapacity feature gate is off: no NodeClaims are created or removed for it");
-                    }
+        run_synced_untimed(&state, Duration::from_secs(30), || {
+            for pool in state.node_pools.all() {
+                if pool.is_static() && told.insert(pool.name_any()) {
+                    tracing::warn!(nodepool = %pool.name_any(), replicas = ?pool.spec.replicas, "NodePool sets replicas but the StaticCapacity feature gate is off: no NodeClaims are created or removed for it");
                 }
             }
-            tokio::time::sleep(Duration::from_secs(30)).await;
-        }
+            std::future::ready(())
+        })
+        .await;
     }
 }
 

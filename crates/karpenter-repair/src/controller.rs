@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
 use karpenter_state::api_errors::is_not_found;
-use karpenter_state::{ClusterState, events::DedupedRecorder};
+use karpenter_state::{ClusterState, events::DedupedRecorder, periodic::run_synced_untimed};
 use kube::{
     Api, Client, Resource,
     api::{DeleteParams, Patch, PatchParams},
@@ -69,7 +69,7 @@ impl NodeRepairController {
             );
             return;
         }
-        loop {
+        run_synced_untimed(&self.state, self.interval, || async {
             match self.pass().await {
                 Ok(pass) if !pass.repaired.is_empty() => {
                     tracing::info!(repaired = ?pass.repaired, "repairing unhealthy nodes")
@@ -77,8 +77,8 @@ impl NodeRepairController {
                 Ok(_) | Err(RepairError::NotSynced) => {}
                 Err(error) => tracing::warn!(category = error.category(), %error, "node repair pass failed"),
             }
-            tokio::time::sleep(self.interval).await;
-        }
+        })
+        .await;
     }
 
     /// One pass over the cache as it is now.
