@@ -12,7 +12,7 @@ use karpenter_api::{
     labels,
     nodeclaim::NodeClaim,
 };
-use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
+use karpenter_core::{catalog::CatalogFile, disruption::pass::Method, snapshot::BuildOptions};
 use karpenter_disruption::{
     DisruptionController, DisruptionSettings, Tick, blocked_events::DISRUPTION_BLOCKED,
 };
@@ -181,7 +181,7 @@ async fn a_consolidation_whose_candidate_changes_within_fifteen_seconds_is_aband
     protected?;
     match tick? {
         Tick::Abandoned { method, why } => {
-            assert_eq!(method, "emptiness");
+            assert_eq!(method, Method::Emptiness);
             // Taken again, the protected node is no candidate (the pass may now prefer to move the other
             // node's pod onto it instead, a different command): either way, not what was decided.
             assert!(
@@ -211,7 +211,7 @@ async fn an_unchanged_consolidation_goes_ahead_after_fifteen_seconds() -> TestRe
     let decided = clock.now();
     match disruption.tick().await? {
         Tick::Started(command) => {
-            assert_eq!(command.method, "emptiness");
+            assert_eq!(command.method, Method::Emptiness);
             assert_eq!(
                 command
                     .candidates

@@ -89,8 +89,8 @@ impl Default for DisruptionSettings {
 /// A command being carried out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InFlight {
-    /// The method that chose it (`single-node-consolidation`, `drift`, ...).
-    pub method: String,
+    /// The method that chose it.
+    pub method: Method,
     /// Why (`Empty`, `Drifted`, `Underutilized`): the candidates' `DisruptionReason` condition.
     pub reason: String,
     /// The candidates' NodeClaim and Node names.
@@ -118,7 +118,7 @@ pub enum Tick {
     /// A consolidation decision was not confirmed when taken again after the validation delay; nothing was
     /// done.
     Abandoned {
-        method: String,
+        method: Method,
         why: String,
     },
 }
@@ -388,10 +388,7 @@ impl DisruptionController {
             again_inputs.view.nodes[n].node_claim.as_deref()
         });
         if let Err(why) = validate(&decided, &confirmed) {
-            return Ok(Tick::Abandoned {
-                method: method.as_str().to_string(),
-                why,
-            });
+            return Ok(Tick::Abandoned { method, why });
         }
         self.execute(&snapshot, &again_inputs, &again, self.clock.now())
             .await
@@ -415,7 +412,7 @@ impl DisruptionController {
             .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
             .collect();
         let mut command = InFlight {
-            method: first.method.as_str().to_string(),
+            method: first.method,
             reason: first.reason.as_str().to_string(),
             candidates: Vec::new(),
             replacements: Vec::new(),
@@ -441,7 +438,7 @@ impl DisruptionController {
         }
         // TerminateFirstDrift: where capacity is pinned (a reservation, a static pool's count), the drifted
         // node must go before its replacement can launch, so the candidates are deleted first.
-        let terminate_first = self.settings.terminate_first_drift && command.method.contains("drift");
+        let terminate_first = self.settings.terminate_first_drift && command.method.is_drift();
         if terminate_first {
             self.tell_terminating(&command).await;
             for (claim, _) in &command.candidates {
@@ -702,7 +699,7 @@ impl DisruptionController {
             return Ok(Tick::Waiting);
         }
         // Drifted candidates deleted first (TerminateFirstDrift) were told so then.
-        let terminate_first = self.settings.terminate_first_drift && command.method.contains("drift");
+        let terminate_first = self.settings.terminate_first_drift && command.method.is_drift();
         if !terminate_first {
             self.tell_terminating(&command).await;
         }

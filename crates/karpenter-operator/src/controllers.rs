@@ -4,9 +4,11 @@
 
 use std::{future::Future, pin::Pin, sync::Arc};
 
+use karpenter_api::nodepool::DisruptionReason;
 use karpenter_core::{
     clock::Clock,
     cloudprovider::{CloudProvider, InterruptionSource},
+    disruption::pass::Method,
     snapshot::BuildOptions,
 };
 use karpenter_disruption::{DisruptionController, DisruptionSettings, InFlight, Tick};
@@ -78,19 +80,11 @@ impl ControllerParts {
 }
 
 /// The upstream disruption reason a method reports in metrics.
-pub fn disruption_reason(method: &str) -> &'static str {
-    match method {
-        "emptiness" => "empty",
-        "drift" | "static-drift" => "drifted",
-        _ => "underutilized",
-    }
-}
-
-fn consolidation_type(method: &str) -> &'static str {
-    match method {
-        "single-node-consolidation" => "single",
-        "multi-node-consolidation" => "multi",
-        _ => "",
+pub fn disruption_reason(method: Method) -> &'static str {
+    match method.reason() {
+        DisruptionReason::Empty => "empty",
+        DisruptionReason::Drifted => "drifted",
+        DisruptionReason::Underutilized | DisruptionReason::Unhealthy => "underutilized",
     }
 }
 
@@ -106,12 +100,12 @@ fn decision(command: &InFlight) -> &'static str {
 /// Counts a started command in the disruption metrics.
 fn record_disruption(state: &ClusterState, command: &InFlight) {
     let m = metrics();
-    let reason = disruption_reason(&command.method);
+    let reason = disruption_reason(command.method);
     m.voluntary_disruption_decisions
         .get_or_create(&DecisionLabels {
             decision: decision(command).into(),
             reason: reason.into(),
-            consolidation_type: consolidation_type(&command.method).into(),
+            consolidation_type: command.method.consolidation_type().into(),
         })
         .inc();
     for (claim, _) in &command.candidates {
@@ -312,7 +306,7 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
                         tracing::info!(controller = "disruption", method = %command.method, candidates = ?command.candidates, replacements = ?command.replacements, "disrupting");
                         record_disruption(state, &command);
                         if let Some(observer) = observer {
-                            observer.disrupted(&command.method, command.candidates.len());
+                            observer.disrupted(command.method.as_str(), command.candidates.len());
                         }
                     }
                     Ok(Tick::RolledBack { command, why }) => {
@@ -321,8 +315,8 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
                             .voluntary_disruption_queue_failures
                             .get_or_create(&DecisionLabels {
                                 decision: decision(&command).into(),
-                                reason: disruption_reason(&command.method).into(),
-                                consolidation_type: consolidation_type(&command.method).into(),
+                                reason: disruption_reason(command.method).into(),
+                                consolidation_type: command.method.consolidation_type().into(),
                             })
                             .inc();
                     }
@@ -331,8 +325,8 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
                         metrics()
                             .voluntary_disruption_failed_validations
                             .get_or_create(&EvaluationLabels {
-                                reason: disruption_reason(&method).into(),
-                                consolidation_type: consolidation_type(&method).into(),
+                                reason: disruption_reason(method).into(),
+                                consolidation_type: method.consolidation_type().into(),
                             })
                             .inc();
                     }
@@ -374,4 +368,25 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         ));
     }
     tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_method_reports_upstreams_disruption_reason() {
+        let reasons = [
+            Method::Emptiness,
+            Method::StaticDrift,
+            Method::Drift,
+            Method::MultiNodeConsolidation,
+            Method::SingleNodeConsolidation,
+        ]
+        .map(disruption_reason);
+        assert_eq!(
+            reasons,
+            ["empty", "drifted", "drifted", "underutilized", "underutilized"]
+        );
+    }
 }
