@@ -361,7 +361,7 @@ impl DisruptionController {
                     .get_or_create(&karpenter_metrics::NodeClaimDisruptedLabels {
                         reason: "expired".into(),
                         nodepool: label(labels::NODEPOOL_LABEL),
-                        capacity_type: label("karpenter.sh/capacity-type"),
+                        capacity_type: label(labels::CAPACITY_TYPE_LABEL),
                     })
                     .inc();
             }

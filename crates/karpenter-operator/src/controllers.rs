@@ -4,7 +4,7 @@
 
 use std::{future::Future, pin::Pin, sync::Arc};
 
-use karpenter_api::nodepool::DisruptionReason;
+use karpenter_api::{labels, nodepool::DisruptionReason};
 use karpenter_core::{
     clock::Clock,
     cloudprovider::{CloudProvider, InterruptionSource},
@@ -119,8 +119,8 @@ fn record_disruption(state: &ClusterState, command: &InFlight) {
         m.nodeclaims_disrupted
             .get_or_create(&NodeClaimDisruptedLabels {
                 reason: reason.into(),
-                nodepool: label("karpenter.sh/nodepool"),
-                capacity_type: label("karpenter.sh/capacity-type"),
+                nodepool: label(labels::NODEPOOL_LABEL),
+                capacity_type: label(labels::CAPACITY_TYPE_LABEL),
             })
             .inc();
     }

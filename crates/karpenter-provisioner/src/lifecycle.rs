@@ -282,7 +282,7 @@ impl Lifecycle {
                 .nodes_created
                 .get_or_create(&karpenter_metrics::NodeLabels {
                     nodepool: label(labels::NODEPOOL_LABEL),
-                    zone: label("topology.kubernetes.io/zone"),
+                    zone: label(labels::ZONE_LABEL),
                 })
                 .inc();
             done.registered.push(name);

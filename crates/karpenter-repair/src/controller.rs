@@ -150,7 +150,7 @@ impl NodeRepairController {
                     .get(&repair.node_claim)
                     .and_then(|c| {
                         kube::ResourceExt::labels(c.as_ref())
-                            .get("karpenter.sh/capacity-type")
+                            .get(labels::CAPACITY_TYPE_LABEL)
                             .cloned()
                     })
                     .unwrap_or_default();

@@ -115,14 +115,11 @@ fn drain_deadline(claim: &NodeClaim) -> Option<jiff::Timestamp> {
 fn record_termination(claim: &NodeClaim, had_node: bool, now: jiff::Timestamp) {
     let m = karpenter_metrics::metrics();
     let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
-    let (nodepool, zone) = (
-        label(labels::NODEPOOL_LABEL),
-        label("topology.kubernetes.io/zone"),
-    );
+    let (nodepool, zone) = (label(labels::NODEPOOL_LABEL), label(labels::ZONE_LABEL));
     m.nodeclaims_terminated
         .get_or_create(&karpenter_metrics::NodeClaimTerminatedLabels {
             nodepool: nodepool.clone(),
-            capacity_type: label("karpenter.sh/capacity-type"),
+            capacity_type: label(labels::CAPACITY_TYPE_LABEL),
             zone: zone.clone(),
         })
         .inc();
@@ -303,11 +300,12 @@ impl Terminator {
     /// the Node's provider ID, and releasing the Node while its claim still exists would leave the instance
     /// running behind an already deleted Node.
     async fn owning_claim(&self, node: &Node) -> Result<Option<Arc<NodeClaim>>, TerminationError> {
-        let Some(owner) = node
-            .owner_references()
-            .iter()
-            .find(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"))
-        else {
+        let Some(owner) = node.owner_references().iter().find(|o| {
+            o.kind == "NodeClaim"
+                && o.api_version
+                    .strip_prefix(labels::GROUP)
+                    .is_some_and(|v| v.starts_with('/'))
+        }) else {
             return Ok(None);
         };
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
