@@ -12,7 +12,7 @@ use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
 use karpenter_operator::{ControllerParts, Settings, controller_tasks};
 use karpenter_sim::{SimCluster, SimOptions, VirtualClock};
 use karpenter_state::api_errors::is_conflict;
-use karpenter_state::{ClusterState, Watched};
+use karpenter_state::{ClusterState, ControllerContext, Watched};
 use kube::{
     Api,
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams},
@@ -107,6 +107,11 @@ impl Harness {
 
     pub fn client(&self) -> kube::Client {
         self.sim.client()
+    }
+
+    /// A controller's context on the simulated cluster: its client, this harness's cache and its clock.
+    pub fn context(&self) -> ControllerContext {
+        ControllerContext::new(self.client(), self.state.clone(), self.sim.clock())
     }
 }
 

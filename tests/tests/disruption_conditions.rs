@@ -113,10 +113,8 @@ async fn claims_carry_consolidatable_and_drifted_and_a_held_node_says_why_once()
 fn controller(h: &Harness) -> Result<DisruptionController, Box<dyn std::error::Error + Send + Sync>> {
     let catalog = CatalogFile::from_json_str(CATALOG)?;
     Ok(DisruptionController::new(
-        h.client(),
-        h.state.clone(),
+        h.context(),
         h.sim.cloud_provider(),
-        h.sim.clock(),
         DisruptionSettings {
             build: BuildOptions {
                 label_policy: LabelPolicy::Core,

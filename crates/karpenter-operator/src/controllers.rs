@@ -28,7 +28,7 @@ use karpenter_provisioner::{
     static_capacity::StaticCapacityController,
 };
 use karpenter_repair::NodeRepairController;
-use karpenter_state::{ClusterState, periodic::run_timed};
+use karpenter_state::{ClusterState, ControllerContext, periodic::run_timed};
 use karpenter_termination::Terminator;
 use kube::{Client, ResourceExt};
 
@@ -72,6 +72,11 @@ impl ControllerParts {
             unevaluated_nodepools: false,
             ..self.build.clone()
         }
+    }
+
+    /// The client, state cache and clock every controller is built on.
+    pub fn context(&self) -> ControllerContext {
+        ControllerContext::new(self.client.clone(), self.state.clone(), Arc::clone(&self.clock))
     }
 
     fn cloud_for(&self, controller: &'static str) -> Arc<dyn CloudProvider> {
@@ -142,6 +147,7 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         .feature_gates
         .capacity_buffer
         .then(|| Arc::new(BufferSignals::default()));
+    let cx = parts.context();
     let mut provisioner = Provisioner::new(
         parts.client.clone(),
         parts.state.clone(),
@@ -163,32 +169,13 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     let registration_health = Arc::new(RegistrationHealth::default());
     // As upstream, the per-object controllers work on more objects at once when the container requests more CPU.
     let per_object = settings.reconcile_concurrency(PER_OBJECT_CONCURRENCY.0, PER_OBJECT_CONCURRENCY.1);
-    let mut lifecycle = Lifecycle::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        parts.cloud_for("nodeclaim.lifecycle"),
-        Arc::clone(&parts.clock),
-    )
-    .with_registration_health(Arc::clone(&registration_health));
+    let mut lifecycle = Lifecycle::new(cx.clone(), parts.cloud_for("nodeclaim.lifecycle"))
+        .with_registration_health(Arc::clone(&registration_health));
     lifecycle.concurrency = per_object;
-    let mut terminator = Terminator::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        parts.cloud_for("nodeclaim.termination"),
-        Arc::clone(&parts.clock),
-    );
+    let mut terminator = Terminator::new(cx.clone(), parts.cloud_for("nodeclaim.termination"));
     terminator.concurrency = per_object;
-    let pod_events = PodEventsController::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        Arc::clone(&parts.clock),
-    );
-    let gc = GarbageCollector::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        parts.cloud_for("nodeclaim.garbagecollection"),
-        Arc::clone(&parts.clock),
-    );
+    let pod_events = PodEventsController::new(cx.clone());
+    let gc = GarbageCollector::new(cx.clone(), parts.cloud_for("nodeclaim.garbagecollection"));
     let disruption_settings = DisruptionSettings {
         build,
         spot_to_spot: settings.feature_gates.spot_to_spot_consolidation,
@@ -196,18 +183,11 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         ..DisruptionSettings::default()
     };
     let interval = disruption_settings.interval;
-    let disruption = DisruptionController::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        parts.cloud_for("disruption"),
-        Arc::clone(&parts.clock),
-        disruption_settings,
-    );
+    let disruption =
+        DisruptionController::new(cx.clone(), parts.cloud_for("disruption"), disruption_settings);
     let nodepool_status = NodePoolStatusController::new(
-        parts.client.clone(),
-        parts.state.clone(),
+        cx.clone(),
         parts.cloud_for("nodepool.status"),
-        Arc::clone(&parts.clock),
         parts.build.label_policy,
     )
     .with_registration_health(registration_health);
@@ -236,10 +216,8 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     ];
     if settings.feature_gates.static_capacity {
         let static_capacity = StaticCapacityController::new(
-            parts.client.clone(),
-            parts.state.clone(),
+            cx.clone(),
             parts.cloud_for("static.capacity"),
-            Arc::clone(&parts.clock),
             parts.build_options(),
         );
         tasks.push((
@@ -255,20 +233,13 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         ));
     }
     if let Some(signals) = buffer_signals {
-        let buffers = CapacityBufferController::new(
-            parts.client.clone(),
-            parts.state.clone(),
-            Arc::clone(&parts.clock),
-            signals,
-        );
+        let buffers = CapacityBufferController::new(cx.clone(), signals);
         tasks.push(("capacitybuffer", Box::pin(async move { buffers.run().await })));
     }
     if settings.feature_gates.node_overlay {
         let overlay_status = NodeOverlayStatusController::new(
-            parts.client.clone(),
-            parts.state.clone(),
+            cx.clone(),
             parts.cloud_for("nodeoverlay.controller"),
-            Arc::clone(&parts.clock),
             parts.build.label_policy,
         );
         tasks.push((
@@ -276,22 +247,13 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             Box::pin(async move { overlay_status.run().await }),
         ));
     }
-    let consistency = ConsistencyController::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        Arc::clone(&parts.clock),
-    );
+    let consistency = ConsistencyController::new(cx.clone());
     tasks.push((
         "nodeclaim.consistency",
         Box::pin(async move { consistency.run().await }),
     ));
     if settings.feature_gates.node_repair {
-        let repair = NodeRepairController::new(
-            parts.client.clone(),
-            parts.state.clone(),
-            parts.cloud_for("node.health"),
-            Arc::clone(&parts.clock),
-        );
+        let repair = NodeRepairController::new(cx.clone(), parts.cloud_for("node.health"));
         tasks.push(("node.health", Box::pin(async move { repair.run().await })));
     }
     let (state, observer) = (parts.state.clone(), parts.observer.clone());

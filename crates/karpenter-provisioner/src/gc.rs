@@ -21,8 +21,8 @@ use karpenter_core::{
     cloudprovider::{CloudProvider, InstanceSummary},
 };
 use karpenter_state::api_errors::ignore_not_found;
-use karpenter_state::{ClusterState, periodic::run_synced};
-use kube::{Api, Client, ResourceExt, api::DeleteParams};
+use karpenter_state::{ControllerContext, periodic::run_synced};
+use kube::{Api, ResourceExt, api::DeleteParams};
 
 use crate::ProvisionerError;
 
@@ -40,10 +40,8 @@ pub const INSTANCE_GRACE: Duration = Duration::from_secs(30);
 
 /// The garbage collector's context.
 pub struct GarbageCollector {
-    client: Client,
-    state: ClusterState,
+    cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
-    clock: Arc<dyn Clock>,
     pub interval: Duration,
 }
 
@@ -107,17 +105,10 @@ fn claim_of_orphan(instance: &InstanceSummary) -> NodeClaim {
 }
 
 impl GarbageCollector {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
+    pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>) -> Self {
         Self {
-            client,
-            state,
+            cx,
             cloud,
-            clock,
             interval: Duration::from_secs(120),
         }
     }
@@ -125,7 +116,7 @@ impl GarbageCollector {
     pub async fn run(&self) {
         // The first pass waits one interval too.
         tokio::time::sleep(self.interval).await;
-        run_synced(&self.state, "nodeclaim.garbagecollection", self.interval, || async {
+        run_synced(&self.cx.state, "nodeclaim.garbagecollection", self.interval, || async {
             match self.collect().await {
                 Ok(c) => {
                     if c != Collected::default() {
@@ -144,11 +135,11 @@ impl GarbageCollector {
 
     pub async fn collect(&self) -> Result<Collected, ProvisionerError> {
         let mut collected = Collected::default();
-        let claims = self.state.node_claims.all();
+        let claims = self.cx.state.node_claims.all();
         let owners = Owners::of(&claims);
         let instances = self.cloud.list_instances().await?;
         let running: HashSet<&str> = instances.iter().map(|i| i.provider_id.as_str()).collect();
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         for instance in &instances {
             if !owners.is_orphan(instance, now) {
                 continue;
@@ -160,7 +151,7 @@ impl GarbageCollector {
             }
             collected.instances.push(instance.provider_id.clone());
         }
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let api: Api<NodeClaim> = Api::all(self.cx.client.clone());
         for claim in &claims {
             let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
                 continue;

@@ -11,11 +11,13 @@
 //! an empty cluster.
 //!
 //! [`events::DedupedRecorder`] is here too: the Events recorder the controllers that report every pass share;
-//! [`finalizers`], the optimistically locked finalizer writes the lifecycle and the terminator share; and
-//! [`api_errors`], the API server answers (not found, conflict) every controller branches on.
+//! [`finalizers`], the optimistically locked finalizer writes the lifecycle and the terminator share;
+//! [`api_errors`], the API server answers (not found, conflict) every controller branches on; and
+//! [`ControllerContext`], the client, cache and clock the operator hands every controller.
 
 pub mod api_errors;
 mod cluster_state;
+mod context;
 mod error;
 pub mod events;
 pub mod finalizers;
@@ -26,6 +28,7 @@ mod projected_store;
 mod reflect;
 
 pub use cluster_state::{BufferNodes, ClusterState, Watched};
+pub use context::ControllerContext;
 pub use error::StateError;
 pub use pod_timing::PodTiming;
 pub use projected_store::{Keyed, ObjectKey, ProjectedStore};
