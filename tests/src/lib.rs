@@ -11,7 +11,8 @@ use karpenter_api::nodepool::NodePool;
 use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
 use karpenter_operator::{ControllerParts, Settings, controller_tasks};
 use karpenter_sim::{SimCluster, SimOptions, VirtualClock};
-use karpenter_state::{ClusterState, Watched};
+use karpenter_state::api_errors::is_conflict;
+use karpenter_state::{ClusterState, ControllerContext, Watched};
 use kube::{
     Api,
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams},
@@ -107,6 +108,11 @@ impl Harness {
     pub fn client(&self) -> kube::Client {
         self.sim.client()
     }
+
+    /// A controller's context on the simulated cluster: its client, this harness's cache and its clock.
+    pub fn context(&self) -> ControllerContext {
+        ControllerContext::new(self.client(), self.state.clone(), self.sim.clock())
+    }
 }
 
 /// Pods labelled `selector` in `default` whose phase is Running and that are not being deleted.
@@ -172,7 +178,7 @@ pub async fn apply_node_class(client: &kube::Client, name: &str) -> TestResult {
     }))?;
     match api.create(&PostParams::default(), &object).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) if is_conflict(&e) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }

@@ -15,6 +15,7 @@ use karpenter_api::label_policy::LabelPolicy;
 use karpenter_core::{catalog::CatalogFile, clock::Clock, snapshot::BuildOptions};
 use karpenter_disruption::{DisruptionController, DisruptionSettings, Tick};
 use karpenter_e2e::{CATALOG, Harness, TestResult, apply_deployment, apply_nodepool, until_running};
+use karpenter_state::ControllerContext;
 use serde_json::json;
 
 /// The simulation's clock, 91 s later at each read than at the one before: each deadline check of a search
@@ -65,10 +66,8 @@ async fn consolidation_searches_past_their_limits_are_counted_by_type() -> TestR
         reads: AtomicI64::new(0),
     };
     let disruption = DisruptionController::new(
-        h.client(),
-        h.state.clone(),
+        ControllerContext::new(h.client(), h.state.clone(), Arc::new(clock)),
         h.sim.cloud_provider(),
-        Arc::new(clock),
         DisruptionSettings {
             build: BuildOptions {
                 label_policy: LabelPolicy::Core,

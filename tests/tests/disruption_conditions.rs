@@ -12,7 +12,7 @@ use karpenter_api::{
     labels,
     nodeclaim::NodeClaim,
 };
-use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
+use karpenter_core::{catalog::CatalogFile, disruption::pass::Method, snapshot::BuildOptions};
 use karpenter_disruption::{
     DisruptionController, DisruptionSettings, Tick, blocked_events::DISRUPTION_BLOCKED,
 };
@@ -113,10 +113,8 @@ async fn claims_carry_consolidatable_and_drifted_and_a_held_node_says_why_once()
 fn controller(h: &Harness) -> Result<DisruptionController, Box<dyn std::error::Error + Send + Sync>> {
     let catalog = CatalogFile::from_json_str(CATALOG)?;
     Ok(DisruptionController::new(
-        h.client(),
-        h.state.clone(),
+        h.context(),
         h.sim.cloud_provider(),
-        h.sim.clock(),
         DisruptionSettings {
             build: BuildOptions {
                 label_policy: LabelPolicy::Core,
@@ -181,7 +179,7 @@ async fn a_consolidation_whose_candidate_changes_within_fifteen_seconds_is_aband
     protected?;
     match tick? {
         Tick::Abandoned { method, why } => {
-            assert_eq!(method, "emptiness");
+            assert_eq!(method, Method::Emptiness);
             // Taken again, the protected node is no candidate (the pass may now prefer to move the other
             // node's pod onto it instead, a different command): either way, not what was decided.
             assert!(
@@ -211,7 +209,7 @@ async fn an_unchanged_consolidation_goes_ahead_after_fifteen_seconds() -> TestRe
     let decided = clock.now();
     match disruption.tick().await? {
         Tick::Started(command) => {
-            assert_eq!(command.method, "emptiness");
+            assert_eq!(command.method, Method::Emptiness);
             assert_eq!(
                 command
                     .candidates

@@ -12,6 +12,7 @@ use karpenter_api::{
 };
 use karpenter_e2e::{Harness, TestResult, apply_deployment, apply_node_class, apply_nodepool, until_running};
 use karpenter_provisioner::nodepool_status::NodePoolStatusController;
+use karpenter_state::ControllerContext;
 use kube::{
     Api, ResourceExt,
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams},
@@ -73,10 +74,8 @@ async fn a_malformed_nodepool_is_reported_while_another_keeps_provisioning() -> 
     )
     .await?;
     let status = NodePoolStatusController::new(
-        client.clone(),
-        h.state.clone(),
+        ControllerContext::new(client.clone(), h.state.clone(), h.sim.clock()),
         h.sim.cloud_provider(),
-        h.sim.clock(),
         karpenter_api::label_policy::LabelPolicy::Core,
     );
     let status_task = tokio::spawn(async move { status.run().await });

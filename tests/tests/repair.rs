@@ -16,8 +16,7 @@ use serde_json::{Value, json};
 
 /// Starts the repair controller beside the harness's controllers; abort the handle to stop it.
 fn start_repair(h: &Harness) -> tokio::task::JoinHandle<()> {
-    let repair =
-        NodeRepairController::new(h.client(), h.state.clone(), h.sim.cloud_provider(), h.sim.clock());
+    let repair = NodeRepairController::new(h.context(), h.sim.cloud_provider());
     tokio::spawn(async move { repair.run().await })
 }
 

@@ -93,6 +93,8 @@ pub const CAPACITY_BUFFER_NAMESPACE_ANNOTATION: &str = "karpenter.sh/capacity-bu
 pub const PROVIDER_COMPATIBILITY_ANNOTATION: &str = "compatibility.karpenter.sh/provider";
 /// Respected Kubernetes annotation: the cost of deleting a pod, used to order disruption candidates.
 pub const POD_DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// A static pod's mirror in the API server: the kubelet owns it, nothing drains or counts it.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 // --- taints and finalizers ------------------------------------------------------------------------------------
 /// Put on nodes being disrupted or terminated (effect NoSchedule).

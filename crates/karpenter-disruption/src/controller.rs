@@ -22,13 +22,14 @@ use karpenter_core::{
     snapshot::{BuildOptions, DisruptionInputs, Snapshot, build_disruption_inputs},
 };
 use karpenter_provisioner::catalog::catalog_for;
+use karpenter_state::api_errors::{ignore_not_found, is_conflict, is_not_found};
 use karpenter_state::{
-    ClusterState,
+    ControllerContext,
     events::{Dedupe, DedupedRecorder},
 };
 use karpenter_termination::taint::{add_disrupted_taint, remove_disrupted_taint};
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
@@ -88,8 +89,8 @@ impl Default for DisruptionSettings {
 /// A command being carried out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InFlight {
-    /// The method that chose it (`single-node-consolidation`, `drift`, ...).
-    pub method: String,
+    /// The method that chose it.
+    pub method: Method,
     /// Why (`Empty`, `Drifted`, `Underutilized`): the candidates' `DisruptionReason` condition.
     pub reason: String,
     /// The candidates' NodeClaim and Node names.
@@ -117,17 +118,15 @@ pub enum Tick {
     /// A consolidation decision was not confirmed when taken again after the validation delay; nothing was
     /// done.
     Abandoned {
-        method: String,
+        method: Method,
         why: String,
     },
 }
 
 /// The controller's context.
 pub struct DisruptionController {
-    client: Client,
-    state: ClusterState,
+    cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
-    clock: Arc<dyn Clock>,
     settings: DisruptionSettings,
     in_flight: Mutex<Option<InFlight>>,
     events: DedupedRecorder,
@@ -145,19 +144,11 @@ fn is_initialized(claim: &NodeClaim) -> bool {
 }
 
 impl DisruptionController {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        clock: Arc<dyn Clock>,
-        settings: DisruptionSettings,
-    ) -> Self {
+    pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>, settings: DisruptionSettings) -> Self {
         Self {
-            events: DedupedRecorder::new(client.clone(), Arc::clone(&clock)),
-            client,
-            state,
+            events: cx.recorder(),
+            cx,
             cloud,
-            clock,
             settings,
             in_flight: Mutex::new(None),
             recovered: std::sync::atomic::AtomicBool::new(false),
@@ -173,7 +164,7 @@ impl DisruptionController {
     /// Refreshes the NodeClaims' disruption conditions, then moves the command in flight on, or runs a pass
     /// and starts its command.
     pub async fn tick(&self) -> Result<Tick, DisruptionError> {
-        if !self.state.synced() {
+        if !self.cx.state.synced() {
             return Ok(Tick::NotSynced);
         }
         let mut in_flight = self.in_flight.lock().await;
@@ -220,6 +211,7 @@ impl DisruptionController {
     /// replacements it had launched are ordinary nodes now, consolidated like any other if unneeded.
     async fn recover_after_restart(&self) -> Result<(), DisruptionError> {
         let deleting: std::collections::HashSet<String> = self
+            .cx
             .state
             .node_claims
             .all()
@@ -227,7 +219,7 @@ impl DisruptionController {
             .filter(|c| c.metadata.deletion_timestamp.is_some())
             .filter_map(|c| c.status.as_ref().and_then(|s| s.node_name.clone()))
             .collect();
-        for node in self.state.nodes.all() {
+        for node in self.cx.state.nodes.all() {
             let tainted = node
                 .spec
                 .as_ref()
@@ -235,10 +227,11 @@ impl DisruptionController {
                 .is_some_and(|ts| ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY));
             if tainted && node.metadata.deletion_timestamp.is_none() && !deleting.contains(&node.name_any()) {
                 tracing::info!(node = %node.name_any(), "removing the disrupted taint a previous controller left");
-                remove_disrupted_taint(&self.client, &node).await?;
+                remove_disrupted_taint(&self.cx.client, &node).await?;
             }
         }
         let stale: Vec<String> = self
+            .cx
             .state
             .node_claims
             .all()
@@ -268,7 +261,7 @@ impl DisruptionController {
         change: impl Fn(&[Condition]) -> Option<Vec<Condition>>,
     ) -> Result<(), DisruptionError> {
         const ATTEMPTS: usize = 3;
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
         for attempt in 1..=ATTEMPTS {
             let Some(claim) = claims.get_opt(name).await? else {
                 return Ok(());
@@ -290,8 +283,8 @@ impl DisruptionController {
                 .await
             {
                 Ok(_) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 && attempt < ATTEMPTS => continue,
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if is_conflict(&e) && attempt < ATTEMPTS => continue,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -300,14 +293,14 @@ impl DisruptionController {
 
     /// The cache as it is now, and the pass's inputs over it.
     async fn inputs(&self) -> Result<(Snapshot, DisruptionInputs), DisruptionError> {
-        let snapshot = self.state.snapshot();
+        let snapshot = self.cx.state.snapshot();
         let catalog = catalog_for(self.cloud.as_ref(), &snapshot.node_pools).await?;
         let inputs = build_disruption_inputs(
             &snapshot,
             &catalog,
             &self.settings.build,
             self.cloud.as_ref(),
-            self.clock.now(),
+            self.cx.clock.now(),
         );
         Ok((snapshot, inputs))
     }
@@ -315,10 +308,10 @@ impl DisruptionController {
     /// Runs a pass, its consolidation searches within upstream's time limits on the controller's clock.
     fn pass(&self, inputs: &mut DisruptionInputs) -> PassResult {
         let settings = PassSettings {
-            now: self.clock.now(),
+            now: self.cx.clock.now(),
             spot_to_spot: self.settings.spot_to_spot,
         };
-        let limits = SearchLimits::upstream(self.clock.as_ref());
+        let limits = SearchLimits::upstream(self.cx.clock.as_ref());
         let mut progress = self
             .consolidation_progress
             .lock()
@@ -329,7 +322,7 @@ impl DisruptionController {
     }
 
     async fn start(&self, snapshot: Snapshot, mut inputs: DisruptionInputs) -> Result<Tick, DisruptionError> {
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         let started = std::time::Instant::now();
         let result = self.pass(&mut inputs);
         crate::pass_metrics::record_pass(&result, |p| inputs.pools[p].name.as_str());
@@ -342,13 +335,13 @@ impl DisruptionController {
             blocked = result.blocked.len(),
             "disruption pass"
         );
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
         // Expiration is forceful: the claims go now, whatever else the pass decided.
         for e in &result.expirations {
             if let Some(name) = &inputs.view.nodes[e.node].node_claim {
                 tracing::info!(nodeclaim = %name, "expired; deleting");
                 delete_claim(&claims, name).await?;
-                let claim = self.state.node_claims.get(name);
+                let claim = self.cx.state.node_claims.get(name);
                 let label = |key: &str| {
                     claim
                         .as_ref()
@@ -360,7 +353,7 @@ impl DisruptionController {
                     .get_or_create(&karpenter_metrics::NodeClaimDisruptedLabels {
                         reason: "expired".into(),
                         nodepool: label(labels::NODEPOOL_LABEL),
-                        capacity_type: label("karpenter.sh/capacity-type"),
+                        capacity_type: label(labels::CAPACITY_TYPE_LABEL),
                     })
                     .inc();
             }
@@ -387,12 +380,9 @@ impl DisruptionController {
             again_inputs.view.nodes[n].node_claim.as_deref()
         });
         if let Err(why) = validate(&decided, &confirmed) {
-            return Ok(Tick::Abandoned {
-                method: method.as_str().to_string(),
-                why,
-            });
+            return Ok(Tick::Abandoned { method, why });
         }
-        self.execute(&snapshot, &again_inputs, &again, self.clock.now())
+        self.execute(&snapshot, &again_inputs, &again, self.cx.clock.now())
             .await
     }
 
@@ -407,14 +397,14 @@ impl DisruptionController {
         let Some(first) = result.commands.first() else {
             return Ok(Tick::Idle);
         };
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
         let pools: HashMap<&str, _> = snapshot
             .node_pools
             .iter()
             .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
             .collect();
         let mut command = InFlight {
-            method: first.method.as_str().to_string(),
+            method: first.method,
             reason: first.reason.as_str().to_string(),
             candidates: Vec::new(),
             replacements: Vec::new(),
@@ -431,8 +421,8 @@ impl DisruptionController {
         }
         self.tell_balanced_approved(inputs, result).await;
         for (claim, node) in &command.candidates {
-            if let Some(node) = self.state.nodes.get(node) {
-                add_disrupted_taint(&self.client, &node).await?;
+            if let Some(node) = self.cx.state.nodes.get(node) {
+                add_disrupted_taint(&self.cx.client, &node).await?;
             }
             let reason = command.reason.clone();
             self.update_claim_conditions(claim, |c| with_disruption_reason(c, &reason, now))
@@ -440,7 +430,7 @@ impl DisruptionController {
         }
         // TerminateFirstDrift: where capacity is pinned (a reservation, a static pool's count), the drifted
         // node must go before its replacement can launch, so the candidates are deleted first.
-        let terminate_first = self.settings.terminate_first_drift && command.method.contains("drift");
+        let terminate_first = self.settings.terminate_first_drift && command.method.is_drift();
         if terminate_first {
             self.tell_terminating(&command).await;
             for (claim, _) in &command.candidates {
@@ -489,11 +479,11 @@ impl DisruptionController {
     /// Writes each managed NodeClaim's Drifted and Consolidatable conditions where they changed. A failed
     /// write (a conflict with the lifecycle's own status writes, most often) is retried on the next tick.
     async fn sync_conditions(&self, inputs: &DisruptionInputs) {
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
         let mut patches = Vec::new();
         for info in inputs.claims.iter().flatten() {
-            let Some(claim) = self.state.node_claims.get(&info.node_claim) else {
+            let Some(claim) = self.cx.state.node_claims.get(&info.node_claim) else {
                 continue;
             };
             if claim.metadata.deletion_timestamp.is_some() {
@@ -519,7 +509,7 @@ impl DisruptionController {
         }
         // Concurrently: on the first pass over a large cluster every NodeClaim gets its conditions, and one at a
         // time that was thousands of round trips before the pass could even start.
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
         let params = PatchParams::default();
         let writes: Vec<_> = patches
             .iter()
@@ -557,7 +547,7 @@ impl DisruptionController {
                 let view = &inputs.view.nodes[*n];
                 let candidate = candidate_message(c.method.as_str(), c.savings_per_hour);
                 let approved = approved_message(&view.name, c.savings_per_hour);
-                if let Some(node) = self.state.nodes.get(&view.name) {
+                if let Some(node) = self.cx.state.nodes.get(&view.name) {
                     let node = Node::object_ref(&node, &());
                     self.events
                         .normal(&node, CONSOLIDATION_CANDIDATE, &candidate)
@@ -567,7 +557,7 @@ impl DisruptionController {
                 if let Some(claim) = view
                     .node_claim
                     .as_deref()
-                    .and_then(|c| self.state.node_claims.get(c))
+                    .and_then(|c| self.cx.state.node_claims.get(c))
                 {
                     let claim = NodeClaim::object_ref(&claim, &());
                     self.events
@@ -577,7 +567,7 @@ impl DisruptionController {
                 if let Some(pool) = view
                     .node_pool
                     .as_deref()
-                    .and_then(|p| self.state.node_pools.get(p))
+                    .and_then(|p| self.cx.state.node_pools.get(p))
                 {
                     let pool = NodePool::object_ref(&pool, &());
                     self.events.normal(&pool, CONSOLIDATION_APPROVED, &approved).await;
@@ -600,7 +590,7 @@ impl DisruptionController {
             let Some(pool) = inputs
                 .pools
                 .get(budget.pool)
-                .and_then(|p| self.state.node_pools.get(&p.name))
+                .and_then(|p| self.cx.state.node_pools.get(&p.name))
             else {
                 continue;
             };
@@ -628,7 +618,7 @@ impl DisruptionController {
                 CONSOLIDATION_REJECTED => format!("Consolidation rejected: {why}"),
                 _ => format!("Cannot consolidate: {why}"),
             };
-            if let Some(node) = self.state.nodes.get(&view.name)
+            if let Some(node) = self.cx.state.nodes.get(&view.name)
                 && self
                     .events
                     .normal(&Node::object_ref(&node, &()), reason, &message)
@@ -639,7 +629,7 @@ impl DisruptionController {
             if let Some(claim) = view
                 .node_claim
                 .as_deref()
-                .and_then(|c| self.state.node_claims.get(c))
+                .and_then(|c| self.cx.state.node_claims.get(c))
                 && self
                     .events
                     .normal(&NodeClaim::object_ref(&claim, &()), reason, &message)
@@ -651,7 +641,7 @@ impl DisruptionController {
     }
 
     async fn advance(&self, command: InFlight) -> Result<Tick, DisruptionError> {
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
         let mut missing = None;
         let mut waiting = Vec::new();
         for name in &command.replacements {
@@ -662,7 +652,7 @@ impl DisruptionController {
             }
         }
         let ready = waiting.is_empty();
-        let waited = self.clock.now().duration_since(command.started);
+        let waited = self.cx.clock.now().duration_since(command.started);
         let why = match missing {
             Some(name) => Some(format!(
                 "replacement NodeClaim {name} was deleted before it initialized"
@@ -677,8 +667,8 @@ impl DisruptionController {
         };
         if let Some(why) = why {
             for (claim, node) in &command.candidates {
-                if let Some(node) = self.state.nodes.get(node) {
-                    remove_disrupted_taint(&self.client, &node).await?;
+                if let Some(node) = self.cx.state.nodes.get(node) {
+                    remove_disrupted_taint(&self.cx.client, &node).await?;
                 }
                 self.update_claim_conditions(claim, without_disruption_reason)
                     .await?;
@@ -701,7 +691,7 @@ impl DisruptionController {
             return Ok(Tick::Waiting);
         }
         // Drifted candidates deleted first (TerminateFirstDrift) were told so then.
-        let terminate_first = self.settings.terminate_first_drift && command.method.contains("drift");
+        let terminate_first = self.settings.terminate_first_drift && command.method.is_drift();
         if !terminate_first {
             self.tell_terminating(&command).await;
         }
@@ -714,7 +704,7 @@ impl DisruptionController {
     /// `DisruptionTerminating` on each candidate's Node and NodeClaim, as they are deleted.
     async fn tell_terminating(&self, command: &InFlight) {
         for (claim, node) in &command.candidates {
-            if let Some(node) = self.state.nodes.get(node) {
+            if let Some(node) = self.cx.state.nodes.get(node) {
                 self.events
                     .normal(
                         &Node::object_ref(&node, &()),
@@ -723,7 +713,7 @@ impl DisruptionController {
                     )
                     .await;
             }
-            if let Some(claim) = self.state.node_claims.get(claim) {
+            if let Some(claim) = self.cx.state.node_claims.get(claim) {
                 self.events
                     .normal(
                         &NodeClaim::object_ref(&claim, &()),
@@ -737,9 +727,6 @@ impl DisruptionController {
 }
 
 async fn delete_claim(claims: &Api<NodeClaim>, name: &str) -> Result<(), DisruptionError> {
-    match claims.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    ignore_not_found(claims.delete(name, &DeleteParams::default()).await)?;
+    Ok(())
 }

@@ -22,9 +22,10 @@ pub mod events;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_api::{labels, nodeclaim::NodeClaim};
 use karpenter_core::clock::SystemClock;
 use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind};
+use karpenter_state::api_errors::is_not_found;
 use karpenter_state::{ClusterState, events::DedupedRecorder};
 use kube::{Api, Client, Resource, ResourceExt, api::DeleteParams};
 
@@ -141,13 +142,13 @@ impl InterruptionController {
                     .nodeclaims_disrupted
                     .get_or_create(&karpenter_metrics::NodeClaimDisruptedLabels {
                         reason: "interrupted".into(),
-                        nodepool: label("karpenter.sh/nodepool"),
-                        capacity_type: label("karpenter.sh/capacity-type"),
+                        nodepool: label(labels::NODEPOOL_LABEL),
+                        capacity_type: label(labels::CAPACITY_TYPE_LABEL),
                     })
                     .inc();
                 Ok(Handled::Deleted(name))
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Handled::Noted),
+            Err(e) if is_not_found(&e) => Ok(Handled::Noted),
             Err(e) => Err(e),
         }
     }

@@ -4,9 +4,11 @@
 
 use std::{future::Future, pin::Pin, sync::Arc};
 
+use karpenter_api::{labels, nodepool::DisruptionReason};
 use karpenter_core::{
     clock::Clock,
     cloudprovider::{CloudProvider, InterruptionSource},
+    disruption::pass::Method,
     snapshot::BuildOptions,
 };
 use karpenter_disruption::{DisruptionController, DisruptionSettings, InFlight, Tick};
@@ -26,7 +28,7 @@ use karpenter_provisioner::{
     static_capacity::StaticCapacityController,
 };
 use karpenter_repair::NodeRepairController;
-use karpenter_state::ClusterState;
+use karpenter_state::{ClusterState, ControllerContext, periodic::run_timed};
 use karpenter_termination::Terminator;
 use kube::{Client, ResourceExt};
 
@@ -72,25 +74,22 @@ impl ControllerParts {
         }
     }
 
+    /// The client, state cache and clock every controller is built on.
+    pub fn context(&self) -> ControllerContext {
+        ControllerContext::new(self.client.clone(), self.state.clone(), Arc::clone(&self.clock))
+    }
+
     fn cloud_for(&self, controller: &'static str) -> Arc<dyn CloudProvider> {
         MeteredCloudProvider::wrap(Arc::clone(&self.cloud), controller)
     }
 }
 
 /// The upstream disruption reason a method reports in metrics.
-pub fn disruption_reason(method: &str) -> &'static str {
-    match method {
-        "emptiness" => "empty",
-        "drift" | "static-drift" => "drifted",
-        _ => "underutilized",
-    }
-}
-
-fn consolidation_type(method: &str) -> &'static str {
-    match method {
-        "single-node-consolidation" => "single",
-        "multi-node-consolidation" => "multi",
-        _ => "",
+pub fn disruption_reason(method: Method) -> &'static str {
+    match method.reason() {
+        DisruptionReason::Empty => "empty",
+        DisruptionReason::Drifted => "drifted",
+        DisruptionReason::Underutilized | DisruptionReason::Unhealthy => "underutilized",
     }
 }
 
@@ -106,12 +105,12 @@ fn decision(command: &InFlight) -> &'static str {
 /// Counts a started command in the disruption metrics.
 fn record_disruption(state: &ClusterState, command: &InFlight) {
     let m = metrics();
-    let reason = disruption_reason(&command.method);
+    let reason = disruption_reason(command.method);
     m.voluntary_disruption_decisions
         .get_or_create(&DecisionLabels {
             decision: decision(command).into(),
             reason: reason.into(),
-            consolidation_type: consolidation_type(&command.method).into(),
+            consolidation_type: command.method.consolidation_type().into(),
         })
         .inc();
     for (claim, _) in &command.candidates {
@@ -125,8 +124,8 @@ fn record_disruption(state: &ClusterState, command: &InFlight) {
         m.nodeclaims_disrupted
             .get_or_create(&NodeClaimDisruptedLabels {
                 reason: reason.into(),
-                nodepool: label("karpenter.sh/nodepool"),
-                capacity_type: label("karpenter.sh/capacity-type"),
+                nodepool: label(labels::NODEPOOL_LABEL),
+                capacity_type: label(labels::CAPACITY_TYPE_LABEL),
             })
             .inc();
     }
@@ -148,6 +147,7 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         .feature_gates
         .capacity_buffer
         .then(|| Arc::new(BufferSignals::default()));
+    let cx = parts.context();
     let mut provisioner = Provisioner::new(
         parts.client.clone(),
         parts.state.clone(),
@@ -169,32 +169,13 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     let registration_health = Arc::new(RegistrationHealth::default());
     // As upstream, the per-object controllers work on more objects at once when the container requests more CPU.
     let per_object = settings.reconcile_concurrency(PER_OBJECT_CONCURRENCY.0, PER_OBJECT_CONCURRENCY.1);
-    let mut lifecycle = Lifecycle::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        parts.cloud_for("nodeclaim.lifecycle"),
-        Arc::clone(&parts.clock),
-    )
-    .with_registration_health(Arc::clone(&registration_health));
+    let mut lifecycle = Lifecycle::new(cx.clone(), parts.cloud_for("nodeclaim.lifecycle"))
+        .with_registration_health(Arc::clone(&registration_health));
     lifecycle.concurrency = per_object;
-    let mut terminator = Terminator::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        parts.cloud_for("nodeclaim.termination"),
-        Arc::clone(&parts.clock),
-    );
+    let mut terminator = Terminator::new(cx.clone(), parts.cloud_for("nodeclaim.termination"));
     terminator.concurrency = per_object;
-    let pod_events = PodEventsController::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        Arc::clone(&parts.clock),
-    );
-    let gc = GarbageCollector::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        parts.cloud_for("nodeclaim.garbagecollection"),
-        Arc::clone(&parts.clock),
-    );
+    let pod_events = PodEventsController::new(cx.clone());
+    let gc = GarbageCollector::new(cx.clone(), parts.cloud_for("nodeclaim.garbagecollection"));
     let disruption_settings = DisruptionSettings {
         build,
         spot_to_spot: settings.feature_gates.spot_to_spot_consolidation,
@@ -202,18 +183,11 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         ..DisruptionSettings::default()
     };
     let interval = disruption_settings.interval;
-    let disruption = DisruptionController::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        parts.cloud_for("disruption"),
-        Arc::clone(&parts.clock),
-        disruption_settings,
-    );
+    let disruption =
+        DisruptionController::new(cx.clone(), parts.cloud_for("disruption"), disruption_settings);
     let nodepool_status = NodePoolStatusController::new(
-        parts.client.clone(),
-        parts.state.clone(),
+        cx.clone(),
         parts.cloud_for("nodepool.status"),
-        Arc::clone(&parts.clock),
         parts.build.label_policy,
     )
     .with_registration_health(registration_health);
@@ -242,10 +216,8 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     ];
     if settings.feature_gates.static_capacity {
         let static_capacity = StaticCapacityController::new(
-            parts.client.clone(),
-            parts.state.clone(),
+            cx.clone(),
             parts.cloud_for("static.capacity"),
-            Arc::clone(&parts.clock),
             parts.build_options(),
         );
         tasks.push((
@@ -261,20 +233,13 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         ));
     }
     if let Some(signals) = buffer_signals {
-        let buffers = CapacityBufferController::new(
-            parts.client.clone(),
-            parts.state.clone(),
-            Arc::clone(&parts.clock),
-            signals,
-        );
+        let buffers = CapacityBufferController::new(cx.clone(), signals);
         tasks.push(("capacitybuffer", Box::pin(async move { buffers.run().await })));
     }
     if settings.feature_gates.node_overlay {
         let overlay_status = NodeOverlayStatusController::new(
-            parts.client.clone(),
-            parts.state.clone(),
+            cx.clone(),
             parts.cloud_for("nodeoverlay.controller"),
-            Arc::clone(&parts.clock),
             parts.build.label_policy,
         );
         tasks.push((
@@ -282,36 +247,28 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             Box::pin(async move { overlay_status.run().await }),
         ));
     }
-    let consistency = ConsistencyController::new(
-        parts.client.clone(),
-        parts.state.clone(),
-        Arc::clone(&parts.clock),
-    );
+    let consistency = ConsistencyController::new(cx.clone());
     tasks.push((
         "nodeclaim.consistency",
         Box::pin(async move { consistency.run().await }),
     ));
     if settings.feature_gates.node_repair {
-        let repair = NodeRepairController::new(
-            parts.client.clone(),
-            parts.state.clone(),
-            parts.cloud_for("node.health"),
-            Arc::clone(&parts.clock),
-        );
+        let repair = NodeRepairController::new(cx.clone(), parts.cloud_for("node.health"));
         tasks.push(("node.health", Box::pin(async move { repair.run().await })));
     }
     let (state, observer) = (parts.state.clone(), parts.observer.clone());
     tasks.push((
         "disruption",
         Box::pin(async move {
-            loop {
-                let mut timer = metrics().reconcile("disruption");
+            let (disruption, state, observer) = (&disruption, &state, &observer);
+            // Timed before the sync too: the tick answers NotSynced itself.
+            run_timed("disruption", interval, || async move {
                 match disruption.tick().await {
                     Ok(Tick::Started(command)) => {
                         tracing::info!(controller = "disruption", method = %command.method, candidates = ?command.candidates, replacements = ?command.replacements, "disrupting");
-                        record_disruption(&state, &command);
-                        if let Some(observer) = &observer {
-                            observer.disrupted(&command.method, command.candidates.len());
+                        record_disruption(state, &command);
+                        if let Some(observer) = observer {
+                            observer.disrupted(command.method.as_str(), command.candidates.len());
                         }
                     }
                     Ok(Tick::RolledBack { command, why }) => {
@@ -320,8 +277,8 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
                             .voluntary_disruption_queue_failures
                             .get_or_create(&DecisionLabels {
                                 decision: decision(&command).into(),
-                                reason: disruption_reason(&command.method).into(),
-                                consolidation_type: consolidation_type(&command.method).into(),
+                                reason: disruption_reason(command.method).into(),
+                                consolidation_type: command.method.consolidation_type().into(),
                             })
                             .inc();
                     }
@@ -330,20 +287,20 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
                         metrics()
                             .voluntary_disruption_failed_validations
                             .get_or_create(&EvaluationLabels {
-                                reason: disruption_reason(&method).into(),
-                                consolidation_type: consolidation_type(&method).into(),
+                                reason: disruption_reason(method).into(),
+                                consolidation_type: method.consolidation_type().into(),
                             })
                             .inc();
                     }
                     Ok(_) => {}
                     Err(error) => {
-                        timer.failed();
                         tracing::warn!(controller = "disruption", category = error.category(), %error, "disruption tick failed");
+                        return false;
                     }
                 }
-                drop(timer);
-                tokio::time::sleep(interval).await;
-            }
+                true
+            })
+            .await;
         }),
     ));
     if let Some(source) = parts.interruption.clone() {
@@ -373,4 +330,25 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         ));
     }
     tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_method_reports_upstreams_disruption_reason() {
+        let reasons = [
+            Method::Emptiness,
+            Method::StaticDrift,
+            Method::Drift,
+            Method::MultiNodeConsolidation,
+            Method::SingleNodeConsolidation,
+        ]
+        .map(disruption_reason);
+        assert_eq!(
+            reasons,
+            ["empty", "drifted", "drifted", "underutilized", "underutilized"]
+        );
+    }
 }

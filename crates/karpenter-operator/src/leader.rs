@@ -14,6 +14,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
 };
 use karpenter_core::clock::Clock;
+use karpenter_state::api_errors::is_conflict;
 use kube::{Api, Client, api::PostParams};
 
 /// client-go's defaults, which upstream Karpenter keeps.
@@ -158,7 +159,7 @@ impl LeaderElection {
             };
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(true),
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                Err(e) if is_conflict(&e) => Ok(false),
                 Err(e) => Err(e),
             };
         };
@@ -181,7 +182,7 @@ impl LeaderElection {
         lease.spec = Some(self.claim(spec.as_ref(), now));
         match self.api.replace(&self.name, &PostParams::default(), &lease).await {
             Ok(_) => Ok(true),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) if is_conflict(&e) => Ok(false),
             Err(e) => Err(e),
         }
     }

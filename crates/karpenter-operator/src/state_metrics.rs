@@ -2,6 +2,9 @@
 //! their allocatable and pod requests, NodePool usage and limits, cluster utilization, cache sync; and one
 //! `karpenter_pods_state` series per pod, which the scrape itself reads from the cache (`CachedPods`).
 
+use karpenter_api::labels::{
+    ARCH_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL, OS_LABEL, ZONE_LABEL,
+};
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
@@ -106,7 +109,7 @@ pub fn refresh(state: &ClusterState) {
     let (mut managed_allocatable, mut managed_requests) = (Resources::zero(), Resources::zero());
     for node in &nodes {
         let labels = node.labels();
-        let nodepool = labels.get("karpenter.sh/nodepool").map_or("", String::as_str);
+        let nodepool = labels.get(NODEPOOL_LABEL).map_or("", String::as_str);
         let status = node.status.as_ref();
         let read =
             |list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
@@ -137,12 +140,12 @@ pub fn refresh(state: &ClusterState) {
         let mut label = |key: &str| shared.get(labels.get(key).map_or("", String::as_str));
         let node_labels = [
             Arc::<str>::from(name),
-            label("karpenter.sh/nodepool"),
-            label("topology.kubernetes.io/zone"),
-            label("node.kubernetes.io/instance-type"),
-            label("karpenter.sh/capacity-type"),
-            label("kubernetes.io/arch"),
-            label("kubernetes.io/os"),
+            label(NODEPOOL_LABEL),
+            label(ZONE_LABEL),
+            label(INSTANCE_TYPE_LABEL),
+            label(CAPACITY_TYPE_LABEL),
+            label(ARCH_LABEL),
+            label(OS_LABEL),
             shared.get(phase(node)),
             shared.get(if nodepool.is_empty() { "false" } else { "true" }),
         ];
@@ -252,11 +255,11 @@ impl PodSource for CachedPods {
             let labels = node.labels();
             let mut label = |key: &str| shared.get(labels.get(key).map_or("", String::as_str));
             let values = [
-                label("karpenter.sh/nodepool"),
-                label("topology.kubernetes.io/zone"),
-                label("kubernetes.io/arch"),
-                label("karpenter.sh/capacity-type"),
-                label("node.kubernetes.io/instance-type"),
+                label(NODEPOOL_LABEL),
+                label(ZONE_LABEL),
+                label(ARCH_LABEL),
+                label(CAPACITY_TYPE_LABEL),
+                label(INSTANCE_TYPE_LABEL),
             ];
             let managed = !values[0].is_empty();
             node_labels.insert(node.name_any(), PodNodeLabels { values, managed });

@@ -37,9 +37,10 @@ use karpenter_core::{
     clock::Clock,
     snapshot::{BufferResolution, ResolvedBuffer, Snapshot, UnresolvedBuffer, resolve_buffers},
 };
-use karpenter_state::{ClusterState, Keyed, ProjectedStore, periodic::run_synced};
+use karpenter_state::api_errors::is_not_found;
+use karpenter_state::{ControllerContext, Keyed, ProjectedStore, periodic::run_synced};
 use kube::{
-    Api, Client,
+    Api,
     api::{Patch, PatchParams},
 };
 use serde_json::{Value, json};
@@ -243,9 +244,7 @@ struct Memory {
 
 /// The CapacityBuffer controller's context.
 pub struct CapacityBufferController {
-    client: Client,
-    state: ClusterState,
-    clock: Arc<dyn Clock>,
+    cx: ControllerContext,
     signals: Arc<BufferSignals>,
     /// How often the cache is looked at for changes (cheap when nothing changed; tokio time).
     pub poll: Duration,
@@ -260,16 +259,9 @@ fn owned<T: Clone + Keyed>(store: &ProjectedStore<T>) -> Vec<T> {
 }
 
 impl CapacityBufferController {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        clock: Arc<dyn Clock>,
-        signals: Arc<BufferSignals>,
-    ) -> Self {
+    pub fn new(cx: ControllerContext, signals: Arc<BufferSignals>) -> Self {
         Self {
-            client,
-            state,
-            clock,
+            cx,
             signals,
             poll: Duration::from_secs(1),
             resync: Duration::from_secs(30),
@@ -279,7 +271,7 @@ impl CapacityBufferController {
 
     /// Runs passes until the future is dropped; a failed pass is logged and the next one retries.
     pub async fn run(&self) {
-        run_synced(&self.state, "capacitybuffer", self.poll, || async {
+        run_synced(&self.cx.state, "capacitybuffer", self.poll, || async {
             match self.pass().await {
                 Ok(pass) => {
                     if !pass.patched.is_empty() {
@@ -300,10 +292,10 @@ impl CapacityBufferController {
     /// and the resync is not due; otherwise every buffer resolved, its status written where it changed, and
     /// the provisioner asked for a round when the buffers' placeholders changed or the resync is due.
     pub async fn pass(&self) -> Result<BufferStatusPass, ProvisionerError> {
-        if !self.state.synced() {
+        if !self.cx.state.synced() {
             return Err(ProvisionerError::NotSynced);
         }
-        let state = &self.state;
+        let state = &self.cx.state;
         let seen = [
             state.capacity_buffers.version(),
             state.pod_templates.version(),
@@ -357,7 +349,7 @@ impl CapacityBufferController {
                 memory.last_full = Some(Instant::now());
             }
         }
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
         for resolution in &resolutions {
             if let Some(key) = self.write_status(resolution, now).await? {
@@ -374,7 +366,7 @@ impl CapacityBufferController {
         now: Timestamp,
     ) -> Result<Option<String>, ProvisionerError> {
         let key = format!("{}/{}", resolution.namespace, resolution.name);
-        let Some(buffer) = self.state.capacity_buffers.get(&key) else {
+        let Some(buffer) = self.cx.state.capacity_buffers.get(&key) else {
             return Ok(None);
         };
         if buffer.metadata.deletion_timestamp.is_some() {
@@ -392,7 +384,7 @@ impl CapacityBufferController {
         if wanted == current {
             return Ok(None);
         }
-        let api: Api<CapacityBuffer> = Api::namespaced(self.client.clone(), &resolution.namespace);
+        let api: Api<CapacityBuffer> = Api::namespaced(self.cx.client.clone(), &resolution.namespace);
         match api
             .patch_status(
                 &resolution.name,
@@ -403,7 +395,7 @@ impl CapacityBufferController {
         {
             Ok(_) => Ok(Some(key)),
             // Deleted since the cache saw it.
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

@@ -31,9 +31,10 @@ use karpenter_core::{
         FAILED_CONSISTENCY_CHECK, consistency_issues,
     },
 };
-use karpenter_state::{ClusterState, events::DedupedRecorder, periodic::run_synced};
+use karpenter_state::api_errors::ignore_not_found;
+use karpenter_state::{ControllerContext, events::DedupedRecorder, periodic::run_synced};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{Patch, PatchParams},
 };
 use serde_json::json;
@@ -54,9 +55,7 @@ pub struct ConsistencyPass {
 
 /// The consistency controller's context.
 pub struct ConsistencyController {
-    client: Client,
-    state: ClusterState,
-    clock: Arc<dyn Clock>,
+    cx: ControllerContext,
     events: DedupedRecorder,
     /// When each claim (by UID) was last scanned.
     scanned: std::sync::Mutex<HashMap<String, Timestamp>>,
@@ -65,12 +64,10 @@ pub struct ConsistencyController {
 }
 
 impl ConsistencyController {
-    pub fn new(client: Client, state: ClusterState, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(cx: ControllerContext) -> Self {
         Self {
-            events: DedupedRecorder::new(client.clone(), Arc::clone(&clock)),
-            client,
-            state,
-            clock,
+            events: cx.recorder(),
+            cx,
             scanned: std::sync::Mutex::new(HashMap::new()),
             interval: Duration::from_secs(10),
         }
@@ -78,7 +75,7 @@ impl ConsistencyController {
 
     /// Runs passes until the future is dropped.
     pub async fn run(&self) {
-        run_synced(&self.state, "nodeclaim.consistency", self.interval, || async {
+        run_synced(&self.cx.state, "nodeclaim.consistency", self.interval, || async {
             self.pass().await;
             true
         })
@@ -87,16 +84,17 @@ impl ConsistencyController {
 
     /// Checks every launched claim whose period is up; errors are logged per claim.
     pub async fn pass(&self) -> ConsistencyPass {
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         let mut done = ConsistencyPass::default();
         let nodes: HashMap<String, Arc<Node>> = self
+            .cx
             .state
             .nodes
             .filter(|_| true)
             .into_iter()
             .filter_map(|n| Some((n.spec.as_ref()?.provider_id.clone()?, n)))
             .collect();
-        let claims = self.state.node_claims.all();
+        let claims = self.cx.state.node_claims.all();
         let mut live = HashSet::new();
         for claim in &claims {
             let uid = claim.uid().unwrap_or_else(|| claim.name_any());
@@ -115,10 +113,10 @@ impl ConsistencyController {
             // The pods and budgets matter only to the termination check, for a claim being deleted.
             let (pods, pdbs) = if claim.metadata.deletion_timestamp.is_some() {
                 let node_name = node.name_any();
-                let pods = self.state.pods.filter(|p| {
+                let pods = self.cx.state.pods.filter(|p| {
                     p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str())
                 });
-                (pods, self.state.pdbs.all())
+                (pods, self.cx.state.pdbs.all())
             } else {
                 (Vec::new(), Vec::new())
             };
@@ -180,19 +178,16 @@ impl ConsistencyController {
         let Some(conditions) = consistency_condition(&existing, issues.is_empty(), now) else {
             return Ok(());
         };
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let api: Api<NodeClaim> = Api::all(self.cx.client.clone());
         let patch = json!({
             "metadata": {"resourceVersion": claim.resource_version()},
             "status": {"conditions": conditions},
         });
-        match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        ignore_not_found(
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await,
+        )?;
+        Ok(())
     }
 }
 

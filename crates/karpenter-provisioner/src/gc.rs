@@ -20,8 +20,9 @@ use karpenter_core::{
     clock::Clock,
     cloudprovider::{CloudProvider, InstanceSummary},
 };
-use karpenter_state::ClusterState;
-use kube::{Api, Client, ResourceExt, api::DeleteParams};
+use karpenter_state::api_errors::ignore_not_found;
+use karpenter_state::{ControllerContext, periodic::run_synced};
+use kube::{Api, ResourceExt, api::DeleteParams};
 
 use crate::ProvisionerError;
 
@@ -39,10 +40,8 @@ pub const INSTANCE_GRACE: Duration = Duration::from_secs(30);
 
 /// The garbage collector's context.
 pub struct GarbageCollector {
-    client: Client,
-    state: ClusterState,
+    cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
-    clock: Arc<dyn Clock>,
     pub interval: Duration,
 }
 
@@ -106,52 +105,41 @@ fn claim_of_orphan(instance: &InstanceSummary) -> NodeClaim {
 }
 
 impl GarbageCollector {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
+    pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>) -> Self {
         Self {
-            client,
-            state,
+            cx,
             cloud,
-            clock,
             interval: Duration::from_secs(120),
         }
     }
 
     pub async fn run(&self) {
-        loop {
-            tokio::time::sleep(self.interval).await;
-            if !self.state.synced() {
-                continue;
-            }
-            let mut timer = karpenter_metrics::metrics().reconcile("nodeclaim.garbagecollection");
+        // The first pass waits one interval too.
+        tokio::time::sleep(self.interval).await;
+        run_synced(&self.cx.state, "nodeclaim.garbagecollection", self.interval, || async {
             match self.collect().await {
-                Ok(c) if c != Collected::default() => {
-                    tracing::info!(
-                        controller = "nodeclaim.garbagecollection",
-                        ?c,
-                        "garbage collected"
-                    )
+                Ok(c) => {
+                    if c != Collected::default() {
+                        tracing::info!(controller = "nodeclaim.garbagecollection", ?c, "garbage collected");
+                    }
+                    true
                 }
-                Ok(_) => {}
                 Err(error) => {
-                    timer.failed();
-                    tracing::warn!(controller = "nodeclaim.garbagecollection", category = error.category(), %error, "garbage collection failed")
+                    tracing::warn!(controller = "nodeclaim.garbagecollection", category = error.category(), %error, "garbage collection failed");
+                    false
                 }
             }
-        }
+        })
+        .await;
     }
 
     pub async fn collect(&self) -> Result<Collected, ProvisionerError> {
         let mut collected = Collected::default();
-        let claims = self.state.node_claims.all();
+        let claims = self.cx.state.node_claims.all();
         let owners = Owners::of(&claims);
         let instances = self.cloud.list_instances().await?;
         let running: HashSet<&str> = instances.iter().map(|i| i.provider_id.as_str()).collect();
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         for instance in &instances {
             if !owners.is_orphan(instance, now) {
                 continue;
@@ -163,7 +151,7 @@ impl GarbageCollector {
             }
             collected.instances.push(instance.provider_id.clone());
         }
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let api: Api<NodeClaim> = Api::all(self.cx.client.clone());
         for claim in &claims {
             let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
                 continue;
@@ -171,10 +159,8 @@ impl GarbageCollector {
             if running.contains(id) || claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            match api.delete(&claim.name_any(), &DeleteParams::default()).await {
-                Ok(_) => collected.node_claims.push(claim.name_any()),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
+            if ignore_not_found(api.delete(&claim.name_any(), &DeleteParams::default()).await)?.is_some() {
+                collected.node_claims.push(claim.name_any());
             }
         }
         Ok(collected)

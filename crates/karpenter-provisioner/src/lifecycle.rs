@@ -50,14 +50,15 @@ use karpenter_core::{
     clock::Clock,
     cloudprovider::{CloudProvider, CloudProviderError},
 };
+use karpenter_state::api_errors::ignore_not_found;
 use karpenter_state::{
-    ClusterState,
+    ControllerContext,
     events::DedupedRecorder,
     finalizers::{FinalizerWrite, add_finalizer},
     periodic::run_synced,
 };
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
 };
 use serde_json::json;
@@ -72,10 +73,8 @@ use crate::{
 
 /// The lifecycle controller's context.
 pub struct Lifecycle {
-    client: Client,
-    state: ClusterState,
+    cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
-    clock: Arc<dyn Clock>,
     /// How often every claim is looked at (tokio time).
     pub interval: Duration,
     /// How many claims a pass steps at once ([`PASS_CONCURRENCY`] unless `CPU_REQUESTS` scales it).
@@ -132,18 +131,11 @@ pub const REGISTRATION_TTL: Duration = Duration::from_secs(15 * 60);
 pub const LAUNCH_FAILED: &str = "LaunchFailed";
 
 impl Lifecycle {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
+    pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>) -> Self {
         Self {
-            events: DedupedRecorder::new(client.clone(), Arc::clone(&clock)),
-            client,
-            state,
+            events: cx.recorder(),
+            cx,
             cloud,
-            clock,
             interval: Duration::from_secs(1),
             concurrency: PASS_CONCURRENCY,
             launched: std::sync::Mutex::new(BTreeMap::new()),
@@ -173,7 +165,7 @@ impl Lifecycle {
 
     /// Runs passes until the future is dropped; a failed step is logged and retried on the next pass.
     pub async fn run(&self) {
-        run_synced(&self.state, "nodeclaim.lifecycle", self.interval, || async {
+        run_synced(&self.cx.state, "nodeclaim.lifecycle", self.interval, || async {
             self.pass().await;
             true
         })
@@ -185,13 +177,14 @@ impl Lifecycle {
         let mut done = LifecyclePass::default();
         // Nodes by provider ID, once per pass (a lookup per claim over every node would be quadratic).
         let nodes: HashMap<String, Arc<Node>> = self
+            .cx
             .state
             .nodes
             .filter(|_| true)
             .into_iter()
             .filter_map(|n| Some((n.spec.as_ref()?.provider_id.clone()?, n)))
             .collect();
-        let claims = self.state.node_claims.all();
+        let claims = self.cx.state.node_claims.all();
         if let Ok(mut backoff) = self.launch_backoff.lock()
             && !backoff.is_empty()
         {
@@ -233,7 +226,7 @@ impl Lifecycle {
     ) -> Result<(), ProvisionerError> {
         let name = claim.name_any();
         let status = claim.status.clone().unwrap_or_default();
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         let Some(provider_id) = status.provider_id.clone() else {
             let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
             if created.is_some_and(|c| now.duration_since(c).as_secs() >= LAUNCH_TTL.as_secs() as i64) {
@@ -281,7 +274,7 @@ impl Lifecycle {
                 .nodes_created
                 .get_or_create(&karpenter_metrics::NodeLabels {
                     nodepool: label(labels::NODEPOOL_LABEL),
-                    zone: label("topology.kubernetes.io/zone"),
+                    zone: label(labels::ZONE_LABEL),
                 })
                 .inc();
             done.registered.push(name);
@@ -311,7 +304,7 @@ impl Lifecycle {
                     .await?;
             }
         } else {
-            let nodes: Api<Node> = Api::all(self.client.clone());
+            let nodes: Api<Node> = Api::all(self.cx.client.clone());
             nodes
                 .patch(
                     &node.name_any(),
@@ -325,7 +318,7 @@ impl Lifecycle {
                     (conditions::INITIALIZED, ConditionStatus::True, "Initialized"),
                     (conditions::READY, ConditionStatus::True, "Ready"),
                 ],
-                self.clock.now(),
+                self.cx.clock.now(),
             );
             self.patch_status(&name, json!({"status": {"conditions": conditions}}))
                 .await?;
@@ -345,11 +338,9 @@ impl Lifecycle {
     ) -> Result<(), ProvisionerError> {
         let name = claim.name_any();
         tracing::warn!(nodeclaim = %name, "{what} did not complete in time; deleting the NodeClaim");
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => self.report(claim, outcome),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
+        let api: Api<NodeClaim> = Api::all(self.cx.client.clone());
+        if ignore_not_found(api.delete(&name, &DeleteParams::default()).await)?.is_some() {
+            self.report(claim, outcome);
         }
         done.timed_out.push(name);
         Ok(())
@@ -357,7 +348,7 @@ impl Lifecycle {
 
     async fn launch(&self, claim: &NodeClaim, done: &mut LifecyclePass) -> Result<(), ProvisionerError> {
         let name = claim.name_any();
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let api: Api<NodeClaim> = Api::all(self.cx.client.clone());
         // The finalizer first: from here on, deleting the claim goes through the terminator, which deletes
         // the instance (a launch must never leave one behind). Locked to the version read, so a finalizer
         // another controller added since the cache read the claim is kept.
@@ -409,7 +400,7 @@ impl Lifecycle {
                 return Ok(());
             }
             Err(error) => {
-                let now = self.clock.now();
+                let now = self.cx.clock.now();
                 let wait = self
                     .launch_backoff
                     .lock()
@@ -457,7 +448,7 @@ impl Lifecycle {
                     "AwaitingReconciliation",
                 ),
             ],
-            self.clock.now(),
+            self.cx.clock.now(),
         );
         let status = json!({"status": {
             "providerID": launched_status.provider_id,
@@ -518,7 +509,7 @@ impl Lifecycle {
             "metadata": {"labels": node_labels, "ownerReferences": [owner]},
             "spec": {"taints": taints},
         });
-        let nodes: Api<Node> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.cx.client.clone());
         nodes
             .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch))
             .await?;
@@ -533,7 +524,7 @@ impl Lifecycle {
         let conditions = with_conditions(
             &existing,
             &[(conditions::REGISTERED, ConditionStatus::True, "Registered")],
-            self.clock.now(),
+            self.cx.clock.now(),
         );
         self.patch_status(
             &name,
@@ -545,13 +536,13 @@ impl Lifecycle {
     /// Adds the finalizer, locked to the version read: a finalizer another controller added meanwhile is kept
     /// (the write conflicts, and the Node is read again).
     async fn add_node_finalizer(&self, node: &Node) -> Result<(), ProvisionerError> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.cx.client.clone());
         add_finalizer(&nodes, node, labels::TERMINATION_FINALIZER).await?;
         Ok(())
     }
 
     async fn patch_status(&self, name: &str, patch: serde_json::Value) -> Result<(), ProvisionerError> {
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let api: Api<NodeClaim> = Api::all(self.cx.client.clone());
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
         Ok(())
@@ -578,11 +569,8 @@ fn launch_failure(error: &CloudProviderError) -> (String, String) {
 /// deleted (such a Node, deleted before it registered, goes without draining, as it would without Karpenter).
 /// Deletes a claim; one already gone is what was wanted.
 async fn delete_ignoring_gone(api: &Api<NodeClaim>, name: &str) -> Result<(), ProvisionerError> {
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    ignore_not_found(api.delete(name, &DeleteParams::default()).await)?;
+    Ok(())
 }
 
 /// A Node not yet registered (no `karpenter.sh/registered` label) that came up without the
@@ -662,6 +650,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Node;
     use karpenter_core::catalog::CatalogFile;
     use karpenter_sim::{ApiServer, SimCloudOptions, SimCloudProvider, SystemClock};
+    use karpenter_state::ClusterState;
     use kube::api::PostParams;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -720,18 +709,18 @@ mod tests {
             clock.clone(),
             SimCloudOptions::default(),
         );
-        let lifecycle = Lifecycle::new(client, state, cloud.as_dyn(), clock);
+        let lifecycle = Lifecycle::new(ControllerContext::new(client, state, clock), cloud.as_dyn());
         Ok((server, lifecycle))
     }
 
     async fn node_finalizers(lifecycle: &Lifecycle, name: &str) -> Result<Vec<String>, kube::Error> {
-        let node = Api::<Node>::all(lifecycle.client.clone()).get(name).await?;
+        let node = Api::<Node>::all(lifecycle.cx.client.clone()).get(name).await?;
         Ok(node.finalizers().to_vec())
     }
 
     /// The reasons of the events written about `name`.
     async fn event_reasons(lifecycle: &Lifecycle, name: &str) -> Result<Vec<String>, kube::Error> {
-        let events = Api::<k8s_openapi::api::events::v1::Event>::all(lifecycle.client.clone())
+        let events = Api::<k8s_openapi::api::events::v1::Event>::all(lifecycle.cx.client.clone())
             .list(&Default::default())
             .await?;
         Ok(events
@@ -756,13 +745,13 @@ mod tests {
     #[tokio::test]
     async fn a_node_registering_with_the_unregistered_taint_is_not_reported() -> TestResult {
         let (_server, lifecycle) = launched_with_node("tainted", json!({})).await?;
-        let nodes = Api::<Node>::all(lifecycle.client.clone());
+        let nodes = Api::<Node>::all(lifecycle.cx.client.clone());
         let taint =
             json!({"spec": {"taints": [{"key": labels::UNREGISTERED_TAINT_KEY, "effect": "NoExecute"}]}});
         let node = nodes
             .patch("node-tainted", &PatchParams::default(), &Patch::Merge(taint))
             .await?;
-        lifecycle.state.nodes.apply(node);
+        lifecycle.cx.state.nodes.apply(node);
         assert_eq!(lifecycle.pass().await.registered, ["tainted"]);
         assert!(event_reasons(&lifecycle, "tainted").await?.is_empty());
         // And the taint is gone once registered.
@@ -788,7 +777,7 @@ mod tests {
     async fn a_registered_node_without_the_finalizer_gets_it_on_a_later_pass() -> TestResult {
         let (_server, lifecycle) = launched_with_node("b", json!({})).await?;
         // As an older version left it: registered, the Node without the finalizer.
-        let mut claim = (*lifecycle.state.node_claims.get("b").ok_or("no claim")?).clone();
+        let mut claim = (*lifecycle.cx.state.node_claims.get("b").ok_or("no claim")?).clone();
         let status = claim.status.get_or_insert_with(Default::default);
         status.node_name = Some("node-b".to_string());
         status.conditions = with_conditions(
@@ -796,7 +785,7 @@ mod tests {
             &[(conditions::REGISTERED, ConditionStatus::True, "Registered")],
             Timestamp::UNIX_EPOCH,
         );
-        lifecycle.state.node_claims.apply(claim);
+        lifecycle.cx.state.node_claims.apply(claim);
         let pass = lifecycle.pass().await;
         assert!(pass.registered.is_empty());
         assert_eq!(
@@ -811,7 +800,7 @@ mod tests {
         let (_server, lifecycle) = launched_with_node("c", json!({})).await?;
         // Another controller adds its finalizer after the cache read the Node: the locked write conflicts, the
         // Node is read again, and the finalizer is added to the list as stored.
-        let nodes = Api::<Node>::all(lifecycle.client.clone());
+        let nodes = Api::<Node>::all(lifecycle.cx.client.clone());
         nodes
             .patch(
                 "node-c",
@@ -819,7 +808,7 @@ mod tests {
                 &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/other"]}})),
             )
             .await?;
-        let stale = lifecycle.state.nodes.get("node-c").ok_or("no node")?;
+        let stale = lifecycle.cx.state.nodes.get("node-c").ok_or("no node")?;
         lifecycle.add_node_finalizer(&stale).await?;
         assert_eq!(
             node_finalizers(&lifecycle, "node-c").await?,
@@ -832,7 +821,7 @@ mod tests {
     async fn the_claim_finalizer_keeps_one_added_after_the_cache_read() -> TestResult {
         let (_server, lifecycle, _cloud) = unlaunched(1).await?;
         // The cache holds the claim without finalizers; another controller then adds its own.
-        let claims = Api::<NodeClaim>::all(lifecycle.client.clone());
+        let claims = Api::<NodeClaim>::all(lifecycle.cx.client.clone());
         claims
             .patch(
                 "claim-0",
@@ -850,11 +839,11 @@ mod tests {
 
     /// The cache as the watch would leave it: claim `name` and Node `node-<name>` read back from the API server.
     async fn refresh(lifecycle: &Lifecycle, name: &str) -> TestResult {
-        let client = lifecycle.client.clone();
+        let client = lifecycle.cx.client.clone();
         let claim = Api::<NodeClaim>::all(client.clone()).get(name).await?;
-        lifecycle.state.node_claims.apply(claim);
+        lifecycle.cx.state.node_claims.apply(claim);
         let node = Api::<Node>::all(client).get(&format!("node-{name}")).await?;
-        lifecycle.state.nodes.apply(node);
+        lifecycle.cx.state.nodes.apply(node);
         Ok(())
     }
 
@@ -863,7 +852,7 @@ mod tests {
         let (_server, lifecycle) =
             launched_requesting("g", json!({}), json!({"cpu": "1", "nvidia.com/gpu": "1"})).await?;
         assert_eq!(lifecycle.pass().await.registered, ["g"]);
-        let nodes = Api::<Node>::all(lifecycle.client.clone());
+        let nodes = Api::<Node>::all(lifecycle.cx.client.clone());
         let report = |gpus: &str| {
             json!({"status": {
                 "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "20", "nvidia.com/gpu": gpus},
@@ -875,7 +864,9 @@ mod tests {
             .await?;
         refresh(&lifecycle, "g").await?;
         assert!(lifecycle.pass().await.initialized.is_empty());
-        let claim = Api::<NodeClaim>::all(lifecycle.client.clone()).get("g").await?;
+        let claim = Api::<NodeClaim>::all(lifecycle.cx.client.clone())
+            .get("g")
+            .await?;
         let status = claim.status.unwrap_or_default();
         let initialized =
             find_condition(&status.conditions, conditions::INITIALIZED).ok_or("no Initialized")?;
@@ -894,7 +885,9 @@ mod tests {
             .await?;
         refresh(&lifecycle, "g").await?;
         assert_eq!(lifecycle.pass().await.initialized, ["g"]);
-        let claim = Api::<NodeClaim>::all(lifecycle.client.clone()).get("g").await?;
+        let claim = Api::<NodeClaim>::all(lifecycle.cx.client.clone())
+            .get("g")
+            .await?;
         let status = claim.status.unwrap_or_default();
         let initialized =
             find_condition(&status.conditions, conditions::INITIALIZED).ok_or("no Initialized")?;
@@ -939,7 +932,7 @@ mod tests {
                 ..SimCloudOptions::default()
             },
         );
-        let lifecycle = Lifecycle::new(client, state, cloud.as_dyn(), clock);
+        let lifecycle = Lifecycle::new(ControllerContext::new(client, state, clock), cloud.as_dyn());
         Ok((server, lifecycle, cloud))
     }
 
@@ -996,10 +989,12 @@ mod tests {
             fail,
         };
         let lifecycle = Lifecycle::new(
-            lifecycle.client.clone(),
-            lifecycle.state.clone(),
+            ControllerContext::new(
+                lifecycle.cx.client.clone(),
+                lifecycle.cx.state.clone(),
+                Arc::new(SystemClock),
+            ),
             Arc::new(failing),
-            Arc::new(SystemClock),
         );
         Ok((server, lifecycle))
     }
@@ -1016,11 +1011,11 @@ mod tests {
         assert!(pass.launched.is_empty());
         // Deleted, as upstream, so the provisioner decides again, rather than retried in place. The finalizer
         // added before the launch holds it for the terminator, which finds no instance.
-        let claim = Api::<NodeClaim>::all(lifecycle.client.clone())
+        let claim = Api::<NodeClaim>::all(lifecycle.cx.client.clone())
             .get("claim-0")
             .await?;
         assert!(claim.metadata.deletion_timestamp.is_some());
-        let events = Api::<k8s_openapi::api::events::v1::Event>::all(lifecycle.client.clone())
+        let events = Api::<k8s_openapi::api::events::v1::Event>::all(lifecycle.cx.client.clone())
             .list(&Default::default())
             .await?;
         assert!(
@@ -1044,7 +1039,7 @@ mod tests {
         .await?;
         let pass = lifecycle.pass().await;
         assert!(pass.node_class_not_ready.is_empty() && pass.launched.is_empty());
-        let claim = Api::<NodeClaim>::all(lifecycle.client.clone())
+        let claim = Api::<NodeClaim>::all(lifecycle.cx.client.clone())
             .get("claim-0")
             .await?;
         assert!(claim.metadata.deletion_timestamp.is_none());
@@ -1073,7 +1068,7 @@ mod tests {
         // All 20 creates were under way at once (one after another, at most one ever would be), so the pass
         // took about one launch latency and a batching provider sees them as one batch.
         assert_eq!(cloud.peak_concurrent_creates(), 20);
-        let claims = Api::<NodeClaim>::all(lifecycle.client.clone());
+        let claims = Api::<NodeClaim>::all(lifecycle.cx.client.clone());
         for name in &names {
             let claim = claims.get(name).await?;
             assert!(claim.status.and_then(|s| s.provider_id).is_some(), "{name}");

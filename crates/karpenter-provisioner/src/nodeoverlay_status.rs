@@ -23,9 +23,10 @@ use karpenter_core::{
     cloudprovider::CloudProvider,
     snapshot::{OverlayProblem, OverlayVerdict, Snapshot, node_overlay_verdicts},
 };
-use karpenter_state::{ClusterState, periodic::run_synced};
+use karpenter_state::api_errors::is_not_found;
+use karpenter_state::{ControllerContext, periodic::run_synced};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{Patch, PatchParams},
 };
 use serde_json::json;
@@ -39,10 +40,8 @@ use crate::{
 
 /// The NodeOverlay status controller's context.
 pub struct NodeOverlayStatusController {
-    client: Client,
-    state: ClusterState,
+    cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
-    clock: Arc<dyn Clock>,
     /// The label rules validation applies (the provisioner's `BuildOptions::label_policy`).
     label_policy: LabelPolicy,
     /// Between passes (tokio time).
@@ -50,18 +49,10 @@ pub struct NodeOverlayStatusController {
 }
 
 impl NodeOverlayStatusController {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        clock: Arc<dyn Clock>,
-        label_policy: LabelPolicy,
-    ) -> Self {
+    pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>, label_policy: LabelPolicy) -> Self {
         Self {
-            client,
-            state,
+            cx,
             cloud,
-            clock,
             label_policy,
             interval: Duration::from_secs(5),
         }
@@ -69,7 +60,7 @@ impl NodeOverlayStatusController {
 
     /// Runs passes until the future is dropped; a failed pass is logged and the next one retries.
     pub async fn run(&self) {
-        run_synced(&self.state, "nodeoverlay.controller", self.interval, || async {
+        run_synced(&self.cx.state, "nodeoverlay.controller", self.interval, || async {
             match self.pass().await {
                 Ok(patched) => {
                     if !patched.is_empty() {
@@ -88,15 +79,16 @@ impl NodeOverlayStatusController {
 
     /// One pass over every NodeOverlay in the cache; the names of those whose status was written.
     pub async fn pass(&self) -> Result<Vec<String>, ProvisionerError> {
-        if !self.state.synced() {
+        if !self.cx.state.synced() {
             return Err(ProvisionerError::NotSynced);
         }
-        let overlays = self.state.node_overlays.all();
+        let overlays = self.cx.state.node_overlays.all();
         if overlays.is_empty() {
             return Ok(Vec::new());
         }
         let mut snapshot = Snapshot {
             node_pools: self
+                .cx
                 .state
                 .node_pools
                 .all()
@@ -110,9 +102,9 @@ impl NodeOverlayStatusController {
         let catalog = catalog_for(self.cloud.as_ref(), &snapshot.node_pools).await?;
         let verdicts = node_overlay_verdicts(&snapshot, &catalog, self.label_policy);
 
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
-        let api: Api<NodeOverlay> = Api::all(self.client.clone());
+        let api: Api<NodeOverlay> = Api::all(self.cx.client.clone());
         let mut patched = Vec::new();
         for (overlay, verdict) in overlays.iter().zip(&verdicts) {
             if overlay.metadata.deletion_timestamp.is_some() {
@@ -139,7 +131,7 @@ impl NodeOverlayStatusController {
             {
                 Ok(_) => patched.push(name),
                 // Deleted since the cache saw it.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

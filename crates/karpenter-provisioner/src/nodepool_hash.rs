@@ -19,6 +19,7 @@ use karpenter_api::{
     nodepool::{NODEPOOL_HASH_VERSION, NodePool},
 };
 use karpenter_core::disruption::drift::{needs_rehash, rehash_annotations};
+use karpenter_state::api_errors::{is_conflict, is_not_found};
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams},
@@ -125,7 +126,7 @@ pub async fn sync_hashes(
 fn written<T>(result: Result<T, kube::Error>) -> Result<bool, ProvisionerError> {
     match result {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(false),
         Err(error) => Err(error.into()),
     }
 }

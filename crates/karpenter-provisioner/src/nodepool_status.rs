@@ -23,9 +23,10 @@ use karpenter_api::{
     nodepool::{NodePool, NodePoolStatus},
 };
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
-use karpenter_state::ClusterState;
+use karpenter_state::api_errors::is_not_found;
+use karpenter_state::{ControllerContext, periodic::run_synced_untimed};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
     discovery,
 };
@@ -51,10 +52,8 @@ pub struct NodePoolStatusPass {
 
 /// The NodePool status controller's context.
 pub struct NodePoolStatusController {
-    client: Client,
-    state: ClusterState,
+    cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
-    clock: Arc<dyn Clock>,
     /// The label rules validation applies (the provisioner's `BuildOptions::label_policy`).
     label_policy: LabelPolicy,
     /// (group, kind) to how the API server serves it; `None` when it does not.
@@ -66,18 +65,10 @@ pub struct NodePoolStatusController {
 }
 
 impl NodePoolStatusController {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        clock: Arc<dyn Clock>,
-        label_policy: LabelPolicy,
-    ) -> Self {
+    pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>, label_policy: LabelPolicy) -> Self {
         Self {
-            client,
-            state,
+            cx,
             cloud,
-            clock,
             label_policy,
             kinds: Mutex::new(HashMap::new()),
             interval: Duration::from_secs(5),
@@ -93,35 +84,33 @@ impl NodePoolStatusController {
 
     /// Runs passes until the future is dropped; a failed pass is logged and the next one retries.
     pub async fn run(&self) {
-        loop {
-            if self.state.synced()
-                && let Err(error) = self.pass().await
-            {
+        run_synced_untimed(&self.cx.state, self.interval, || async {
+            if let Err(error) = self.pass().await {
                 tracing::warn!(category = error.category(), %error, "NodePool status pass failed");
             }
-            tokio::time::sleep(self.interval).await;
-        }
+        })
+        .await;
     }
 
     /// One pass over every NodePool in the cache.
     pub async fn pass(&self) -> Result<NodePoolStatusPass, ProvisionerError> {
-        if !self.state.synced() {
+        if !self.cx.state.synced() {
             return Err(ProvisionerError::NotSynced);
         }
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
-        let nodes = self.state.nodes.all();
-        let claims = self.state.node_claims.all();
+        let nodes = self.cx.state.nodes.all();
+        let claims = self.cx.state.node_claims.all();
         let mut pass = NodePoolStatusPass::default();
         let mut live = std::collections::HashSet::new();
-        for pool in self.state.node_pools.all() {
+        for pool in self.cx.state.node_pools.all() {
             let uid = pool.metadata.uid.clone().unwrap_or_default();
             live.insert(uid.clone());
             if pool.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             let name = pool.name_any();
-            let hashes = sync_hashes(&self.client, &pool, &claims).await?;
+            let hashes = sync_hashes(&self.cx.client, &pool, &claims).await?;
             pass.rehashed.extend(hashes.rehashed);
             let counted = pool_resources(&name, nodes.iter().map(|n| &**n), claims.iter().map(|c| &**c));
             let (readiness, class_generation) = self
@@ -160,7 +149,7 @@ impl NodePoolStatusController {
                 self.registration_health.written(&uid);
                 continue;
             }
-            let api: Api<NodePool> = Api::all(self.client.clone());
+            let api: Api<NodePool> = Api::all(self.cx.client.clone());
             match api
                 .patch_status(
                     &name,
@@ -174,7 +163,7 @@ impl NodePoolStatusController {
                     pass.patched.push(name);
                 }
                 // Deleted since the cache saw it.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -208,7 +197,7 @@ impl NodePoolStatusController {
             );
             return Ok((NodeClassReadiness::UnknownKind { message }, None));
         };
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let api: Api<DynamicObject> = Api::all_with(self.cx.client.clone(), &resource);
         let Some(object) = api.get_opt(&reference.name).await? else {
             return Ok((NodeClassReadiness::NotFound, None));
         };
@@ -223,7 +212,7 @@ impl NodePoolStatusController {
         if let Some(found) = self.kinds.lock().await.get(&key) {
             return found.clone();
         }
-        match discovery::group(&self.client, group).await {
+        match discovery::group(&self.cx.client, group).await {
             Ok(g) => {
                 let found = g.recommended_kind(kind).map(|(resource, _)| resource);
                 self.kinds.lock().await.insert(key, found.clone());

@@ -23,9 +23,10 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_core::{clock::Clock, snapshot::CompactPod};
-use karpenter_state::{ClusterState, periodic::run_synced};
+use karpenter_state::api_errors::is_not_found;
+use karpenter_state::{ControllerContext, periodic::run_synced};
 use kube::{
-    Api, Client,
+    Api,
     api::{Patch, PatchParams},
 };
 use serde_json::json;
@@ -149,20 +150,16 @@ pub fn should_write(last: Option<Timestamp>, now: Timestamp) -> bool {
 
 /// The podevents controller's context.
 pub struct PodEventsController {
-    client: Client,
-    state: ClusterState,
-    clock: Arc<dyn Clock>,
+    cx: ControllerContext,
     /// How often the pods are looked at (tokio time).
     pub interval: Duration,
     tracker: std::sync::Mutex<(PodEventTracker, Option<u64>)>,
 }
 
 impl PodEventsController {
-    pub fn new(client: Client, state: ClusterState, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(cx: ControllerContext) -> Self {
         Self {
-            client,
-            state,
-            clock,
+            cx,
             interval: Duration::from_secs(1),
             tracker: std::sync::Mutex::new((PodEventTracker::new(), None)),
         }
@@ -170,7 +167,7 @@ impl PodEventsController {
 
     /// Runs passes until the future is dropped; a failed write is logged and the event is taken at the next.
     pub async fn run(&self) {
-        run_synced(&self.state, "nodeclaim.podevents", self.interval, || async {
+        run_synced(&self.cx.state, "nodeclaim.podevents", self.interval, || async {
             if let Err(error) = self.pass().await {
                 tracing::debug!(controller = "nodeclaim.podevents", %error, "writing a pod event failed");
             }
@@ -189,21 +186,21 @@ impl PodEventsController {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let (tracker, version) = &mut *guard;
             // No pod changed since the last pass: nothing to look at (the cost stays with what changed).
-            let current = self.state.pods.version();
+            let current = self.cx.state.pods.version();
             if *version == Some(current) {
                 return Ok(Vec::new());
             }
             *version = Some(current);
-            let pods = self.state.pods.all();
+            let pods = self.cx.state.pods.all();
             tracker.observe(pods.iter().map(|p| &**p))
         };
         if nodes.is_empty() {
             return Ok(Vec::new());
         }
-        let now = self.clock.now();
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let now = self.cx.clock.now();
+        let api: Api<NodeClaim> = Api::all(self.cx.client.clone());
         let mut written = Vec::new();
-        let claims = self.state.node_claims.filter(|c| {
+        let claims = self.cx.state.node_claims.filter(|c| {
             c.metadata.deletion_timestamp.is_none()
                 && c.status
                     .as_ref()
@@ -228,7 +225,7 @@ impl PodEventsController {
                 .await
             {
                 Ok(_) => written.push(name),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

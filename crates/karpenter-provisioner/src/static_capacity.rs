@@ -25,9 +25,13 @@ use karpenter_core::{
     snapshot::{BuildOptions, static_node_claims},
     static_capacity::{StaticPool, choose_surplus, static_pools, surplus_candidates},
 };
-use karpenter_state::{ClusterState, periodic::run_synced};
+use karpenter_state::api_errors::ignore_not_found;
+use karpenter_state::{
+    ClusterState, ControllerContext,
+    periodic::{run_synced, run_synced_untimed},
+};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{DeleteParams, PostParams},
 };
 use tokio::time::Instant;
@@ -76,10 +80,8 @@ impl Expectations {
 
 /// The static capacity controller's context.
 pub struct StaticCapacityController {
-    client: Client,
-    state: ClusterState,
+    cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
-    clock: Arc<dyn Clock>,
     build: BuildOptions,
     expectations: Mutex<Expectations>,
     /// What was last said per NodePool about why it cannot reach its replicas (the node limit, no instance
@@ -90,18 +92,10 @@ pub struct StaticCapacityController {
 }
 
 impl StaticCapacityController {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        clock: Arc<dyn Clock>,
-        build: BuildOptions,
-    ) -> Self {
+    pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>, build: BuildOptions) -> Self {
         Self {
-            client,
-            state,
+            cx,
             cloud,
-            clock,
             build,
             expectations: Mutex::new(Expectations::default()),
             told: Mutex::new(HashMap::new()),
@@ -111,7 +105,7 @@ impl StaticCapacityController {
 
     /// Runs passes until the future is dropped; a failed pass is logged and the next one retries.
     pub async fn run(&self) {
-        run_synced(&self.state, "static.capacity", self.interval, || async {
+        run_synced(&self.cx.state, "static.capacity", self.interval, || async {
             match self.pass().await {
                 Ok(pass) if pass != StaticPass::default() => {
                     tracing::info!(controller = "static.capacity", created = ?pass.created, deleted = ?pass.deleted, "kept static NodePools at their replicas");
@@ -129,14 +123,14 @@ impl StaticCapacityController {
 
     /// One pass over every static NodePool in the cache.
     pub async fn pass(&self) -> Result<StaticPass, ProvisionerError> {
-        if !self.state.synced() {
+        if !self.cx.state.synced() {
             return Err(ProvisionerError::NotSynced);
         }
         // Most clusters have no static NodePool: no snapshot of their pods is taken for nothing every pass.
-        if self.state.node_pools.filter(NodePool::is_static).is_empty() {
+        if self.cx.state.node_pools.filter(NodePool::is_static).is_empty() {
             return Ok(StaticPass::default());
         }
-        let snapshot = self.state.snapshot();
+        let snapshot = self.cx.state.snapshot();
         let kinds = self.cloud.supported_node_classes();
         let managed = |p: &NodePool| {
             let r = &p.spec.template.spec.node_class_ref;
@@ -251,7 +245,7 @@ impl StaticCapacityController {
                 tracing::warn!(controller = "static.capacity", nodepool = %pool.name, %note, "static NodePool");
             }
         }
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let api: Api<NodeClaim> = Api::all(self.cx.client.clone());
         for claim in &built.node_claims {
             let created = api.create(&PostParams::default(), claim).await?;
             let name = created.name_any();
@@ -281,17 +275,13 @@ impl StaticCapacityController {
         deleted: &HashSet<String>,
         pass: &mut StaticPass,
     ) -> Result<(), ProvisionerError> {
-        let candidates = surplus_candidates(snapshot, &pool.name, deleted, self.clock.now());
+        let candidates = surplus_candidates(snapshot, &pool.name, deleted, self.cx.clock.now());
         let chosen = choose_surplus(&candidates, usize::try_from(pool.surplus()).unwrap_or(0));
         tracing::info!(controller = "static.capacity", nodepool = %pool.name, replicas = pool.replicas, active = pool.active, deleting = chosen.len(), "deleting NodeClaims beyond the replica count");
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let api: Api<NodeClaim> = Api::all(self.cx.client.clone());
         for i in chosen {
             let name = &candidates[i].node_claim;
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            ignore_not_found(api.delete(name, &DeleteParams::default()).await)?;
             self.lock().deleted.insert(name.clone(), Instant::now());
             pass.deleted.push(name.clone());
         }
@@ -302,16 +292,15 @@ impl StaticCapacityController {
     /// replicas. Runs until dropped.
     pub async fn report_inert(state: ClusterState) {
         let mut told = HashSet::new();
-        loop {
-            if state.synced() {
-                for pool in state.node_pools.all() {
-                    if pool.is_static() && told.insert(pool.name_any()) {
-                        tracing::warn!(nodepool = %pool.name_any(), replicas = ?pool.spec.replicas, "NodePool sets replicas but the StaticCapacity feature gate is off: no NodeClaims are created or removed for it");
-                    }
+        run_synced_untimed(&state, Duration::from_secs(30), || {
+            for pool in state.node_pools.all() {
+                if pool.is_static() && told.insert(pool.name_any()) {
+                    tracing::warn!(nodepool = %pool.name_any(), replicas = ?pool.spec.replicas, "NodePool sets replicas but the StaticCapacity feature gate is off: no NodeClaims are created or removed for it");
                 }
             }
-            tokio::time::sleep(Duration::from_secs(30)).await;
-        }
+            std::future::ready(())
+        })
+        .await;
     }
 }
 

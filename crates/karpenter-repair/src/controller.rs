@@ -6,9 +6,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
-use karpenter_state::{ClusterState, events::DedupedRecorder};
+use karpenter_state::api_errors::is_not_found;
+use karpenter_state::{ControllerContext, events::DedupedRecorder, periodic::run_synced_untimed};
 use kube::{
-    Api, Client, Resource,
+    Api, Resource,
     api::{DeleteParams, Patch, PatchParams},
 };
 use serde_json::json;
@@ -32,28 +33,19 @@ pub struct RepairPass {
 
 /// The node repair controller's context.
 pub struct NodeRepairController {
-    client: Client,
-    state: ClusterState,
+    cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
-    clock: Arc<dyn Clock>,
     events: DedupedRecorder,
     /// Between passes (tokio time). Tolerations are minutes long, so a pass every 10 seconds is on time.
     pub interval: Duration,
 }
 
 impl NodeRepairController {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
+    pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>) -> Self {
         Self {
-            events: DedupedRecorder::new(client.clone(), Arc::clone(&clock)),
-            client,
-            state,
+            events: cx.recorder(),
+            cx,
             cloud,
-            clock,
             interval: Duration::from_secs(10),
         }
     }
@@ -68,7 +60,7 @@ impl NodeRepairController {
             );
             return;
         }
-        loop {
+        run_synced_untimed(&self.cx.state, self.interval, || async {
             match self.pass().await {
                 Ok(pass) if !pass.repaired.is_empty() => {
                     tracing::info!(repaired = ?pass.repaired, "repairing unhealthy nodes")
@@ -76,19 +68,20 @@ impl NodeRepairController {
                 Ok(_) | Err(RepairError::NotSynced) => {}
                 Err(error) => tracing::warn!(category = error.category(), %error, "node repair pass failed"),
             }
-            tokio::time::sleep(self.interval).await;
-        }
+        })
+        .await;
     }
 
     /// One pass over the cache as it is now.
     pub async fn pass(&self) -> Result<RepairPass, RepairError> {
-        if !self.state.synced() {
+        if !self.cx.state.synced() {
             return Err(RepairError::NotSynced);
         }
-        let now = self.clock.now();
-        let nodes = self.state.nodes.all();
-        let claims = self.state.node_claims.all();
+        let now = self.cx.clock.now();
+        let nodes = self.cx.state.nodes.all();
+        let claims = self.cx.state.node_claims.all();
         let budgets: std::collections::HashMap<String, Option<Vec<karpenter_api::nodepool::Budget>>> = self
+            .cx
             .state
             .node_pools
             .all()
@@ -126,7 +119,7 @@ impl NodeRepairController {
     async fn repair(&self, repair: &Repair, now: Timestamp) -> Result<bool, RepairError> {
         tracing::info!(node = %repair.node, nodeclaim = %repair.node_claim, condition = %repair.why.condition,
             since = %repair.why.since, "node unhealthy past its toleration; replacing it");
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
         let deadline = Timestamp::from_second(now.as_second()).unwrap_or(now);
         let patch = json!({"metadata": {"annotations": {
             labels::NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION: deadline.to_string()
@@ -136,7 +129,7 @@ impl NodeRepairController {
             .await
         {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) if is_not_found(&e) => return Ok(false),
             Err(e) => return Err(e.into()),
         }
         match claims.delete(&repair.node_claim, &DeleteParams::default()).await {
@@ -144,12 +137,13 @@ impl NodeRepairController {
                 let m = karpenter_metrics::metrics();
                 let nodepool = repair.node_pool.clone().unwrap_or_default();
                 let capacity_type = self
+                    .cx
                     .state
                     .node_claims
                     .get(&repair.node_claim)
                     .and_then(|c| {
                         kube::ResourceExt::labels(c.as_ref())
-                            .get("karpenter.sh/capacity-type")
+                            .get(labels::CAPACITY_TYPE_LABEL)
                             .cloned()
                     })
                     .unwrap_or_default();
@@ -170,7 +164,7 @@ impl NodeRepairController {
                     .inc();
                 Ok(true)
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
@@ -182,13 +176,13 @@ impl NodeRepairController {
         if let Some(pool) = group
             .node_pool
             .as_deref()
-            .and_then(|p| self.state.node_pools.get(p))
+            .and_then(|p| self.cx.state.node_pools.get(p))
         {
             let reference = NodePool::object_ref(&pool, &());
             self.events.warn(&reference, NODE_REPAIR_BLOCKED, &message).await;
         }
         for held in &group.held {
-            if let Some(node) = self.state.nodes.get(&held.node) {
+            if let Some(node) = self.cx.state.nodes.get(&held.node) {
                 let reference = Node::object_ref(&node, &());
                 self.events.warn(&reference, NODE_REPAIR_BLOCKED, &message).await;
             }

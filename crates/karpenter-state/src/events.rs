@@ -24,6 +24,8 @@ use kube::{
 use serde_json::json;
 use tokio::sync::Mutex;
 
+use crate::api_errors::is_not_found;
+
 /// How long an identical event is suppressed.
 pub const DEDUPE_WINDOW: SignedDuration = SignedDuration::from_secs(120);
 
@@ -201,7 +203,7 @@ impl DedupedRecorder {
                 count,
             } => match self.repeat(&namespace, &name, count, now).await {
                 // The Event expired or was deleted meanwhile: write it anew.
-                Err(kube::Error::Api(status)) if status.code == 404 => self
+                Err(e) if is_not_found(&e) => self
                     .create(type_, regarding, reason, message, now)
                     .await
                     .map(|name| (namespace, name, 1)),

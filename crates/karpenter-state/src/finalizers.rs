@@ -16,6 +16,8 @@ use kube::{
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use crate::api_errors::{is_conflict, is_not_found};
+
 /// How many writes are tried when other writers keep changing the object in between.
 pub const FINALIZER_ATTEMPTS: usize = 5;
 
@@ -110,8 +112,8 @@ where
             let patch = Patch::Merge(finalizer_patch(&version, &wanted));
             match api.patch(&name, &PatchParams::default(), &patch).await {
                 Ok(written) => return Ok(FinalizerWrite::Written(written)),
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(FinalizerWrite::Gone),
-                Err(kube::Error::Api(s)) if s.code == 409 && attempt < FINALIZER_ATTEMPTS => {}
+                Err(e) if is_not_found(&e) => return Ok(FinalizerWrite::Gone),
+                Err(e) if is_conflict(&e) && attempt < FINALIZER_ATTEMPTS => {}
                 Err(e) => return Err(e),
             }
         }
@@ -212,10 +214,7 @@ mod tests {
                 &Patch::Merge(finalizer_patch(&version, &[OURS.to_string()])),
             )
             .await;
-        assert!(
-            matches!(&refused, Err(kube::Error::Api(s)) if s.code == 409),
-            "{refused:?}"
-        );
+        assert!(matches!(&refused, Err(e) if is_conflict(e)), "{refused:?}");
         assert_eq!(api.get("c").await?.finalizers(), [THEIRS]);
         Ok(())
     }

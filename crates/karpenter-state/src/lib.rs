@@ -11,9 +11,13 @@
 //! an empty cluster.
 //!
 //! [`events::DedupedRecorder`] is here too: the Events recorder the controllers that report every pass share;
-//! and [`finalizers`], the optimistically locked finalizer writes the lifecycle and the terminator share.
+//! [`finalizers`], the optimistically locked finalizer writes the lifecycle and the terminator share;
+//! [`api_errors`], the API server answers (not found, conflict) every controller branches on; and
+//! [`ControllerContext`], the client, cache and clock the operator hands every controller.
 
+pub mod api_errors;
 mod cluster_state;
+mod context;
 mod error;
 pub mod events;
 pub mod finalizers;
@@ -25,6 +29,7 @@ mod projected_store;
 mod reflect;
 
 pub use cluster_state::{BufferNodes, ClusterState, Watched};
+pub use context::ControllerContext;
 pub use error::StateError;
 pub use launch_prices::CachedLaunchPrices;
 pub use pod_timing::PodTiming;

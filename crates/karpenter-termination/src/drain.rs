@@ -80,7 +80,7 @@ fn is_mirror(pod: &CompactPod) -> bool {
             .metadata
             .annotations
             .as_ref()
-            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+            .is_some_and(|a| a.contains_key(labels::MIRROR_POD_ANNOTATION))
 }
 
 fn is_terminal(pod: &CompactPod) -> bool {

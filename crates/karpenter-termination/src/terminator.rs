@@ -16,11 +16,12 @@ use karpenter_core::{
     clock::Clock, cloudprovider::CloudProvider, disruption::expiration::termination_deadline,
     snapshot::CompactPod,
 };
+use karpenter_state::api_errors::{ignore_not_found, is_conflict, is_not_found};
 use karpenter_state::{
-    ClusterState, events::DedupedRecorder, finalizers::remove_finalizer, periodic::run_synced,
+    ControllerContext, events::DedupedRecorder, finalizers::remove_finalizer, periodic::run_synced,
 };
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Resource, ResourceExt,
     api::{DeleteParams, EvictParams, Patch, PatchParams},
 };
 use serde_json::json;
@@ -80,10 +81,8 @@ pub const DEFAULT_CONCURRENCY: usize = 64;
 
 /// The terminator's context.
 pub struct Terminator {
-    client: Client,
-    state: ClusterState,
+    cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
-    clock: Arc<dyn Clock>,
     events: DedupedRecorder,
     /// How often deleted NodeClaims are looked at (tokio time).
     pub interval: Duration,
@@ -114,14 +113,11 @@ fn drain_deadline(claim: &NodeClaim) -> Option<jiff::Timestamp> {
 fn record_termination(claim: &NodeClaim, had_node: bool, now: jiff::Timestamp) {
     let m = karpenter_metrics::metrics();
     let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
-    let (nodepool, zone) = (
-        label(labels::NODEPOOL_LABEL),
-        label("topology.kubernetes.io/zone"),
-    );
+    let (nodepool, zone) = (label(labels::NODEPOOL_LABEL), label(labels::ZONE_LABEL));
     m.nodeclaims_terminated
         .get_or_create(&karpenter_metrics::NodeClaimTerminatedLabels {
             nodepool: nodepool.clone(),
-            capacity_type: label("karpenter.sh/capacity-type"),
+            capacity_type: label(labels::CAPACITY_TYPE_LABEL),
             zone: zone.clone(),
         })
         .inc();
@@ -173,18 +169,11 @@ fn key(pod: &CompactPod) -> String {
 }
 
 impl Terminator {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
+    pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>) -> Self {
         Self {
-            events: DedupedRecorder::new(client.clone(), Arc::clone(&clock)),
-            client,
-            state,
+            events: cx.recorder(),
+            cx,
             cloud,
-            clock,
             interval: Duration::from_secs(1),
             concurrency: DEFAULT_CONCURRENCY,
         }
@@ -192,7 +181,7 @@ impl Terminator {
 
     /// Runs passes until the future is dropped.
     pub async fn run(&self) {
-        run_synced(&self.state, "nodeclaim.termination", self.interval, || async {
+        run_synced(&self.cx.state, "nodeclaim.termination", self.interval, || async {
             self.pass().await;
             true
         })
@@ -207,11 +196,13 @@ impl Terminator {
     pub async fn pass(&self) -> TerminationPass {
         let mut done = TerminationPass::default();
         let deleted_nodes = self
+            .cx
             .state
             .nodes
             .filter(|n| n.metadata.deletion_timestamp.is_some() && has_finalizer(n));
         if !deleted_nodes.is_empty() {
             let by_provider_id: HashMap<String, Arc<NodeClaim>> = self
+                .cx
                 .state
                 .node_claims
                 .all()
@@ -232,7 +223,7 @@ impl Terminator {
                 .await;
             done.merge_in_order(finished);
         }
-        let deleting = self.state.node_claims.all().into_iter().filter(|claim| {
+        let deleting = self.cx.state.node_claims.all().into_iter().filter(|claim| {
             claim.metadata.deletion_timestamp.is_some()
                 && claim
                     .finalizers()
@@ -276,11 +267,11 @@ impl Terminator {
         };
         match claim {
             Some(claim) if claim.metadata.deletion_timestamp.is_none() => {
-                let claims: Api<NodeClaim> = Api::all(self.client.clone());
-                match claims.delete(&claim.name_any(), &DeleteParams::default()).await {
-                    Ok(_) => done.deleted_for_node.push(claim.name_any()),
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e.into()),
+                let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
+                if ignore_not_found(claims.delete(&claim.name_any(), &DeleteParams::default()).await)?
+                    .is_some()
+                {
+                    done.deleted_for_node.push(claim.name_any());
                 }
             }
             Some(claim)
@@ -289,8 +280,8 @@ impl Terminator {
                     .iter()
                     .any(|f| f == labels::TERMINATION_FINALIZER) => {}
             _ => {
-                if remove_node_finalizer(&self.client, node).await? {
-                    record_node_termination(node, None, self.clock.now());
+                if remove_node_finalizer(&self.cx.client, node).await? {
+                    record_node_termination(node, None, self.cx.clock.now());
                     done.released_nodes.push(node.name_any());
                 }
             }
@@ -302,14 +293,15 @@ impl Terminator {
     /// the Node's provider ID, and releasing the Node while its claim still exists would leave the instance
     /// running behind an already deleted Node.
     async fn owning_claim(&self, node: &Node) -> Result<Option<Arc<NodeClaim>>, TerminationError> {
-        let Some(owner) = node
-            .owner_references()
-            .iter()
-            .find(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"))
-        else {
+        let Some(owner) = node.owner_references().iter().find(|o| {
+            o.kind == "NodeClaim"
+                && o.api_version
+                    .strip_prefix(labels::GROUP)
+                    .is_some_and(|v| v.starts_with('/'))
+        }) else {
             return Ok(None);
         };
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
         Ok(claims
             .get_opt(&owner.name)
             .await?
@@ -319,7 +311,7 @@ impl Terminator {
 
     async fn step(&self, claim: &NodeClaim, done: &mut TerminationPass) -> Result<(), TerminationError> {
         let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
-        let node = node_name.as_deref().and_then(|n| self.state.nodes.get(n));
+        let node = node_name.as_deref().and_then(|n| self.cx.state.nodes.get(n));
         // A Node whose kubelet stopped reporting and whose instance the provider no longer has cannot be
         // drained (no kubelet will finish its pods' deletions): it goes without draining, its pods then removed
         // by the pod garbage collector, as upstream does and kube-controller-manager's node lifecycle would.
@@ -357,21 +349,21 @@ impl Terminator {
             return Ok(());
         }
         if let Some(node) = &node {
-            let nodes: Api<Node> = Api::all(self.client.clone());
-            match nodes.delete(&node.name_any(), &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            let nodes: Api<Node> = Api::all(self.cx.client.clone());
+            ignore_not_found(nodes.delete(&node.name_any(), &DeleteParams::default()).await)?;
             // The instance is gone, so the Node may go too. Before the claim's own finalizer: were that removed
             // first and this patch then failed, the Node would wait for the node pass's fallback instead.
-            if remove_node_finalizer(&self.client, node).await? {
-                record_node_termination(node, claim.metadata.deletion_timestamp.as_ref(), self.clock.now());
+            if remove_node_finalizer(&self.cx.client, node).await? {
+                record_node_termination(
+                    node,
+                    claim.metadata.deletion_timestamp.as_ref(),
+                    self.cx.clock.now(),
+                );
                 done.released_nodes.push(node.name_any());
             }
         }
         // Locked to the version read, so a finalizer another controller still holds the claim with is kept.
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
         if !remove_finalizer(&claims, &claim, labels::TERMINATION_FINALIZER)
             .await?
             .written()
@@ -379,7 +371,7 @@ impl Terminator {
             // Gone, or someone else took the finalizer off meanwhile: this termination is not ours to record.
             return Ok(());
         }
-        record_termination(&claim, node.is_some(), self.clock.now());
+        record_termination(&claim, node.is_some(), self.cx.clock.now());
         done.terminated.push(claim.name_any());
         Ok(())
     }
@@ -393,11 +385,11 @@ impl Terminator {
         node: &Node,
         done: &mut TerminationPass,
     ) -> Result<Option<NodeClaim>, TerminationError> {
-        add_disrupted_taint(&self.client, node).await?;
+        add_disrupted_taint(&self.cx.client, node).await?;
         let node_ref = node.object_ref(&());
         let node_name = node.name_any();
         let deadline = drain_deadline(claim);
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         if let Some(deadline) = deadline {
             let message = format!("All pods will be deleted by {deadline}");
             self.events
@@ -413,6 +405,7 @@ impl Terminator {
                 .await;
         }
         let mut pods: Vec<Arc<CompactPod>> = self
+            .cx
             .state
             .pods
             .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str()));
@@ -490,11 +483,13 @@ impl Terminator {
     /// attachment in the cluster each time).
     fn attached_volumes(&self, node: &str, pods: &[Arc<CompactPod>], now: jiff::Timestamp) -> Vec<String> {
         let attachments = self
+            .cx
             .state
             .volume_attachments
             .filter(|va| va.spec.node_name == node);
         let volume_of_claim = |namespace: &str, claim: &str| {
-            self.state
+            self.cx
+                .state
                 .pvcs
                 .get(&format!("{namespace}/{claim}"))
                 .and_then(|pvc| pvc.spec.as_ref()?.volume_name.clone())
@@ -518,7 +513,7 @@ impl Terminator {
         wanted: &claim_conditions::TerminationCondition,
     ) -> Result<bool, TerminationError> {
         let Some(conditions) =
-            claim_conditions::with_condition(status_conditions(claim), wanted, self.clock.now())
+            claim_conditions::with_condition(status_conditions(claim), wanted, self.cx.clock.now())
         else {
             return Ok(false);
         };
@@ -526,7 +521,7 @@ impl Terminator {
             "metadata": {"resourceVersion": claim.resource_version()},
             "status": {"conditions": conditions},
         });
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
         match claims
             .patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(patch))
             .await
@@ -535,7 +530,7 @@ impl Terminator {
                 *claim = written;
                 Ok(false)
             }
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(true),
+            Err(e) if is_conflict(&e) || is_not_found(&e) => Ok(true),
             Err(e) => Err(e.into()),
         }
     }
@@ -573,14 +568,14 @@ impl Terminator {
         let pod = &deletion.pod;
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let pods: Api<Pod> = Api::namespaced(self.cx.client.clone(), namespace);
         let grace = u32::try_from(deletion.grace_seconds.max(0)).unwrap_or(u32::MAX);
         match pods
             .delete(name, &DeleteParams::default().grace_period(grace))
             .await
         {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) if is_not_found(&e) => return Ok(()),
             Err(e) => return Err(e.into()),
         }
         let own = pod
@@ -609,7 +604,7 @@ impl Terminator {
     ) -> Result<(), TerminationError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let pods: Api<Pod> = Api::namespaced(self.cx.client.clone(), namespace);
         let result = pods.evict(name, &EvictParams::default()).await.map(|_| ());
         let code = match &result {
             Ok(()) => "200".to_string(),
@@ -635,7 +630,7 @@ impl Terminator {
                 done.evicted.push(key(pod));
             }
             // Gone already, or a different pod of that name by now.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) if is_not_found(&e) || is_conflict(&e) => {}
             Err(kube::Error::Api(s)) if s.code == 429 => {
                 let message = format!("Failed to drain node, evicting pod {} violates a PDB", key(pod));
                 self.events.warn(node, events::FAILED_DRAINING, &message).await;
@@ -688,6 +683,8 @@ mod tests {
     use super::*;
     use karpenter_core::catalog::CatalogFile;
     use karpenter_sim::{ApiServer, SimCloudOptions, SimCloudProvider, SystemClock};
+    use karpenter_state::ClusterState;
+    use kube::Client;
     use kube::api::PostParams;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -712,7 +709,10 @@ mod tests {
             clock.clone(),
             SimCloudOptions::default(),
         );
-        let terminator = Terminator::new(client.clone(), state.clone(), cloud.as_dyn(), clock);
+        let terminator = Terminator::new(
+            ControllerContext::new(client.clone(), state.clone(), clock),
+            cloud.as_dyn(),
+        );
         Ok(Fixture {
             _server: server,
             client,
@@ -1071,10 +1071,8 @@ mod tests {
             peak: Default::default(),
         });
         let mut terminator = Terminator::new(
-            f.client.clone(),
-            f.state.clone(),
+            ControllerContext::new(f.client.clone(), f.state.clone(), Arc::new(SystemClock)),
             slow.clone(),
-            Arc::new(SystemClock),
         );
         terminator.concurrency = 4;
         let claims: Api<NodeClaim> = Api::all(f.client.clone());

@@ -49,17 +49,17 @@ pub const AWS_INSTANCE_LABELS: [&str; 21] = [
     "karpenter.k8s.aws/instance-encryption-in-transit-supported",
 ];
 
-pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-pub const LABEL_ARCH: &str = "kubernetes.io/arch";
-pub const LABEL_OS: &str = "kubernetes.io/os";
-pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
-pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
-pub const LABEL_WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
-pub const LABEL_CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
-pub const LABEL_INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
+pub const LABEL_INSTANCE_TYPE: &str = karpenter_api::labels::INSTANCE_TYPE_LABEL;
+pub const LABEL_ARCH: &str = karpenter_api::labels::ARCH_LABEL;
+pub const LABEL_OS: &str = karpenter_api::labels::OS_LABEL;
+pub const LABEL_ZONE: &str = karpenter_api::labels::ZONE_LABEL;
+pub const LABEL_REGION: &str = karpenter_api::labels::REGION_LABEL;
+pub const LABEL_WINDOWS_BUILD: &str = karpenter_api::labels::WINDOWS_BUILD_LABEL;
+pub const LABEL_CAPACITY_TYPE: &str = karpenter_api::labels::CAPACITY_TYPE_LABEL;
+pub const LABEL_INSTANCE_TENANCY: &str = karpenter_api::labels::AWS_INSTANCE_TENANCY_LABEL;
 pub const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
-pub const LABEL_CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
-pub const LABEL_CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+pub const LABEL_CAPACITY_RESERVATION_ID: &str = karpenter_api::labels::AWS_CAPACITY_RESERVATION_ID_LABEL;
+pub const LABEL_CAPACITY_RESERVATION_TYPE: &str = karpenter_api::labels::AWS_CAPACITY_RESERVATION_TYPE_LABEL;
 
 /// The label keys AWS adds to Karpenter's well-known labels (upstream pkg/apis/v1/labels.go): the AWS
 /// catalog's `wellKnownLabels`.

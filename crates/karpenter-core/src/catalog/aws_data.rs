@@ -149,9 +149,11 @@ impl AwsCatalogData {
                 .map(|(key, value)| (format!("{LABEL_PREFIX}{key}"), value))
                 .collect();
             t.labels
-                .insert("node.kubernetes.io/instance-type".into(), t.name.clone());
-            t.labels.insert("kubernetes.io/arch".into(), t.arch.clone());
-            t.labels.insert("kubernetes.io/os".into(), "linux".into());
+                .insert(karpenter_api::labels::INSTANCE_TYPE_LABEL.into(), t.name.clone());
+            t.labels
+                .insert(karpenter_api::labels::ARCH_LABEL.into(), t.arch.clone());
+            t.labels
+                .insert(karpenter_api::labels::OS_LABEL.into(), "linux".into());
             for (region, letters) in &t.zones {
                 let Some(region_data) = data.regions.get(region) else {
                     return Err(CatalogError::EmbeddedData(format!(

@@ -47,6 +47,16 @@ impl Method {
         }
     }
 
+    /// Drift, of a dynamic node or of a static NodePool's: the methods `TerminateFirstDrift` applies to.
+    pub fn is_drift(self) -> bool {
+        matches!(self, Self::Drift | Self::StaticDrift)
+    }
+
+    /// Consolidation, multi-node or single-node.
+    pub fn is_consolidation(self) -> bool {
+        matches!(self, Self::MultiNodeConsolidation | Self::SingleNodeConsolidation)
+    }
+
     /// The disruption reason the method acts for (upstream's `reason` metric label, lower-cased there).
     pub fn reason(self) -> DisruptionReason {
         match self {
@@ -63,6 +73,12 @@ impl Method {
             Self::SingleNodeConsolidation => "single",
             _ => "",
         }
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -818,6 +834,33 @@ mod tests {
                 .unwrap()
                 .contains("allows no more disruptions for Empty")
         );
+    }
+
+    #[test]
+    fn methods_say_what_they_are() {
+        let all = [
+            Method::Emptiness,
+            Method::StaticDrift,
+            Method::Drift,
+            Method::MultiNodeConsolidation,
+            Method::SingleNodeConsolidation,
+        ];
+        let drift: Vec<_> = all.iter().filter(|m| m.is_drift()).map(|m| m.as_str()).collect();
+        assert_eq!(drift, ["static-drift", "drift"]);
+        let consolidation: Vec<_> = all
+            .iter()
+            .filter(|m| m.is_consolidation())
+            .map(|m| m.as_str())
+            .collect();
+        assert_eq!(
+            consolidation,
+            ["multi-node-consolidation", "single-node-consolidation"]
+        );
+        for m in all {
+            assert_eq!(m.to_string(), m.as_str());
+            // The string hand-off this replaced: drift was any method whose name contains "drift".
+            assert_eq!(m.is_drift(), m.as_str().contains("drift"));
+        }
     }
 
     #[test]

@@ -303,9 +303,10 @@ pub struct CompactPodCondition {
 /// ...), the mirror-pod marker and the ReplicaSet pod-deletion cost. Everything else, notably
 /// `kubectl.kubernetes.io/last-applied-configuration` (a copy of the whole object), is dropped.
 pub fn is_relevant_annotation(key: &str) -> bool {
-    key.starts_with("karpenter.sh/")
+    key.strip_prefix(labels::GROUP)
+        .is_some_and(|k| k.starts_with('/'))
         || key.starts_with("autoscaling.x-k8s.io/")
-        || key == "kubernetes.io/config.mirror"
+        || key == labels::MIRROR_POD_ANNOTATION
         || key == labels::POD_DELETION_COST_ANNOTATION
 }
 

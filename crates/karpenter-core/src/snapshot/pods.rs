@@ -30,7 +30,7 @@ use super::{
     volumes::{PodVolumes, VolumeIndex},
 };
 
-const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+const MIRROR_ANNOTATION: &str = labels::MIRROR_POD_ANNOTATION;
 
 fn owner_kind(pod: &CompactPod, kind: &str) -> Option<String> {
     pod.metadata
