@@ -30,6 +30,7 @@ use karpenter_api::labels::{
 };
 use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_core::clock::Clock;
+use karpenter_state::api_errors::ignore_not_found;
 use karpenter_state::events::DedupedRecorder;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
@@ -253,11 +254,7 @@ pub async fn reconcile(ctx: &ReservationLifecycleContext) -> Result<LifecycleOut
 
 /// Whether the object was there: a 404 is not an error (it was deleted meanwhile).
 fn found<T>(result: Result<T, kube::Error>) -> Result<bool, AwsError> {
-    match result {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(response)) if response.code == 404 => Ok(false),
-        Err(err) => Err(err.into()),
-    }
+    Ok(ignore_not_found(result)?.is_some())
 }
 
 /// [`reconcile`] every [`LIFECYCLE_INTERVAL`] until dropped; a failed pass is logged and retried next time.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use karpenter_api::labels::{AWS_GROUP, AWS_TAG_EKS_CLUSTER_NAME, AWS_TAGGED_ANNOTATION};
 use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_state::api_errors::ignore_not_found;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -141,15 +142,11 @@ pub async fn reconcile(ctx: &TaggingContext) -> Result<TaggingOutcome, AwsError>
             outcome.named.push(action.node_claim);
             continue;
         }
-        match api
-            .patch(&action.node_claim, &params, &Patch::Merge(&annotate))
-            .await
-        {
-            Ok(_) => {}
-            // Deleted meanwhile: nothing left to mark.
-            Err(kube::Error::Api(response)) if response.code == 404 => {}
-            Err(err) => return Err(err.into()),
-        }
+        // Deleted meanwhile: nothing left to mark.
+        ignore_not_found(
+            api.patch(&action.node_claim, &params, &Patch::Merge(&annotate))
+                .await,
+        )?;
         ctx.ledger.forget(&action.instance_id);
         outcome.tagged.push(action.node_claim);
     }

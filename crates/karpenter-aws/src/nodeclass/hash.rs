@@ -12,6 +12,7 @@ use karpenter_api::labels::{
 };
 use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_core::disruption::drift::rehash_annotations;
+use karpenter_state::api_errors::ignore_not_found;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -56,13 +57,11 @@ pub async fn rehash_node_claims(client: &kube::Client, class: &EC2NodeClass) -> 
             "resourceVersion": claim.resource_version(),
             "annotations": annotations,
         }});
-        match api
+        let patched = api
             .patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => written += 1,
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => return Err(error.into()),
+            .await;
+        if ignore_not_found(patched)?.is_some() {
+            written += 1;
         }
     }
     Ok(written)
