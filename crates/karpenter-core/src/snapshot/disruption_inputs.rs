@@ -29,7 +29,7 @@ use crate::{
     instance_type::{self, InstanceType},
     requirements::{LabelInterner, Symbol},
     resources::ResourceTable,
-    scheduling::Pod,
+    scheduling::{BoundPodIndex, Pod},
 };
 
 use super::{
@@ -95,8 +95,13 @@ pub struct DisruptionInputs {
     /// The scheduling input of the cluster as it is (existing nodes incl. the candidates, bound pods, templates,
     /// NO pending pods).
     pub base: ScheduleInputs,
+    /// The index of `base.input.bound_pods` every re-simulation shares (they do not change during a pass).
+    pub bound_index: BoundPodIndex,
     /// Per view node: its index in `base.input.existing` (`None` when the node is not there, e.g. deleting).
     pub existing_of: Vec<Option<usize>>,
+    /// Per node of `base.input.existing`: the view node it is (the last whose `existing_of` names it), so a
+    /// re-simulation looks up only the nodes it placed pods on.
+    pub view_of_existing: Vec<Option<usize>>,
     /// Per view node: its reschedulable pods as full scheduling pods (what must find a place when it goes).
     pub pods_of: Vec<Vec<Pod>>,
     /// Per view node: reschedulable pods that could not be converted (`namespace/name: why`). A node with any
@@ -140,6 +145,12 @@ pub fn build_disruption_inputs(
             }
         })
         .collect();
+    let mut view_of_existing = vec![None; base.input.existing.len()];
+    for (n, e) in existing_of.iter().enumerate() {
+        if let Some(slot) = e.and_then(|e| view_of_existing.get_mut(e)) {
+            *slot = Some(n);
+        }
+    }
 
     // The reschedulable pods of every node, converted with the base's interner and resource table.
     let mut cx = context_from(&mut base.interner, &mut base.table);
@@ -362,8 +373,10 @@ pub fn build_disruption_inputs(
         view,
         pools,
         claims,
+        bound_index: BoundPodIndex::new(&base.input.bound_pods),
         base,
         existing_of,
+        view_of_existing,
         pods_of,
         unconverted_of,
         notes,
