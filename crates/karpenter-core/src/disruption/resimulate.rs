@@ -11,8 +11,8 @@
 //!
 //! The base input is built once ([`DisruptionInputs::base`]); each simulation changes it in place and puts it
 //! back: it flips the removed nodes' `schedulable` and `leaving` flags and moves their pods into
-//! the input, so nothing is cloned or rebuilt per simulation, and nothing is done per node of the cluster that
-//! the simulation neither removes nor places a pod on. The scheduler interns placeholder hostnames into
+//! the input, so nothing is cloned or rebuilt per simulation: the scheduler copies the records of only the nodes
+//! it places pods on, and finds the bound pods with anti-affinity through [`DisruptionInputs::bound_index`]. The scheduler interns placeholder hostnames into
 //! the base's one interner.
 
 use super::candidates::ClusterView;
