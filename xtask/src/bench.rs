@@ -63,6 +63,14 @@ pub enum BenchCommand {
         /// Run only the clusters of this many nodes (default: 100, 1000, then 5000).
         #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
         nodes: Option<usize>,
+        /// Run only the workloads whose name (the WORKLOAD column, e.g. disrupt-5000n-1p-0s-30ppn-full)
+        /// contains this text.
+        #[arg(long, value_name = "SUBSTRING")]
+        only: Option<String>,
+        /// Skip the `karpenter disrupt` CLI runs of the 5000-node rows (and the release build of the
+        /// `karpenter` binary they need); CLI S and CLI MiB are then "-".
+        #[arg(long)]
+        skip_cli: bool,
     },
     /// The controller's figures: peak memory of the release `karpenter controller --cloud-provider kwok`
     /// against a simulated cluster of 5000 nodes and 150,000 pods, and the time from the end of the batch
@@ -102,7 +110,17 @@ const BEST_OF_THREE_UP_TO: usize = 5000;
 pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.command {
         BenchCommand::Schedule { json, pods } => run_schedule(*json, *pods),
-        BenchCommand::Disrupt { json, nodes } => disrupt::run(*json, *nodes),
+        BenchCommand::Disrupt {
+            json,
+            nodes,
+            only,
+            skip_cli,
+        } => disrupt::run(&disrupt::Options {
+            json: *json,
+            nodes: *nodes,
+            only: only.clone(),
+            skip_cli: *skip_cli,
+        }),
         BenchCommand::Controller {
             json,
             nodes,

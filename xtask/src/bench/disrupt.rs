@@ -1,4 +1,4 @@
-//! `cargo xtask bench disrupt [--json] [--nodes N]`: the consolidation harness of benchmarks.md §6 item 4 (the
+//! `cargo xtask bench disrupt [--json] [--nodes N] [--only SUBSTRING] [--skip-cli]`: the consolidation harness of benchmarks.md §6 item 4 (the
 //! grid of upstream's consolidation microbenchmarks, §1.2, at cluster scale), run through the path
 //! `karpenter disrupt` takes: Kubernetes objects -> `Snapshot` -> `build_disruption_inputs` ->
 //! `disruption_pass`, at the fixed time [`NOW`] with the embedded AWS us-east-1 catalog.
@@ -8,7 +8,7 @@
 //! consolidate, so single-node consolidation evaluates every candidate), without and with 100% hostname spread;
 //! at 5000 nodes only (1 pool, 0%) and (10 pools, 50%), plus two 5000-node clusters with 30 pods per node
 //! (150,000 pods; 1 pool, 0%), the second with full coverage. `--nodes N` runs only the grid at N nodes (N >= 5000: the reduced 5000-node
-//! grid). The clusters are described in [`disrupt_workloads`](super::disrupt_workloads); seed 42.
+//! grid); `--only SUBSTRING` runs only the workloads whose name contains SUBSTRING. The clusters are described in [`disrupt_workloads`](super::disrupt_workloads); seed 42.
 //!
 //! Building the snapshot is untimed. `build_disruption_inputs` (build_seconds) and `disruption_pass`
 //! (seconds) are timed once each, wall clock; total_seconds is their sum. inputs_bytes is the heap the inputs
@@ -21,6 +21,7 @@
 //! (pods as `kubectl get -o json` prints them, about 3 KB each) and the release `karpenter disrupt` binary is
 //! run on it through `xtask measure`: cli_seconds is its wall time (reading the file included) and
 //! cli_peak_rss_bytes its peak RSS, the issue's "peak memory of `karpenter disrupt` on that snapshot".
+//! `--skip-cli` skips those runs (and the release build of `karpenter` they need).
 
 use std::{
     fs,
@@ -140,7 +141,19 @@ fn grid(nodes: usize) -> Vec<ClusterSpec> {
         .collect()
 }
 
-pub fn run(json: bool, nodes: Option<usize>) -> Result<()> {
+/// What `bench disrupt` was asked to run.
+pub struct Options {
+    pub json: bool,
+    /// Only the grid at this many nodes.
+    pub nodes: Option<usize>,
+    /// Only the workloads whose name contains this.
+    pub only: Option<String>,
+    /// Do not run the `karpenter disrupt` CLI on the 5000-node rows.
+    pub skip_cli: bool,
+}
+
+pub fn run(options: &Options) -> Result<()> {
+    let json = options.json;
     if cfg!(debug_assertions) {
         eprintln!(
             "warning: xtask was built without optimisations; these timings mean little. \
@@ -148,11 +161,17 @@ pub fn run(json: bool, nodes: Option<usize>) -> Result<()> {
         );
     }
     let catalog = aws_catalog("us-east-1", &Default::default()).map_err(|e| anyhow!("{e}"))?;
-    let plan: Vec<ClusterSpec> = match nodes {
+    let mut plan: Vec<ClusterSpec> = match options.nodes {
         Some(n) => grid(n),
         None => SIZES.iter().chain([&LARGE]).flat_map(|&n| grid(n)).collect(),
     };
-    let karpenter = if plan.iter().any(|s| s.nodes >= LARGE) {
+    if let Some(only) = &options.only {
+        plan.retain(|spec| spec.name().contains(only.as_str()));
+        if plan.is_empty() {
+            bail!("no workload's name contains {only:?}");
+        }
+    }
+    let karpenter = if !options.skip_cli && plan.iter().any(|s| s.nodes >= LARGE) {
         Some(build_karpenter()?)
     } else {
         None

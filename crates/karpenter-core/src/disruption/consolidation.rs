@@ -244,6 +244,32 @@ pub fn multi_node_within(
     settings: &ConsolidationSettings,
     deadline: Option<&Deadline<'_>>,
 ) -> MultiNodeOutcome {
+    let eligible = multi_node_eligible(candidates, budgets_left, settings);
+    if eligible.len() < 2 {
+        return MultiNodeOutcome {
+            command: None,
+            timed_out: false,
+        };
+    }
+    let (best, timed_out) = longest_working_prefix(&eligible, sim, settings, deadline);
+    let command = best.map(|(n, cmd)| {
+        for c in &eligible[..n] {
+            if let Some(left) = budgets_left.get_mut(c.node_pool) {
+                *left = left.saturating_sub(1);
+            }
+        }
+        cmd
+    });
+    MultiNodeOutcome { command, timed_out }
+}
+
+/// The candidates multi-node consolidation may take, in ascending disruption cost: not disqualified, within
+/// each NodePool's budget, at most `settings.max_multi_candidates`.
+fn multi_node_eligible<'c>(
+    candidates: &'c [ConsolidationCandidate],
+    budgets_left: &[usize],
+    settings: &ConsolidationSettings,
+) -> Vec<&'c ConsolidationCandidate> {
     let mut budgets = budgets_left.to_vec();
     let mut eligible: Vec<&ConsolidationCandidate> = Vec::new();
     for i in order_by_disruption_cost(candidates) {
@@ -260,19 +286,22 @@ pub fn multi_node_within(
         }
         eligible.push(c);
     }
-    if eligible.len() < 2 {
-        return MultiNodeOutcome {
-            command: None,
-            timed_out: false,
-        };
-    }
+    eligible
+}
+
+/// Upstream's binary search over prefix lengths (at least two): the longest prefix found that can go, with its
+/// command, and whether `deadline` passed before the search ended.
+fn longest_working_prefix(
+    eligible: &[&ConsolidationCandidate],
+    sim: &mut dyn Resimulator,
+    settings: &ConsolidationSettings,
+    deadline: Option<&Deadline<'_>>,
+) -> (Option<(usize, ConsolidationCommand)>, bool) {
     let (mut lo, mut hi) = (2, eligible.len());
     let mut best: Option<(usize, ConsolidationCommand)> = None;
-    let mut timed_out = false;
     while lo <= hi {
         if past(deadline) {
-            timed_out = true;
-            break;
+            return (best, true);
         }
         let mid = lo + (hi - lo) / 2;
         match compute(&eligible[..mid], sim, settings, Method::Multi) {
@@ -283,15 +312,7 @@ pub fn multi_node_within(
             Err(_) => hi = mid - 1,
         }
     }
-    let command = best.map(|(n, cmd)| {
-        for c in &eligible[..n] {
-            if let Some(left) = budgets_left.get_mut(c.node_pool) {
-                *left = left.saturating_sub(1);
-            }
-        }
-        cmd
-    });
-    MultiNodeOutcome { command, timed_out }
+    (best, false)
 }
 
 /// Single-node consolidation: every candidate in turn (ascending disruption cost, round-robin across NodePools,
@@ -343,34 +364,11 @@ pub fn single_node_within(
     for (position, &i) in order.iter().enumerate() {
         let c = &candidates[i];
         if past(deadline) {
-            out.timed_out = true;
-            out.unreached = order[position..].iter().map(|&u| candidates[u].index).collect();
-            let mut seen: Vec<usize> = order[..position]
-                .iter()
-                .map(|&s| candidates[s].node_pool)
-                .collect();
-            seen.sort_unstable();
-            seen.dedup();
-            for &u in &order[position..] {
-                let pool = candidates[u].node_pool;
-                if seen.binary_search(&pool).is_err() && !out.unseen_node_pools.contains(&pool) {
-                    out.unseen_node_pools.push(pool);
-                }
-            }
+            out.stop_at(candidates, &order, position);
             return out;
         }
-        if budgets_left.get(c.node_pool).copied().unwrap_or(0) == 0 {
-            out.rejected.push((
-                c.index,
-                format!(
-                    "the disruption budget of NodePool {:?} allows no more nodes to be disrupted now",
-                    c.node_pool_name
-                ),
-            ));
-            continue;
-        }
-        if let Some(why) = disqualified(c) {
-            out.rejected.push((c.index, why.to_string()));
+        if let Some(why) = not_tried(c, budgets_left) {
+            out.rejected.push((c.index, why));
             continue;
         }
         out.evaluated += 1;
@@ -383,6 +381,39 @@ pub fn single_node_within(
         }
     }
     out
+}
+
+/// Why single-node consolidation passes over a candidate without simulating it: its NodePool's budget is spent,
+/// or it is [`disqualified`].
+fn not_tried(c: &ConsolidationCandidate, budgets_left: &[usize]) -> Option<String> {
+    if budgets_left.get(c.node_pool).copied().unwrap_or(0) == 0 {
+        return Some(format!(
+            "the disruption budget of NodePool {:?} allows no more nodes to be disrupted now",
+            c.node_pool_name
+        ));
+    }
+    disqualified(c).map(str::to_string)
+}
+
+impl SingleNodeOutcome {
+    /// Records a search stopped by its deadline before `order[position]`: the candidates not reached, and the
+    /// NodePools none of whose candidates was reached (in the order they would have come).
+    fn stop_at(&mut self, candidates: &[ConsolidationCandidate], order: &[usize], position: usize) {
+        self.timed_out = true;
+        self.unreached = order[position..].iter().map(|&u| candidates[u].index).collect();
+        let mut seen: Vec<usize> = order[..position]
+            .iter()
+            .map(|&s| candidates[s].node_pool)
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for &u in &order[position..] {
+            let pool = candidates[u].node_pool;
+            if seen.binary_search(&pool).is_err() && !self.unseen_node_pools.contains(&pool) {
+                self.unseen_node_pools.push(pool);
+            }
+        }
+    }
 }
 
 /// Positions of `candidates` by ascending disruption cost within each NodePool, taken round-robin across

@@ -19,7 +19,7 @@ use super::{
     consolidation::SimulationOutcome,
     consolidation::{
         ConsolidationCandidate, ConsolidationSettings, Deadline, Decision, MULTI_NODE_TIMEOUT,
-        SINGLE_NODE_TIMEOUT, multi_node_within, single_node_within,
+        SINGLE_NODE_TIMEOUT, SingleNodeOutcome, multi_node_within, single_node_within,
     },
     drift::DriftReason,
     resimulate::{SchedulerResimulator, simulate_removal},
@@ -251,8 +251,35 @@ pub fn disruption_pass_within(
 ) -> PassResult {
     let now = settings.now;
     let mut result = PassResult::default();
+    let allowed = pool_budgets(inputs, now, &mut result);
+    record_claim_conditions(inputs, &mut result);
 
-    // Budgets per NodePool and reason, before any command.
+    let mut acted = vec![false; inputs.view.nodes.len()];
+    let mut explained = vec![false; inputs.view.nodes.len()];
+    block_invalid_pools(inputs, &mut result, &mut explained);
+    expire(inputs, now, &mut result, &mut acted);
+    let graceful_blocked = graceful_blocked_reasons(inputs, &acted, now);
+
+    let mut pass = MethodPass {
+        allowed: &allowed,
+        graceful_blocked: &graceful_blocked,
+        result: &mut result,
+        explained: &mut explained,
+    };
+    let commands = pass.run(inputs, settings, limits, progress);
+    for c in &commands {
+        for &n in &c.candidates {
+            acted[n] = true;
+        }
+    }
+    result.commands = commands;
+    explain_the_rest(inputs, &graceful_blocked, &acted, &mut explained, &mut result);
+    result
+}
+
+/// How many nodes each NodePool may still lose per reason ([`REASONS`] order), before any command; every
+/// budget's entry and error is recorded in `result`.
+fn pool_budgets(inputs: &DisruptionInputs, now: Timestamp, result: &mut PassResult) -> Vec<[usize; 3]> {
     let mut allowed: Vec<[usize; 3]> = Vec::with_capacity(inputs.pools.len());
     for (p, pool) in inputs.pools.iter().enumerate() {
         let mut per_reason = [0usize; 3];
@@ -275,7 +302,11 @@ pub fn disruption_pass_within(
         }
         allowed.push(per_reason);
     }
+    allowed
+}
 
+/// The disruption conditions of every managed NodeClaim, as the pass found them.
+fn record_claim_conditions(inputs: &DisruptionInputs, result: &mut PassResult) {
     for (node, info) in inputs.claims.iter().enumerate() {
         if let Some(info) = info {
             result.node_claims.push(ClaimConditions {
@@ -285,11 +316,10 @@ pub fn disruption_pass_within(
             });
         }
     }
+}
 
-    let mut acted = vec![false; inputs.view.nodes.len()];
-    let mut explained = vec![false; inputs.view.nodes.len()];
-
-    // A NodePool that fails validation is reported and its nodes left alone.
+/// A NodePool that fails validation is reported and its nodes left alone.
+fn block_invalid_pools(inputs: &DisruptionInputs, result: &mut PassResult, explained: &mut [bool]) {
     for pool in &inputs.pools {
         if let Some(why) = &pool.invalid {
             result.errors.push(format!("NodePool {}: {why}", pool.name));
@@ -300,8 +330,8 @@ pub fn disruption_pass_within(
         let pool = &inputs.pools[info.pool];
         if pool.invalid.is_some() {
             block(
-                &mut result,
-                &mut explained,
+                result,
+                explained,
                 n,
                 format!(
                     "NodePool {} is invalid (see errors); its nodes are left alone",
@@ -310,10 +340,12 @@ pub fn disruption_pass_within(
             );
         }
     }
+}
 
-    // Expiration is forceful: an expired NodeClaim goes whatever its pods, budgets or do-not-disrupt say (an
-    // invalid NodePool's too, as upstream's expiration controller does not read the NodePool), so it takes no
-    // part in the methods below.
+/// Expiration is forceful: an expired NodeClaim goes whatever its pods, budgets or do-not-disrupt say (an
+/// invalid NodePool's too, as upstream's expiration controller does not read the NodePool), so it takes no part
+/// in the methods: it is marked `acted`, and its node takes no pods in their simulations.
+fn expire(inputs: &mut DisruptionInputs, now: Timestamp, result: &mut PassResult, acted: &mut [bool]) {
     for (n, info) in inputs.claims.iter().enumerate() {
         let Some(info) = info.as_ref().filter(|i| i.expired) else {
             continue;
@@ -327,16 +359,23 @@ pub fn disruption_pass_within(
             drain_blocked_by: blocked_reason(&inputs.view, n, MethodClass::Graceful, now),
         });
         acted[n] = true;
-        // Nothing the methods below simulate may move pods onto a node that is going anyway.
+        // Nothing the methods simulate may move pods onto a node that is going anyway.
         if let Some(e) = inputs.existing_of.get(n).copied().flatten()
             && let Some(node) = inputs.base.input.existing.get_mut(e)
         {
             node.schedulable = false;
         }
     }
+}
 
-    // Nodes a graceful method may not touch, and why (the nodes of an invalid NodePool included).
-    let graceful_blocked: Vec<Option<String>> = (0..inputs.view.nodes.len())
+/// Per view node: why a graceful method may not touch it, if it may not (expired, its NodePool invalid, or
+/// protected).
+fn graceful_blocked_reasons(
+    inputs: &DisruptionInputs,
+    acted: &[bool],
+    now: Timestamp,
+) -> Vec<Option<String>> {
+    (0..inputs.view.nodes.len())
         .map(|n| {
             if acted[n] {
                 return Some("expired".to_string());
@@ -349,71 +388,114 @@ pub fn disruption_pass_within(
             }
             blocked_reason(&inputs.view, n, MethodClass::Graceful, now)
         })
-        .collect();
+        .collect()
+}
 
-    let commands = 'methods: {
-        // 1. Emptiness.
-        let started = std::time::Instant::now();
-        let (cmd, eligible) = emptiness(inputs, &allowed, &graceful_blocked, &mut result, &mut explained);
-        result.evaluated(Method::Emptiness, started, eligible);
-        if let Some(cmd) = cmd {
-            break 'methods vec![cmd];
+/// Gives every managed node the pass neither acted on nor explained its reason, and drops the reasons of
+/// nodes a command acts on.
+fn explain_the_rest(
+    inputs: &DisruptionInputs,
+    graceful_blocked: &[Option<String>],
+    acted: &[bool],
+    explained: &mut [bool],
+    result: &mut PassResult,
+) {
+    for n in 0..inputs.view.nodes.len() {
+        if acted[n] || explained[n] || inputs.view.nodes[n].node_claim.is_none() {
+            continue;
         }
+        let why = match (&graceful_blocked[n], &inputs.claims[n]) {
+            (Some(why), _) => why.clone(),
+            (None, None) => "node's NodePool was not found".to_string(),
+            (None, Some(info)) => idle_reason(inputs, info, result.commands.first().map(|c| c.method)),
+        };
+        block(result, explained, n, why);
+    }
+    result.blocked.retain(|(n, _)| !acted[*n]);
+}
 
-        // 2. Static drift: static NodePools keep their replica count themselves, so a drifted node is deleted and
-        // the static provisioner launches its replacement.
+/// The methods of one pass, in upstream's order, with what they share: the budgets, the nodes graceful methods
+/// may not touch, and the result and explanations they add to.
+struct MethodPass<'a> {
+    allowed: &'a [[usize; 3]],
+    graceful_blocked: &'a [Option<String>],
+    result: &'a mut PassResult,
+    explained: &'a mut [bool],
+}
+
+impl MethodPass<'_> {
+    /// Runs the methods until one yields commands (those commands), or all have run (none).
+    fn run(
+        &mut self,
+        inputs: &mut DisruptionInputs,
+        settings: &PassSettings,
+        limits: Option<&SearchLimits<'_>>,
+        progress: &mut ConsolidationProgress,
+    ) -> Vec<DisruptionCommand> {
+        let now = settings.now;
+        let started = std::time::Instant::now();
+        let (cmd, eligible) = emptiness(
+            inputs,
+            self.allowed,
+            self.graceful_blocked,
+            self.result,
+            self.explained,
+        );
+        self.result.evaluated(Method::Emptiness, started, eligible);
+        if let Some(cmd) = cmd {
+            return vec![cmd];
+        }
+        if let Some(cmd) = self.static_drift(inputs, now) {
+            return vec![cmd];
+        }
+        let started = std::time::Instant::now();
+        let (cmd, eligible) = drift(inputs, self.allowed, now, self.result, self.explained);
+        self.result.evaluated(Method::Drift, started, eligible);
+        if let Some(cmd) = cmd {
+            return vec![cmd];
+        }
+        self.consolidation(inputs, settings, limits, progress)
+            .into_iter()
+            .collect()
+    }
+
+    /// Static drift: static NodePools keep their replica count themselves, so a drifted node is deleted and the
+    /// static provisioner launches its replacement.
+    fn static_drift(&mut self, inputs: &DisruptionInputs, now: Timestamp) -> Option<DisruptionCommand> {
         let started = std::time::Instant::now();
         let static_drifted: Vec<(usize, Vec<usize>)> = (0..inputs.pools.len())
             .filter(|&p| inputs.pools[p].is_static)
             .map(|p| (p, drifted_candidates(inputs, p, now)))
             .collect();
         let eligible = static_drifted.iter().map(|(_, d)| d.len()).sum();
-        result.evaluated(Method::StaticDrift, started, eligible);
-        for (p, drifted) in static_drifted {
-            if allowed[p][1] == 0 {
-                continue;
-            }
-            if let Some(&n) = drifted.first() {
-                break 'methods vec![DisruptionCommand {
-                    method: Method::StaticDrift,
-                    reason: DisruptionReason::Drifted,
-                    decision: Decision::Delete,
-                    candidates: vec![n],
-                    replacements: Vec::new(),
-                    savings_per_hour: 0.0,
-                }];
-            }
-        }
+        self.result.evaluated(Method::StaticDrift, started, eligible);
+        let (_, drifted) = static_drifted
+            .into_iter()
+            .find(|(p, drifted)| self.allowed[*p][1] > 0 && !drifted.is_empty())?;
+        Some(DisruptionCommand {
+            method: Method::StaticDrift,
+            reason: DisruptionReason::Drifted,
+            decision: Decision::Delete,
+            candidates: vec![drifted[0]],
+            replacements: Vec::new(),
+            savings_per_hour: 0.0,
+        })
+    }
 
-        // 3. Drift.
+    /// Multi-node, then single-node consolidation over the same candidates and Underutilized budgets.
+    fn consolidation(
+        &mut self,
+        inputs: &mut DisruptionInputs,
+        settings: &PassSettings,
+        limits: Option<&SearchLimits<'_>>,
+        progress: &mut ConsolidationProgress,
+    ) -> Option<DisruptionCommand> {
         let started = std::time::Instant::now();
-        let (cmd, eligible) = drift(inputs, &allowed, now, &mut result, &mut explained);
-        result.evaluated(Method::Drift, started, eligible);
-        if let Some(cmd) = cmd {
-            break 'methods vec![cmd];
-        }
-
-        // 4 and 5. Consolidation.
-        let started = std::time::Instant::now();
-        let candidates = consolidation_candidates(inputs, &graceful_blocked, &mut result, &mut explained);
+        let candidates = consolidation_candidates(inputs, self.graceful_blocked, self.result, self.explained);
         let mut settings_c = ConsolidationSettings::new(&mut inputs.base.interner, settings.spot_to_spot);
         settings_c.pool_totals = pool_totals(inputs);
-        let budgets_left: Vec<usize> = allowed.iter().map(|a| a[2]).collect();
-        for (p, pool) in inputs.pools.iter().enumerate() {
-            if budgets_left[p] == 0 {
-                for c in candidates.iter().filter(|c| c.node_pool == p) {
-                    block(
-                        &mut result,
-                        &mut explained,
-                        c.index,
-                        format!(
-                            "NodePool {} allows no more disruptions for Underutilized now (budget)",
-                            pool.name
-                        ),
-                    );
-                }
-            }
-        }
+        let budgets_left: Vec<usize> = self.allowed.iter().map(|a| a[2]).collect();
+        self.block_spent_budgets(inputs, &candidates, &budgets_left);
         let mut sim = SchedulerResimulator::new(inputs);
         let deadline = limits.map(|l| Deadline::after(l.clock, l.multi_node));
         let multi = multi_node_within(
@@ -423,14 +505,16 @@ pub fn disruption_pass_within(
             &settings_c,
             deadline.as_ref(),
         );
-        result.evaluated(Method::MultiNodeConsolidation, started, candidates.len());
+        self.result
+            .evaluated(Method::MultiNodeConsolidation, started, candidates.len());
         if multi.timed_out {
-            result.consolidation_timeouts.push(ConsolidationType::Multi);
+            self.result.consolidation_timeouts.push(ConsolidationType::Multi);
         }
         if let Some(cmd) = multi.command {
-            result.candidates_evaluated = sim.simulations();
-            break 'methods vec![consolidation_command(Method::MultiNodeConsolidation, cmd)];
+            self.result.candidates_evaluated = sim.simulations();
+            return Some(consolidation_command(Method::MultiNodeConsolidation, cmd));
         }
+
         let started = std::time::Instant::now();
         let first_pools: Vec<usize> = progress
             .unseen_node_pools
@@ -447,10 +531,55 @@ pub fn disruption_pass_within(
             deadline.as_ref(),
         );
         // The same candidates multi-node consolidation counted: not counted twice.
-        result.evaluated(Method::SingleNodeConsolidation, started, 0);
-        result.candidates_evaluated = sim.simulations();
+        self.result.evaluated(Method::SingleNodeConsolidation, started, 0);
+        self.result.candidates_evaluated = sim.simulations();
+        self.record_single_node(inputs, limits, progress, &single);
+        let SingleNodeOutcome {
+            command, rejected, ..
+        } = single;
+        for (n, why) in rejected {
+            block(self.result, self.explained, n, why);
+        }
+        command.map(|cmd| consolidation_command(Method::SingleNodeConsolidation, cmd))
+    }
+
+    /// Candidates of a NodePool whose Underutilized budget is spent are explained as such.
+    fn block_spent_budgets(
+        &mut self,
+        inputs: &DisruptionInputs,
+        candidates: &[ConsolidationCandidate],
+        budgets_left: &[usize],
+    ) {
+        for (p, pool) in inputs.pools.iter().enumerate() {
+            if budgets_left[p] != 0 {
+                continue;
+            }
+            for c in candidates.iter().filter(|c| c.node_pool == p) {
+                block(
+                    self.result,
+                    self.explained,
+                    c.index,
+                    format!(
+                        "NodePool {} allows no more disruptions for Underutilized now (budget)",
+                        pool.name
+                    ),
+                );
+            }
+        }
+    }
+
+    /// What single-node consolidation's end means for the next pass: after a timeout, the NodePools it did not
+    /// reach lead the next search and the candidates it did not reach are explained; after a search that tried
+    /// everything and found nothing, no NodePool leads.
+    fn record_single_node(
+        &mut self,
+        inputs: &DisruptionInputs,
+        limits: Option<&SearchLimits<'_>>,
+        progress: &mut ConsolidationProgress,
+        single: &SingleNodeOutcome,
+    ) {
         if single.timed_out {
-            result.consolidation_timeouts.push(ConsolidationType::Single);
+            self.result.consolidation_timeouts.push(ConsolidationType::Single);
             progress.unseen_node_pools = single
                 .unseen_node_pools
                 .iter()
@@ -461,42 +590,12 @@ pub fn disruption_pass_within(
                 let why = format!(
                     "not evaluated this pass: single-node consolidation reached its time limit ({limit:#}) first"
                 );
-                block(&mut result, &mut explained, n, why);
+                block(self.result, self.explained, n, why);
             }
         } else if single.command.is_none() {
             progress.unseen_node_pools.clear();
         }
-        for (n, why) in single.rejected {
-            block(&mut result, &mut explained, n, why);
-        }
-        let cmd = single.command;
-        match cmd {
-            Some(cmd) => vec![consolidation_command(Method::SingleNodeConsolidation, cmd)],
-            None => Vec::new(),
-        }
-    };
-
-    for c in &commands {
-        for &n in &c.candidates {
-            acted[n] = true;
-        }
     }
-    result.commands = commands;
-
-    // Explain every other managed node.
-    for n in 0..inputs.view.nodes.len() {
-        if acted[n] || explained[n] || inputs.view.nodes[n].node_claim.is_none() {
-            continue;
-        }
-        let why = match (&graceful_blocked[n], &inputs.claims[n]) {
-            (Some(why), _) => why.clone(),
-            (None, None) => "node's NodePool was not found".to_string(),
-            (None, Some(info)) => idle_reason(inputs, info, result.commands.first().map(|c| c.method)),
-        };
-        block(&mut result, &mut explained, n, why);
-    }
-    result.blocked.retain(|(n, _)| !acted[*n]);
-    result
 }
 
 /// Records why a node is left alone, once: the first reason found is the one reported.

@@ -11,11 +11,16 @@
 //!
 //! The base input is built once ([`DisruptionInputs::base`]); each simulation changes it in place and puts it
 //! back: it flips the removed nodes' `schedulable` and `leaving` flags and moves their pods into
-//! the input, so nothing is cloned or rebuilt per simulation. The scheduler interns placeholder hostnames into
+//! the input, so nothing is cloned or rebuilt per simulation: the scheduler copies the records of only the nodes
+//! it places pods on, and finds the bound pods with anti-affinity through [`DisruptionInputs::bound_index`]. The scheduler interns placeholder hostnames into
 //! the base's one interner.
 
+use super::candidates::ClusterView;
 use super::consolidation::{ConsolidationCandidate, Resimulator, SimulationOutcome};
-use crate::{scheduling::schedule, snapshot::DisruptionInputs};
+use crate::{
+    scheduling::{SchedulingInput, SchedulingResults, schedule_indexed},
+    snapshot::DisruptionInputs,
+};
 
 /// A [`Resimulator`] over the inputs of a disruption pass. [`ConsolidationCandidate::index`] is a view node
 /// index ([`crate::disruption::candidates::ClusterView::nodes`]).
@@ -70,27 +75,21 @@ pub fn simulate_removal(inputs: &mut DisruptionInputs, nodes: &[usize]) -> Simul
     let DisruptionInputs {
         view,
         base,
+        bound_index,
         existing_of,
+        view_of_existing,
         pods_of,
         ..
     } = inputs;
     let input = &mut base.input;
 
-    // The removed nodes take no pods and their pods leave topology.
-    let mut removed = vec![false; input.existing.len()];
+    // The removed nodes take no pods and their pods leave topology. Only their records are touched: a
+    // re-simulation costs what it removes, not the size of the cluster.
+    let mut was_schedulable = Vec::with_capacity(nodes.len());
     for &n in &nodes {
-        if let Some(e) = existing_of
-            .get(n)
-            .copied()
-            .flatten()
-            .filter(|&e| e < removed.len())
+        if let Some(e) = existing_of.get(n).copied().flatten()
+            && let Some(node) = input.existing.get_mut(e)
         {
-            removed[e] = true;
-        }
-    }
-    let mut was_schedulable = Vec::new();
-    for (e, node) in input.existing.iter_mut().enumerate() {
-        if removed[e] {
             was_schedulable.push((e, node.schedulable));
             node.schedulable = false;
             node.leaving = true;
@@ -107,44 +106,16 @@ pub fn simulate_removal(inputs: &mut DisruptionInputs, nodes: &[usize]) -> Simul
         }
     }
 
-    let results = schedule(input, &mut base.interner, &base.table);
+    let results = schedule_indexed(input, bound_index, &mut base.interner, &base.table);
+    let outcome = unschedulable(input, &results, first)
+        .or_else(|| on_uninitialized_node(input, &results, first, view, view_of_existing));
 
-    let mut outcome = None;
-    if let Some((p, why)) = results.pod_errors.iter().find(|(p, _)| *p >= first) {
-        outcome = Some(SimulationOutcome::Unschedulable(format!(
-            "pod {}: {why}",
-            input.pods[*p].id
-        )));
-    }
-    if outcome.is_none() {
-        // Upstream does not count on existing nodes that are not initialized yet.
-        let mut initialized = vec![false; input.existing.len()];
-        for (n, e) in existing_of.iter().enumerate() {
-            if let Some(e) = e.filter(|&e| e < initialized.len()) {
-                let v = &view.nodes[n];
-                initialized[e] = v.node_claim.is_none() || v.initialized;
-            }
-        }
-        'nodes: for (e, pods) in &results.existing_nodes {
-            if initialized.get(*e).copied().unwrap_or(false) {
-                continue;
-            }
-            if let Some(&p) = pods.iter().find(|&&p| p >= first) {
-                outcome = Some(SimulationOutcome::Unschedulable(format!(
-                    "pod {} would schedule to {}, which is not initialized yet",
-                    input.pods[p].id, input.existing[*e].name
-                )));
-                break 'nodes;
-            }
-        }
-    }
-
-    // Put everything back.
+    // Put everything back (in reverse, so a node listed twice ends as it started).
     for &(n, count) in moved.iter().rev() {
         let at = input.pods.len().saturating_sub(count);
         pods_of[n] = input.pods.split_off(at);
     }
-    for (e, schedulable) in was_schedulable {
+    for &(e, schedulable) in was_schedulable.iter().rev() {
         input.existing[e].schedulable = schedulable;
         input.existing[e].leaving = false;
     }
@@ -154,6 +125,48 @@ pub fn simulate_removal(inputs: &mut DisruptionInputs, nodes: &[usize]) -> Simul
         None if results.new_node_claims.is_empty() => SimulationOutcome::Delete,
         None => SimulationOutcome::Replace(results.new_node_claims),
     }
+}
+
+/// The first moved pod (index `first` on) that fits nowhere, as the outcome.
+fn unschedulable(
+    input: &SchedulingInput,
+    results: &SchedulingResults,
+    first: usize,
+) -> Option<SimulationOutcome> {
+    let (p, why) = results.pod_errors.iter().find(|(p, _)| *p >= first)?;
+    Some(SimulationOutcome::Unschedulable(format!(
+        "pod {}: {why}",
+        input.pods[*p].id
+    )))
+}
+
+/// The first moved pod (index `first` on) placed on an existing node that is not initialized yet, as the outcome:
+/// upstream does not count on such nodes. Only the nodes that took pods are looked up.
+fn on_uninitialized_node(
+    input: &SchedulingInput,
+    results: &SchedulingResults,
+    first: usize,
+    view: &ClusterView,
+    view_of_existing: &[Option<usize>],
+) -> Option<SimulationOutcome> {
+    let initialized = |e: usize| {
+        view_of_existing
+            .get(e)
+            .copied()
+            .flatten()
+            .is_some_and(|n| view.nodes[n].node_claim.is_none() || view.nodes[n].initialized)
+    };
+    results
+        .existing_nodes
+        .iter()
+        .filter(|(e, _)| !initialized(*e))
+        .find_map(|(e, pods)| {
+            let &p = pods.iter().find(|&&p| p >= first)?;
+            Some(SimulationOutcome::Unschedulable(format!(
+                "pod {} would schedule to {}, which is not initialized yet",
+                input.pods[p].id, input.existing[*e].name
+            )))
+        })
 }
 
 #[cfg(test)]

@@ -4,10 +4,12 @@
 //! - [`pod`]: the compact pod and its relaxable preferences;
 //! - [`topology`]: spread, affinity and anti-affinity domain counting;
 //! - [`nodes`]: existing nodes and NodePool templates;
+//! - `node_overlay`: what one simulation placed on existing nodes, beside the input rather than in a copy;
 //! - [`daemon_overhead`]: the DaemonSet pods a new node runs, per instance type;
 //! - [`scheduler`]: the simulation loop, instance-type filtering, limits and launch choice.
 
 pub mod daemon_overhead;
+mod node_overlay;
 pub mod nodes;
 pub mod pod;
 pub mod scheduler;
@@ -20,8 +22,8 @@ pub use pod::{
     Relaxation, SelectorExpression, SelectorOperator, SpreadConstraint, Taint, TaintEffect, Toleration,
 };
 pub use scheduler::{
-    BoundPod, Launch, MinValuesPolicy, NewNodeClaim, SchedulingInput, SchedulingResults, SchedulingSettings,
-    claim_labels, schedule,
+    BoundPod, BoundPodIndex, Launch, MinValuesPolicy, NewNodeClaim, SchedulingInput, SchedulingResults,
+    SchedulingSettings, claim_labels, schedule, schedule_indexed,
 };
 
 #[cfg(test)]

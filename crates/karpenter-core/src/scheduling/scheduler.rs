@@ -16,6 +16,7 @@ use crate::{
 use karpenter_api::labels;
 
 use super::{
+    node_overlay::NodeOverlay,
     nodes::{ExistingNode, NodePoolTemplate},
     pod::{AffinityTerm, HostPort, Labels, Pod, PreferencePolicy, Relaxation, untolerated},
     topology::{Host, PodGroups, Topology, TopologyError},
@@ -157,13 +158,6 @@ struct OpenClaim {
     min_values_relaxed: bool,
 }
 
-struct NodeState {
-    available: Resources,
-    host_ports: Vec<HostPort>,
-    volumes_used: Vec<(Symbol, u32)>,
-    pods: Vec<usize>,
-}
-
 /// Why a pod could not go onto a NodeClaim, to explain it. Cheap to build: the words (and, for instance types,
 /// which of requirements, resources and offerings ruled them out) are worked out only for the rejections a pod
 /// is told about.
@@ -190,11 +184,65 @@ pub fn schedule(
     interner: &mut LabelInterner,
     table: &ResourceTable,
 ) -> SchedulingResults {
-    Scheduler::new(input, interner).run(interner, table)
+    schedule_indexed(input, &BoundPodIndex::new(&input.bound_pods), interner, table)
+}
+
+/// [`schedule`] with the bound pods' index built beforehand: re-simulations of one cluster share it, so none of
+/// them walks every bound pod of the cluster to find the few with anti-affinity. `index` must have been built
+/// from `input.bound_pods` as they are now.
+pub fn schedule_indexed(
+    input: &SchedulingInput,
+    index: &BoundPodIndex,
+    interner: &mut LabelInterner,
+    table: &ResourceTable,
+) -> SchedulingResults {
+    debug_assert_eq!(
+        index.bound_pods,
+        input.bound_pods.len(),
+        "the index is of other bound pods"
+    );
+    Scheduler::new(input, index, interner).run(interner, table)
+}
+
+/// What a simulation needs to know about the bound pods that does not change while only the pending pods and
+/// the nodes' `schedulable` and `leaving` flags do (what a disruption pass changes between re-simulations).
+#[derive(Debug, Clone, Default)]
+pub struct BoundPodIndex {
+    /// How many bound pods it was built from (to catch an index used with other ones).
+    bound_pods: usize,
+    /// Indices of the bound pods with required anti-affinity terms, ascending: one pod in thousands has any, and
+    /// only those repel pending pods whatever their labels.
+    with_anti_affinity: Vec<usize>,
+}
+
+impl BoundPodIndex {
+    pub fn new(bound_pods: &[BoundPod]) -> Self {
+        Self {
+            bound_pods: bound_pods.len(),
+            with_anti_affinity: bound_pods
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| !b.anti_affinity.is_empty())
+                .map(|(i, _)| i)
+                .collect(),
+        }
+    }
+
+    /// The bound pods with anti-affinity that are still there (not on a leaving node), by ascending index.
+    fn anti_affinity_staying<'a>(
+        &'a self,
+        input: &'a SchedulingInput,
+    ) -> impl Iterator<Item = (usize, &'a BoundPod)> + 'a {
+        self.with_anti_affinity
+            .iter()
+            .map(|&i| (i, &input.bound_pods[i]))
+            .filter(|(_, b)| !input.existing[b.node].leaving)
+    }
 }
 
 struct Scheduler<'a> {
     input: &'a SchedulingInput,
+    bound_index: &'a BoundPodIndex,
     template_order: Vec<usize>,
     zone_key: Symbol,
     ct_key: Symbol,
@@ -204,7 +252,8 @@ struct Scheduler<'a> {
     topology: Topology<'a>,
     groups: Vec<PodGroups>,
     relax: Vec<Relaxation>,
-    nodes: Vec<NodeState>,
+    /// The existing nodes pods were placed on; the others are read from the input.
+    nodes: NodeOverlay,
     /// The most CPU and memory any schedulable existing node has free at the start. Placing pods only lowers
     /// what nodes have free, so a pod asking for more fits on none of them and skips the scan: a re-simulation
     /// of a full cluster otherwise scans every node for every pod of every candidate.
@@ -218,7 +267,7 @@ struct Scheduler<'a> {
 }
 
 impl<'a> Scheduler<'a> {
-    fn new(input: &'a SchedulingInput, interner: &mut LabelInterner) -> Self {
+    fn new(input: &'a SchedulingInput, bound_index: &'a BoundPodIndex, interner: &mut LabelInterner) -> Self {
         let hostname_key = interner.intern_key(labels::HOSTNAME_LABEL);
         let zone_key = interner.intern_key(labels::ZONE_LABEL);
         let ct_key = interner.intern_key(labels::CAPACITY_TYPE_LABEL);
@@ -232,9 +281,10 @@ impl<'a> Scheduler<'a> {
             tb.weight.cmp(&ta.weight).then_with(|| ta.name.cmp(&tb.name))
         });
 
-        let topology = Self::build_topology(input, hostname_key);
+        let topology = Self::build_topology(input, bound_index, hostname_key);
         let mut s = Self {
             input,
+            bound_index,
             template_order,
             zone_key,
             ct_key,
@@ -248,16 +298,7 @@ impl<'a> Scheduler<'a> {
                 .iter()
                 .map(|p| Relaxation::new(p, input.settings.preference_policy))
                 .collect(),
-            nodes: input
-                .existing
-                .iter()
-                .map(|n| NodeState {
-                    available: n.available.clone(),
-                    host_ports: n.host_ports.clone(),
-                    volumes_used: n.volumes_used.clone(),
-                    pods: Vec::new(),
-                })
-                .collect(),
+            nodes: NodeOverlay::new(input.existing.len()),
             existing_ceiling: input
                 .existing
                 .iter()
@@ -276,7 +317,11 @@ impl<'a> Scheduler<'a> {
     }
 
     /// The topology over every non-hostname key the pods' constraints (and bound pods' anti-affinity) use.
-    fn build_topology(input: &'a SchedulingInput, hostname_key: Symbol) -> Topology<'a> {
+    fn build_topology(
+        input: &'a SchedulingInput,
+        bound_index: &BoundPodIndex,
+        hostname_key: Symbol,
+    ) -> Topology<'a> {
         let mut keys: Vec<Symbol> = Vec::new();
         let mut add_key = |k: Symbol| {
             if k != hostname_key && !keys.contains(&k) {
@@ -294,12 +339,7 @@ impl<'a> Scheduler<'a> {
                 .chain(p.preferred_anti_affinity.iter())
                 .for_each(|(_, t)| add_key(t.topology_key));
         }
-        // Most bound pods have no anti-affinity: that cheap test first, the node's only for those that do.
-        for b in input
-            .bound_pods
-            .iter()
-            .filter(|b| !b.anti_affinity.is_empty() && !input.existing[b.node].leaving)
-        {
+        for (_, b) in bound_index.anti_affinity_staying(input) {
             b.anti_affinity.iter().for_each(|t| add_key(t.topology_key));
         }
         Topology::new(
@@ -347,14 +387,13 @@ impl<'a> Scheduler<'a> {
             self.groups.push(g);
         }
         // Pods bound to a leaving node are gone with it. Most bound pods have no anti-affinity of their own, so
-        // only those that do get groups (by index, ascending): re-simulations run this once per candidate over
-        // every bound pod of the cluster, and a group per pod was a large allocation each time.
+        // only those that do get groups (by index, ascending): re-simulations run this once per candidate, and a
+        // group per pod was a large allocation each time. The index lists them, so finding them does not walk
+        // every bound pod of the cluster either.
         let bound_here = |b: &BoundPod| !input.existing[b.node].leaving;
+        let bound_index = self.bound_index;
         let mut own_groups: Vec<(usize, PodGroups)> = Vec::new();
-        for (i, b) in input.bound_pods.iter().enumerate() {
-            if b.anti_affinity.is_empty() || !bound_here(b) {
-                continue;
-            }
+        for (i, b) in bound_index.anti_affinity_staying(input) {
             let anti = b.anti_affinity.iter().map(|t| (t.clone(), true));
             own_groups.push((
                 i,
@@ -459,7 +498,7 @@ impl<'a> Scheduler<'a> {
 
         let (cpu_ceiling, memory_ceiling) = self.existing_ceiling;
         if pod.requests.cpu() <= cpu_ceiling && pod.requests.memory() <= memory_ceiling {
-            for n in 0..self.nodes.len() {
+            for n in 0..self.input.existing.len() {
                 if self.try_existing(p, n, &reqs) {
                     return Ok(());
                 }
@@ -497,7 +536,7 @@ impl<'a> Scheduler<'a> {
     fn try_existing(&mut self, p: usize, n: usize, reqs: &Requirements) -> bool {
         let pod = &self.input.pods[p];
         let node = &self.input.existing[n];
-        let state = &self.nodes[n];
+        let state = self.nodes.view(n, node);
         if !node.schedulable
             || untolerated(
                 &pod.tolerations,
@@ -505,7 +544,7 @@ impl<'a> Scheduler<'a> {
                 !self.relax[p].prefer_no_schedule_tolerated,
             )
             .is_some()
-            || !fits(&pod.requests, &state.available)
+            || !fits(&pod.requests, state.available)
             || !node.requirements.is_compatible(reqs, &self.no_undefined)
             || pod
                 .host_ports
@@ -536,7 +575,7 @@ impl<'a> Scheduler<'a> {
         if !node.requirements.is_compatible(&topo, &self.no_undefined) {
             return false;
         }
-        let state = &mut self.nodes[n];
+        let state = self.nodes.touch(n, node);
         state.available.sub_assign(&pod.requests);
         state.host_ports.extend(pod.host_ports.iter().copied());
         for (driver, count) in &pod.csi_volumes {
@@ -1104,13 +1143,7 @@ impl<'a> Scheduler<'a> {
                 launch,
             });
         }
-        let existing_nodes = self
-            .nodes
-            .into_iter()
-            .enumerate()
-            .filter(|(_, n)| !n.pods.is_empty())
-            .map(|(i, n)| (i, n.pods))
-            .collect();
+        let existing_nodes = self.nodes.into_placements();
         let mut pod_errors: Vec<(usize, String)> = errors.into_iter().collect();
         pod_errors.sort_by_key(|(p, _)| *p);
         SchedulingResults {

@@ -29,7 +29,7 @@ use crate::{
     instance_type::{self, InstanceType},
     requirements::{LabelInterner, Symbol},
     resources::ResourceTable,
-    scheduling::Pod,
+    scheduling::{BoundPodIndex, Pod},
 };
 
 use super::{
@@ -95,8 +95,13 @@ pub struct DisruptionInputs {
     /// The scheduling input of the cluster as it is (existing nodes incl. the candidates, bound pods, templates,
     /// NO pending pods).
     pub base: ScheduleInputs,
+    /// The index of `base.input.bound_pods` every re-simulation shares (they do not change during a pass).
+    pub bound_index: BoundPodIndex,
     /// Per view node: its index in `base.input.existing` (`None` when the node is not there, e.g. deleting).
     pub existing_of: Vec<Option<usize>>,
+    /// Per node of `base.input.existing`: the view node it is (the last whose `existing_of` names it), so a
+    /// re-simulation looks up only the nodes it placed pods on.
+    pub view_of_existing: Vec<Option<usize>>,
     /// Per view node: its reschedulable pods as full scheduling pods (what must find a place when it goes).
     pub pods_of: Vec<Vec<Pod>>,
     /// Per view node: reschedulable pods that could not be converted (`namespace/name: why`). A node with any
@@ -117,20 +122,57 @@ pub fn build_disruption_inputs(
     // does, every re-simulation places them too, so consolidation never takes the room they need.
     let mut base = build_schedule_inputs(snapshot, catalog, options);
     let view = build_cluster_view(snapshot, &mut base.interner);
-
-    // View nodes are the snapshot's named Nodes, in order.
-    let nodes: Vec<&k8s_openapi::api::core::v1::Node> = snapshot
-        .nodes
+    let existing_of = existing_of(&view, &base);
+    let view_of_existing = view_of_existing(&existing_of, base.input.existing.len());
+    let mut notes = std::mem::take(&mut base.notes);
+    let (pods_of, unconverted_of) = reschedulable_pods(snapshot, &view, &mut base, &mut notes);
+    let named_pools: Vec<&NodePool> = snapshot
+        .node_pools
         .iter()
-        .map(Arc::as_ref)
-        .filter(|n| n.metadata.name.is_some())
+        .filter(|p| p.metadata.name.is_some())
         .collect();
+    let mut pools = pool_infos(&named_pools, options);
+    let pool_index: HashMap<String, usize> = pools
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, p)| (p.name.clone(), i))
+        .collect();
+    count_pool_nodes(&view, &pool_index, &mut pools);
+    let claims = ClaimReader {
+        snapshot,
+        catalog,
+        provider,
+        now,
+        view: &view,
+        named_pools: &named_pools,
+        pool_index: &pool_index,
+        reserved: base.interner.intern(labels::CAPACITY_TYPE_RESERVED),
+    }
+    .read_all(&mut base, &mut notes);
+
+    DisruptionInputs {
+        view,
+        pools,
+        claims,
+        bound_index: BoundPodIndex::new(&base.input.bound_pods),
+        base,
+        existing_of,
+        view_of_existing,
+        pods_of,
+        unconverted_of,
+        notes,
+    }
+}
+
+/// Per view node: its index in the base's existing nodes, by name (the first of that name); `None` for a
+/// deleting node, which takes no pods.
+fn existing_of(view: &ClusterView, base: &ScheduleInputs) -> Vec<Option<usize>> {
     let mut existing_index: HashMap<&str, usize> = HashMap::with_capacity(base.node_names.len());
     for (i, name) in base.node_names.iter().enumerate() {
         existing_index.entry(name.as_str()).or_insert(i);
     }
-    let existing_of: Vec<Option<usize>> = view
-        .nodes
+    view.nodes
         .iter()
         .map(|n| {
             if n.deleting {
@@ -139,9 +181,29 @@ pub fn build_disruption_inputs(
                 existing_index.get(n.name.as_str()).copied()
             }
         })
-        .collect();
+        .collect()
+}
 
-    // The reschedulable pods of every node, converted with the base's interner and resource table.
+/// The inverse of `existing_of` over `existing` nodes (the last view node naming each wins).
+fn view_of_existing(existing_of: &[Option<usize>], existing: usize) -> Vec<Option<usize>> {
+    let mut view_of_existing = vec![None; existing];
+    for (n, e) in existing_of.iter().enumerate() {
+        if let Some(slot) = e.and_then(|e| view_of_existing.get_mut(e)) {
+            *slot = Some(n);
+        }
+    }
+    view_of_existing
+}
+
+/// Per view node: its reschedulable pods converted into scheduling pods (with the base's interner and
+/// resource table, so every re-simulation can place them), and those that could not be, with why. The
+/// conversion's notes are added to `notes`.
+fn reschedulable_pods(
+    snapshot: &Snapshot,
+    view: &ClusterView,
+    base: &mut ScheduleInputs,
+    notes: &mut Vec<SnapshotNote>,
+) -> (Vec<Vec<Pod>>, Vec<Vec<String>>) {
     let mut cx = context_from(&mut base.interner, &mut base.table);
     let namespaces = NamespaceIndex::new(&snapshot.namespaces);
     let volumes = VolumeIndex::new(snapshot);
@@ -167,17 +229,14 @@ pub fn build_disruption_inputs(
             }
         }
     }
-    let mut notes = std::mem::take(&mut base.notes);
     notes.append(&mut cx.notes);
     restore(cx, &mut base.interner, &mut base.table);
+    (pods_of, unconverted_of)
+}
 
-    // NodePools.
-    let named_pools: Vec<&NodePool> = snapshot
-        .node_pools
-        .iter()
-        .filter(|p| p.metadata.name.is_some())
-        .collect();
-    let mut pools: Vec<PoolInfo> = named_pools
+/// The named NodePools as a pass reads them, their node counts still zero ([`count_pool_nodes`]).
+fn pool_infos(named_pools: &[&NodePool], options: &BuildOptions) -> Vec<PoolInfo> {
+    named_pools
         .iter()
         .map(|p| PoolInfo {
             name: p.metadata.name.clone().unwrap_or_default(),
@@ -189,13 +248,11 @@ pub fn build_disruption_inputs(
             disrupting: 0,
             invalid: p.validate(options.label_policy).err().map(|e| e.fields()),
         })
-        .collect();
-    let pool_index: HashMap<String, usize> = pools
-        .iter()
-        .enumerate()
-        .rev()
-        .map(|(i, p)| (p.name.clone(), i))
-        .collect();
+        .collect()
+}
+
+/// Counts each NodePool's nodes and those already disrupting, as its budgets read them.
+fn count_pool_nodes(view: &ClusterView, pool_index: &HashMap<String, usize>, pools: &mut [PoolInfo]) {
     for n in &view.nodes {
         // Upstream counts managed, initialized nodes whose instance is not already terminating; NotReady or
         // deleting ones are already disrupting.
@@ -212,100 +269,127 @@ pub fn build_disruption_inputs(
             }
         }
     }
+}
 
-    // NodeClaims.
-    let claims_by_name: HashMap<&str, &NodeClaim> = snapshot
-        .node_claims
-        .iter()
-        .map(Arc::as_ref)
-        .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
-        .collect();
-    let reserved_value = base.interner.intern(labels::CAPACITY_TYPE_RESERVED);
-    // Drift reads the instance type a NodeClaim names, available or not: each one named is converted once,
-    // rather than the whole catalog (hundreds of types) on every pass.
-    let mut catalog_types: HashMap<String, Option<Arc<InstanceType>>> = HashMap::new();
-    let mut claims: Vec<Option<ClaimInfo>> = vec![None; view.nodes.len()];
-    for (i, n) in view.nodes.iter().enumerate() {
-        let (Some(claim_name), Some(pool_name)) = (&n.node_claim, &n.node_pool) else {
-            continue;
-        };
-        let (Some(&claim), Some(&pool_i)) =
-            (claims_by_name.get(claim_name.as_str()), pool_index.get(pool_name))
-        else {
-            continue;
-        };
-        let pool = named_pools[pool_i];
-        let node_labels = nodes.get(i).and_then(|n| n.metadata.labels.as_ref());
+/// Reads each managed node's NodeClaim into a [`ClaimInfo`].
+struct ClaimReader<'a> {
+    snapshot: &'a Snapshot,
+    catalog: &'a CatalogFile,
+    provider: &'a dyn DriftProvider,
+    now: Timestamp,
+    view: &'a ClusterView,
+    named_pools: &'a [&'a NodePool],
+    pool_index: &'a HashMap<String, usize>,
+    /// The `reserved` capacity type.
+    reserved: Symbol,
+}
+
+impl ClaimReader<'_> {
+    /// Per view node: its NodeClaim's info; `None` for an unmanaged node, or one whose NodeClaim or NodePool is
+    /// missing.
+    fn read_all(&self, base: &mut ScheduleInputs, notes: &mut Vec<SnapshotNote>) -> Vec<Option<ClaimInfo>> {
+        // View nodes are the snapshot's named Nodes, in order.
+        let nodes: Vec<&k8s_openapi::api::core::v1::Node> = self
+            .snapshot
+            .nodes
+            .iter()
+            .map(Arc::as_ref)
+            .filter(|n| n.metadata.name.is_some())
+            .collect();
+        let claims_by_name: HashMap<&str, &NodeClaim> = self
+            .snapshot
+            .node_claims
+            .iter()
+            .map(Arc::as_ref)
+            .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
+            .collect();
+        // Drift reads the instance type a NodeClaim names, available or not: each one named is converted once,
+        // rather than the whole catalog (hundreds of types) on every pass.
+        let mut catalog_types: HashMap<String, Option<Arc<InstanceType>>> = HashMap::new();
+        let mut claims: Vec<Option<ClaimInfo>> = vec![None; self.view.nodes.len()];
+        for (i, n) in self.view.nodes.iter().enumerate() {
+            let (Some(claim_name), Some(pool_name)) = (&n.node_claim, &n.node_pool) else {
+                continue;
+            };
+            let (Some(&claim), Some(&pool)) = (
+                claims_by_name.get(claim_name.as_str()),
+                self.pool_index.get(pool_name),
+            ) else {
+                continue;
+            };
+            let node = nodes.get(i).copied();
+            claims[i] = Some(self.read(i, node, claim, pool, base, &mut catalog_types, notes));
+        }
+        claims
+    }
+
+    /// The info of view node `i`'s NodeClaim `claim`, of NodePool `pool` (an index into the named pools).
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &self,
+        i: usize,
+        node: Option<&k8s_openapi::api::core::v1::Node>,
+        claim: &NodeClaim,
+        pool: usize,
+        base: &mut ScheduleInputs,
+        catalog_types: &mut HashMap<String, Option<Arc<InstanceType>>>,
+        notes: &mut Vec<SnapshotNote>,
+    ) -> ClaimInfo {
+        let now = self.now;
+        let claim_name = self.view.nodes[i].node_claim.as_deref().unwrap_or_default();
+        let pool_name = &self.view.nodes[i].node_pool;
+        let node_labels = node.and_then(|n| n.metadata.labels.as_ref());
         let claim_labels = claim.metadata.labels.as_ref();
         let label = |key: &str| -> Option<&str> {
             get(node_labels, key)
                 .or_else(|| get(claim_labels, key))
                 .filter(|v| !v.is_empty())
         };
-        let object = describe("NodeClaim", None, Some(claim_name));
-        let instance_type = label(labels::INSTANCE_TYPE_LABEL).unwrap_or_default().to_string();
-        let zone_name = label(labels::ZONE_LABEL).unwrap_or_default();
-        let ct_name = label(labels::CAPACITY_TYPE_LABEL).unwrap_or_default();
-        let reservation = label(labels::AWS_CAPACITY_RESERVATION_ID_LABEL);
-        let zone = base.interner.intern(zone_name);
-        let capacity_type = base.interner.intern(ct_name);
-        let reserved = capacity_type == reserved_value;
-
-        let template = base.template_names.iter().position(|t| t == pool_name);
+        let offering = OfferingLabels {
+            instance_type: label(labels::INSTANCE_TYPE_LABEL).unwrap_or_default(),
+            zone: label(labels::ZONE_LABEL).unwrap_or_default(),
+            capacity_type: label(labels::CAPACITY_TYPE_LABEL).unwrap_or_default(),
+            reservation: label(labels::AWS_CAPACITY_RESERVATION_ID_LABEL),
+        };
+        let zone = base.interner.intern(offering.zone);
+        let capacity_type = base.interner.intern(offering.capacity_type);
+        let reserved = capacity_type == self.reserved;
+        let template = pool_name
+            .as_ref()
+            .and_then(|name| base.template_names.iter().position(|t| t == name));
         let price = template
-            .and_then(|t| {
-                let it = base.input.templates[t]
-                    .instance_types
-                    .iter()
-                    .find(|it| it.name == instance_type)?;
-                let matching =
-                    |o: &&crate::instance_type::Offering| o.zone == zone && o.capacity_type == capacity_type;
-                let by_reservation = reservation.and_then(|r| {
-                    it.offerings
-                        .iter()
-                        .filter(matching)
-                        .find(|o| o.reservation_id.is_some_and(|id| base.interner.resolve(id) == r))
-                });
-                by_reservation
-                    .or_else(|| it.offerings.iter().find(matching))
-                    .map(|o| o.price)
-            })
-            .or_else(|| {
-                let it = catalog
-                    .instance_types
-                    .iter()
-                    .find(|it| it.name == instance_type)?;
-                let matching =
-                    |o: &&crate::catalog::CatalogOffering| o.zone == zone_name && o.capacity_type == ct_name;
-                let by_reservation = reservation.and_then(|r| {
-                    it.offerings
-                        .iter()
-                        .filter(matching)
-                        .find(|o| o.reservation_id.as_deref() == Some(r))
-                });
-                by_reservation
-                    .or_else(|| it.offerings.iter().find(matching))
-                    .map(|o| o.price)
+            .and_then(|t| offering.price_in_template(base, t, zone, capacity_type))
+            .or_else(|| offering.price_in_catalog(self.catalog))
+            .unwrap_or_else(|| {
+                notes.push(SnapshotNote::new(
+                    describe("NodeClaim", None, Some(claim_name)),
+                    format!(
+                        "no catalog offering for instance type {:?} in zone {:?} with capacity type {:?}; its price counts as 0",
+                        offering.instance_type, offering.zone, offering.capacity_type
+                    ),
+                ));
+                0.0
             });
-        let price = price.unwrap_or_else(|| {
-            notes.push(SnapshotNote::new(
-                object.clone(),
-                format!(
-                    "no catalog offering for instance type {instance_type:?} in zone {zone_name:?} with capacity type {ct_name:?}; its price counts as 0"
-                ),
-            ));
-            0.0
-        });
 
         // Drift reads every instance type the provider offers, available or not.
         let named = get(claim_labels, labels::INSTANCE_TYPE_LABEL).map(|name| {
             catalog_types
                 .entry(name.to_string())
-                .or_insert_with(|| convert_catalog_type(catalog, name, &mut base.interner, &mut base.table))
+                .or_insert_with(|| {
+                    convert_catalog_type(self.catalog, name, &mut base.interner, &mut base.table)
+                })
                 .clone()
         });
         let types = named.flatten();
-        let drift = drift_reason(claim, pool, types.as_slice(), &mut base.interner, provider, now);
+        let nodepool = self.named_pools[pool];
+        let drift = drift_reason(
+            claim,
+            nodepool,
+            types.as_slice(),
+            &mut base.interner,
+            self.provider,
+            now,
+        );
 
         let created = claim
             .metadata
@@ -313,19 +397,39 @@ pub fn build_disruption_inputs(
             .as_ref()
             .map(|t| t.0)
             .or_else(|| {
-                nodes
-                    .get(i)
-                    .and_then(|n| n.metadata.creation_timestamp.as_ref())
+                node.and_then(|n| n.metadata.creation_timestamp.as_ref())
                     .map(|t| t.0)
             });
         let lifetime = created.map_or(1.0, |c| lifetime_remaining(c, claim.spec.expire_after(), now));
-        let mut reschedulable_pods = 0;
-        let pod_costs: Vec<f64> = n
+        let pod_costs = self.reschedulable_pod_costs(i);
+        ClaimInfo {
+            node: i,
+            node_claim: claim_name.to_string(),
+            pool,
+            instance_type: offering.instance_type.to_string(),
+            zone,
+            capacity_type,
+            reserved,
+            price,
+            created,
+            drift,
+            drifted_since: drifted_since(claim),
+            consolidatable: is_consolidatable(claim, nodepool, now),
+            expires_at: expiry(claim),
+            expired: is_expired(claim, now),
+            reschedulable_pods: pod_costs.len(),
+            disruption_cost: disruption_cost(pod_costs, lifetime),
+        }
+    }
+
+    /// The eviction cost of each reschedulable pod of view node `i`.
+    fn reschedulable_pod_costs(&self, i: usize) -> Vec<f64> {
+        let view = self.view;
+        view.nodes[i]
             .pods
             .iter()
             .filter(|&&p| view.pods[p].is_reschedulable())
             .map(|&p| {
-                reschedulable_pods += 1;
                 let pod = &view.pods[p].pod;
                 let annotation = pod
                     .metadata
@@ -336,37 +440,62 @@ pub fn build_disruption_inputs(
                 let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
                 pod_eviction_cost(annotation, priority)
             })
-            .collect();
+            .collect()
+    }
+}
 
-        claims[i] = Some(ClaimInfo {
-            node: i,
-            node_claim: claim_name.clone(),
-            pool: pool_i,
-            instance_type,
-            zone,
-            capacity_type,
-            reserved,
-            price,
-            created,
-            drift,
-            drifted_since: drifted_since(claim),
-            consolidatable: is_consolidatable(claim, pool, now),
-            expires_at: expiry(claim),
-            expired: is_expired(claim, now),
-            disruption_cost: disruption_cost(pod_costs, lifetime),
-            reschedulable_pods,
+/// The offering a managed node runs on, as its labels (the Node's, else its NodeClaim's) name it.
+struct OfferingLabels<'a> {
+    instance_type: &'a str,
+    zone: &'a str,
+    capacity_type: &'a str,
+    reservation: Option<&'a str>,
+}
+
+impl OfferingLabels<'_> {
+    /// Its price among the instance types of template `t` (its capacity reservation's offering first).
+    fn price_in_template(
+        &self,
+        base: &ScheduleInputs,
+        t: usize,
+        zone: Symbol,
+        capacity_type: Symbol,
+    ) -> Option<f64> {
+        let it = base.input.templates[t]
+            .instance_types
+            .iter()
+            .find(|it| it.name == self.instance_type)?;
+        let matching =
+            |o: &&crate::instance_type::Offering| o.zone == zone && o.capacity_type == capacity_type;
+        let by_reservation = self.reservation.and_then(|r| {
+            it.offerings
+                .iter()
+                .filter(matching)
+                .find(|o| o.reservation_id.is_some_and(|id| base.interner.resolve(id) == r))
         });
+        by_reservation
+            .or_else(|| it.offerings.iter().find(matching))
+            .map(|o| o.price)
     }
 
-    DisruptionInputs {
-        view,
-        pools,
-        claims,
-        base,
-        existing_of,
-        pods_of,
-        unconverted_of,
-        notes,
+    /// Its price in the catalog (for a type no template offers now; its capacity reservation's offering first).
+    fn price_in_catalog(&self, catalog: &CatalogFile) -> Option<f64> {
+        let it = catalog
+            .instance_types
+            .iter()
+            .find(|it| it.name == self.instance_type)?;
+        let matching = |o: &&crate::catalog::CatalogOffering| {
+            o.zone == self.zone && o.capacity_type == self.capacity_type
+        };
+        let by_reservation = self.reservation.and_then(|r| {
+            it.offerings
+                .iter()
+                .filter(matching)
+                .find(|o| o.reservation_id.as_deref() == Some(r))
+        });
+        by_reservation
+            .or_else(|| it.offerings.iter().find(matching))
+            .map(|o| o.price)
     }
 }
 
