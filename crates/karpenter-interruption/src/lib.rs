@@ -19,14 +19,11 @@
 
 pub mod events;
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::ObjectReference;
 use karpenter_api::{labels, nodeclaim::NodeClaim};
-use karpenter_core::clock::SystemClock;
 use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind};
 use karpenter_state::api_errors::is_not_found;
-use karpenter_state::{ClusterState, events::DedupedRecorder};
+use karpenter_state::{ClusterState, ControllerContext, events::DedupedRecorder};
 use kube::{Api, Client, Resource, ResourceExt, api::DeleteParams};
 
 use crate::events::{InterruptionEventText, TERMINATING_ON_INTERRUPTION, kind_event};
@@ -69,13 +66,13 @@ pub struct InterruptionController {
 
 impl InterruptionController {
     /// Messages are fed to [`InterruptionController::handle`] by the operator's loop over the source
-    /// (`karpenter_operator::controllers`), which also records what was done.
-    pub fn new(client: Client, state: ClusterState) -> Self {
-        let events = DedupedRecorder::new(client.clone(), Arc::new(SystemClock));
+    /// (`karpenter_operator::controllers`), which also records what was done. Events are timed, and their
+    /// two-minute dedupe window measured, by the context's clock (the simulation's virtual one in `simulate`).
+    pub fn new(cx: &ControllerContext) -> Self {
         Self {
-            client,
-            state,
-            events,
+            client: cx.client.clone(),
+            state: cx.state.clone(),
+            events: cx.recorder(),
         }
     }
 

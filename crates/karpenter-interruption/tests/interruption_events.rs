@@ -7,13 +7,21 @@ use k8s_openapi::api::events::v1::Event;
 use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind};
 use karpenter_interruption::{Handled, InterruptionController};
-use karpenter_sim::{ApiServer, SystemClock};
-use karpenter_state::ClusterState;
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_sim::{ApiServer, SystemClock, VirtualClock};
+use karpenter_state::{ClusterState, ControllerContext};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// The controller's context on the wall clock.
+fn context(client: &kube::Client, state: &ClusterState) -> ControllerContext {
+    ControllerContext::new(client.clone(), state.clone(), Arc::new(SystemClock))
+}
 
 /// A launched and registered NodeClaim `name` (instance `i-<name>`, Node `node-<name>`), in the API server and
 /// in the controller's cache. `finalizer` keeps it in the API server once deleted.
@@ -103,7 +111,7 @@ async fn a_capacity_reservation_interruption_raises_its_event_on_the_node_claim_
     let client = server.client();
     let state = ClusterState::default();
     let (claim, node) = registered_claim(&client, &state, "reserved-a", false).await?;
-    let controller = InterruptionController::new(client.clone(), state);
+    let controller = InterruptionController::new(&context(&client, &state));
 
     let handled = controller
         .handle(&message(
@@ -143,7 +151,7 @@ async fn a_spot_interruption_raises_spot_interrupted_and_a_deleting_claim_still_
     let client = server.client();
     let state = ClusterState::default();
     let (claim, _) = registered_claim(&client, &state, "spot-a", true).await?;
-    let controller = InterruptionController::new(client.clone(), state.clone());
+    let controller = InterruptionController::new(&context(&client, &state));
 
     let first = controller
         .handle(&message("i-spot-a", InterruptionKind::SpotInterruption))
@@ -221,7 +229,7 @@ async fn a_stopping_or_terminating_instance_raises_its_own_event_and_its_claim_i
     let state = ClusterState::default();
     let (stopping, _) = registered_claim(&client, &state, "stop-a", false).await?;
     let (terminating, _) = registered_claim(&client, &state, "term-a", false).await?;
-    let controller = InterruptionController::new(client.clone(), state);
+    let controller = InterruptionController::new(&context(&client, &state));
 
     for (instance, kind, claim) in [
         ("i-stop-a", InterruptionKind::InstanceStopping, "stop-a"),
@@ -252,5 +260,48 @@ async fn a_stopping_or_terminating_instance_raises_its_own_event_and_its_claim_i
             ),
         ]
     );
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_dedupe_window_is_measured_on_the_controller_s_clock() -> TestResult {
+    // On a virtual clock (karpenter simulate, the e2e tests) a rebalance recommendation three virtual minutes
+    // after the first is told again (a second occurrence in the Event's series): the two-minute window has
+    // passed on the clock the controller was given, though hardly any wall time has.
+    let clock = VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?);
+    let server = ApiServer::new(clock);
+    let client = server.client();
+    let state = ClusterState::default();
+    registered_claim(&client, &state, "rebalance-a", false).await?;
+    let controller =
+        InterruptionController::new(&ControllerContext::new(client.clone(), state, Arc::new(clock)));
+    // How often the NodeClaim's rebalance recommendation has been told: its Event and the series' count.
+    let told = || async {
+        let listed = Api::<Event>::all(client.clone())
+            .list(&ListParams::default())
+            .await?;
+        Ok::<_, kube::Error>(
+            listed
+                .items
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("SpotRebalanceRecommendation"))
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("NodeClaim"))
+                .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+                .sum::<i32>(),
+        )
+    };
+
+    for _ in 0..2 {
+        controller
+            .handle(&message("i-rebalance-a", InterruptionKind::Rebalance))
+            .await?;
+    }
+    assert_eq!(told().await?, 1, "deduped within the window");
+
+    tokio::time::advance(Duration::from_secs(180)).await;
+    controller
+        .handle(&message("i-rebalance-a", InterruptionKind::Rebalance))
+        .await?;
+    assert_eq!(told().await?, 2, "the window has passed on the virtual clock");
     Ok(())
 }

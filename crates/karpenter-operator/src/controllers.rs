@@ -304,7 +304,7 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         }),
     ));
     if let Some(source) = parts.interruption.clone() {
-        let interruption = InterruptionController::new(parts.client.clone(), parts.state.clone());
+        let interruption = InterruptionController::new(&parts.context());
         let observer = parts.observer.clone();
         tasks.push((
             "interruption",
