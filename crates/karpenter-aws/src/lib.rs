@@ -12,6 +12,13 @@
 //! [`runtime::AwsProvider::start`] fails on invalid settings (the message names the environment variable),
 //! when EC2 cannot be reached, or when the interruption queue does not exist.
 //!
+//! # The launch path
+//! `CloudProvider::create` is `AwsCloudProvider::launch` in `src/cloud_provider/launch.rs`: one method per
+//! step (class lookup, its resolved status, placement group, catalog, [`launch_plan`] with a capacity
+//! reservation slot, subnet lease, launch templates with [`userdata`] via [`launch_template`], CreateFleet via
+//! [`fleet_batcher`] and [`launch`], and the NodeClaim from the launched instance). `get`/`list`/`delete` are
+//! in `src/cloud_provider/instances.rs`, `instance_types` in `src/cloud_provider/node_classes.rs`.
+//!
 //! # Modules
 //! - [`cloud_provider`]: [`AwsCloudProvider`], core's `CloudProvider` and `DriftProvider` on EC2.
 //! - [`runtime`]: [`runtime::AwsProvider::start`] and the tasks it returns.
