@@ -25,7 +25,7 @@ pub(super) fn record_user_data_size(node_class: &str, bytes: usize) {
 
 /// The instance type gauges from `catalog`: each type's vCPUs and memory, and each offering's availability and
 /// price (`karpenter_cloudprovider_instance_type_*`).
-pub fn record_catalog_metrics(catalog: &[CatalogInstanceType]) {
+pub(crate) fn record_catalog_metrics(catalog: &[CatalogInstanceType]) {
     let metrics = karpenter_metrics::metrics();
     for entry in catalog {
         let labels = InstanceTypeLabels {

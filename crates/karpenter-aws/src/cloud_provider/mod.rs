@@ -47,7 +47,7 @@ mod launch_templates;
 mod metrics;
 mod node_classes;
 
-pub use metrics::record_catalog_metrics;
+pub(crate) use metrics::record_catalog_metrics;
 
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -190,11 +190,11 @@ impl AwsCloudProvider {
     }
 
     /// The EC2NodeClasses' dry-run verdicts ([`crate::nodeclass::dry_run`]).
-    pub fn dry_run_cache(&self) -> &Arc<DryRunCache> {
+    pub(crate) fn dry_run_cache(&self) -> &Arc<DryRunCache> {
         &self.dry_runs
     }
 
-    pub fn instance_cache(&self) -> &Arc<InstanceCache> {
+    pub(crate) fn instance_cache(&self) -> &Arc<InstanceCache> {
         &self.instances
     }
 
@@ -214,7 +214,7 @@ impl AwsCloudProvider {
             .clone()
     }
 
-    pub fn set_kubernetes_version(&self, version: impl Into<String>) {
+    pub(crate) fn set_kubernetes_version(&self, version: impl Into<String>) {
         *self
             .kubernetes_version
             .write()
@@ -235,7 +235,7 @@ impl AwsCloudProvider {
 
     /// Updates spot prices, and on-demand prices unless in an isolated VPC. Both are attempted; the first error
     /// is returned (the prices in use stay).
-    pub async fn refresh_prices(&self) -> Result<(), AwsError> {
+    pub(crate) async fn refresh_prices(&self) -> Result<(), AwsError> {
         let spot = self.pricing.update_spot(&self.clients.ec2).await;
         let on_demand = self.pricing.update_on_demand(&self.clients.pricing).await;
         self.record_catalog_metrics();

@@ -22,7 +22,7 @@ use super::AwsCloudProvider;
 
 impl AwsCloudProvider {
     /// Takes EC2's instance counts of the capacity reservations `resolution` found.
-    pub fn record_capacity_reservations(&self, resolution: &Resolution) {
+    pub(crate) fn record_capacity_reservations(&self, resolution: &Resolution) {
         if let Some(Ok(discovery)) = &resolution.capacity_reservations {
             self.reservations.record_reported(
                 discovery
@@ -43,7 +43,7 @@ impl AwsCloudProvider {
 
     /// Keeps what `resolution` found of `node_class`'s placement group (a failed lookup keeps the previous
     /// answer; a class without a selector has none).
-    pub fn record_placement_group(&self, node_class: &EC2NodeClass, resolution: &Resolution) {
+    pub(crate) fn record_placement_group(&self, node_class: &EC2NodeClass, resolution: &Resolution) {
         let name = node_class.metadata.name.clone().unwrap_or_default();
         match (
             &node_class.spec.placement_group_selector,
@@ -153,7 +153,7 @@ impl AwsCloudProvider {
 
     /// Creates (or adopts) the instance profile of a class with `spec.role` and no `spec.instanceProfile`;
     /// None for other classes.
-    pub async fn ensure_instance_profile(
+    pub(crate) async fn ensure_instance_profile(
         &self,
         node_class: &EC2NodeClass,
     ) -> Option<Result<String, AwsError>> {
