@@ -12,6 +12,13 @@
 //! [`runtime::AwsProvider::start`] fails on invalid settings (the message names the environment variable),
 //! when EC2 cannot be reached, or when the interruption queue does not exist.
 //!
+//! # The launch path
+//! `CloudProvider::create` is `AwsCloudProvider::launch` in `src/cloud_provider/launch.rs`: one method per
+//! step (class lookup, its resolved status, placement group, catalog, [`launch_plan`] with a capacity
+//! reservation slot, subnet lease, launch templates with [`userdata`] via [`launch_template`], CreateFleet via
+//! [`fleet_batcher`] and [`launch`], and the NodeClaim from the launched instance). `get`/`list`/`delete` are
+//! in `src/cloud_provider/instances.rs`, `instance_types` in `src/cloud_provider/node_classes.rs`.
+//!
 //! # Modules
 //! - [`cloud_provider`]: [`AwsCloudProvider`], core's `CloudProvider` and `DriftProvider` on EC2.
 //! - [`runtime`]: [`runtime::AwsProvider::start`] and the tasks it returns.
@@ -74,43 +81,56 @@
 //! into `target/moto-venv` themselves (python3 with its venv module is all they need; without it they fail,
 //! naming the package to install), with karpenter-sim's in-memory API server for the Kubernetes side.
 
-pub mod ami;
-pub mod capacity;
-pub mod capacity_reservations;
+// Modules are `pub` when the binary or the integration tests (tests/) use them, else `pub(crate)`.
+
+// The provider's start-up and its connection to AWS.
 pub mod client;
-pub mod cloud_provider;
-pub mod counted_capacity;
-pub mod drift;
-pub mod error;
-pub mod fleet_batcher;
-pub mod instance;
-pub mod instance_profile;
-pub mod instance_types;
-pub mod interruption;
-pub mod interruption_queue;
-pub mod interruption_source;
-pub mod launch;
-pub mod launch_plan;
-pub mod launch_template;
-pub mod node_claim;
-pub mod node_classes;
-pub mod nodeclaim_tagging;
-pub mod nodeclass;
+pub(crate) mod error;
 pub mod permissions;
-pub mod placement_groups;
-pub mod pod_addressing;
-pub mod pricing;
 pub mod runtime;
 pub mod sdk_metrics;
-pub mod security_groups;
-pub mod selectors;
-pub mod settings;
-pub mod subnet_ips;
-pub mod subnets;
+pub(crate) mod settings;
+
+// The launch path: `cloud_provider/launch.rs` (see above), and what it calls.
+pub(crate) mod cloud_provider;
+pub(crate) mod counted_capacity;
+pub mod fleet_batcher;
+pub mod launch;
+pub(crate) mod launch_plan;
+pub mod launch_template;
+pub(crate) mod subnet_ips;
 pub mod tags;
-pub mod tenancy;
-pub mod unavailable_offerings;
+pub(crate) mod tenancy;
 pub mod userdata;
+
+// Instances, the NodeClaims they answer as, their tags and drift.
+pub(crate) mod drift;
+pub mod instance;
+pub(crate) mod node_claim;
+pub mod nodeclaim_tagging;
+
+// EC2NodeClasses: the controller, what their selectors resolve to, and what they configure.
+pub mod ami;
+pub(crate) mod capacity;
+pub(crate) mod capacity_reservations;
+pub(crate) mod instance_profile;
+pub(crate) mod node_classes;
+pub mod nodeclass;
+pub mod placement_groups;
+pub mod pod_addressing;
+pub mod security_groups;
+pub(crate) mod selectors;
+pub mod subnets;
+
+// Instance types, their offerings and prices.
+pub mod instance_types;
+pub(crate) mod pricing;
+pub(crate) mod unavailable_offerings;
+
+// Interruption: the SQS queue and its messages.
+pub(crate) mod interruption;
+pub(crate) mod interruption_queue;
+pub mod interruption_source;
 
 pub use client::{AwsClients, ClientOptions};
 pub use cloud_provider::AwsCloudProvider;

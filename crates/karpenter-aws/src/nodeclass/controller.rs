@@ -150,7 +150,14 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
     resolution.instance_profile = ctx.provider.ensure_instance_profile(&class).await;
     // The dry runs are built from what was resolved, so they come after it.
     let resolved = super::status::compute_status(&class, &resolution, now);
-    resolution.dry_run = super::dry_run::check_authorization(&ctx.provider, &class, &resolved).await;
+    resolution.dry_run = super::dry_run::check_authorization(
+        &ctx.provider.clients().ec2,
+        ctx.provider.settings(),
+        ctx.provider.dry_run_cache(),
+        &class,
+        &resolved,
+    )
+    .await;
     let status = super::status::compute_status(&class, &resolution, now);
     if class.status.as_ref() != Some(&status) {
         api.patch_status(

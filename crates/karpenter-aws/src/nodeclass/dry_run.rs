@@ -34,10 +34,10 @@ use karpenter_api::common::{ConditionStatus, find_condition};
 use karpenter_api::ec2nodeclass::{Ami, EC2NodeClass, EC2NodeClassStatus, conditions, fnv1a64, reasons};
 use serde::Serialize;
 
-use crate::cloud_provider::AwsCloudProvider;
 use crate::error::AwsError;
 use crate::launch::{LaunchOverride, LaunchRequest, create_fleet_request};
 use crate::launch_template::{LaunchTemplateSpec, create_launch_template_request};
+use crate::settings::AwsSettings;
 use crate::tags::launch_tags;
 
 pub use cache::DryRunCache;
@@ -359,16 +359,17 @@ pub async fn run_dry_runs(ec2: &aws_sdk_ec2::Client, inputs: &DryRunInputs) -> D
 
 /// The dry-run verdict for `node_class` with `status` (its resolution so far, without this verdict), from the
 /// cache when it holds one for the same inputs. None when the spec itself is invalid: that failure stands and
-/// nothing is called.
+/// nothing is called. Takes only what it needs of the provider: EC2, the settings and the verdict cache.
 pub async fn check_authorization(
-    provider: &AwsCloudProvider,
+    ec2: &aws_sdk_ec2::Client,
+    settings: &AwsSettings,
+    cache: &DryRunCache,
     node_class: &EC2NodeClass,
     status: &EC2NodeClassStatus,
 ) -> Option<DryRunOutcome> {
     if node_class.validate().is_err() {
         return None;
     }
-    let settings = provider.settings();
     let inputs = match dry_run_inputs(node_class, status, &settings.cluster_name) {
         Ok(inputs) => inputs,
         Err(waiting) => return Some(DryRunOutcome::DependenciesNotReady(waiting)),
@@ -378,11 +379,10 @@ pub async fn check_authorization(
     }
     let name = node_class.metadata.name.as_deref().unwrap_or_default();
     let key = inputs.cache_key(&node_class.hash());
-    let cache = provider.dry_run_cache();
     if let Some(cached) = cache.get(name, &key, std::time::Instant::now()) {
         return Some(cached);
     }
-    let outcome = run_dry_runs(&provider.clients().ec2, &inputs).await;
+    let outcome = run_dry_runs(ec2, &inputs).await;
     if outcome.is_cacheable() {
         cache.insert(name, &key, outcome.clone(), std::time::Instant::now());
     }

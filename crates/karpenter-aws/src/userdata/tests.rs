@@ -1,3 +1,6 @@
+use karpenter_api::common::TaintEffect;
+use karpenter_api::labels::UNREGISTERED_TAINT_KEY;
+
 use super::*;
 
 fn cluster() -> ClusterInfo {
