@@ -81,6 +81,10 @@
 //! into `target/moto-venv` themselves (python3 with its venv module is all they need; without it they fail,
 //! naming the package to install), with karpenter-sim's in-memory API server for the Kubernetes side.
 
+// The module map above is for contributors: it links crate-private modules too, which
+// `cargo doc --document-private-items` renders.
+#![allow(rustdoc::private_intra_doc_links)]
+
 // Modules are `pub` when the binary or the integration tests (tests/) use them, else `pub(crate)`.
 
 // The provider's start-up and its connection to AWS.
