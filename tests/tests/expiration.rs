@@ -13,7 +13,7 @@ use karpenter_e2e::{
 };
 use kube::{
     Api, ResourceExt,
-    api::{ListParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
@@ -36,6 +36,22 @@ fn evictions_refused(h: &Harness) -> usize {
         .count()
 }
 
+/// The cluster's one NodeClaim and when it was created.
+async fn only_claim(
+    claims: &Api<NodeClaim>,
+) -> Result<(NodeClaim, jiff::Timestamp), Box<dyn std::error::Error + Send + Sync>> {
+    let mut list = claims.list(&ListParams::default()).await?.items;
+    assert_eq!(list.len(), 1);
+    let claim = list.remove(0);
+    let created = claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .ok_or("no creation time")?
+        .0;
+    Ok((claim, created))
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_expired_node_is_drained_past_a_blocking_pdb_once_its_grace_period_ends() -> TestResult {
     let h = Harness::start_with(Controllers { disruption: true })?;
@@ -56,16 +72,8 @@ async fn an_expired_node_is_drained_past_a_blocking_pdb_once_its_grace_period_en
     until_running(&client, "app=web", 2, 300).await?;
 
     let claims: Api<NodeClaim> = Api::all(client.clone());
-    let list = claims.list(&ListParams::default()).await?;
-    assert_eq!(list.items.len(), 1);
-    let old = &list.items[0];
+    let (old, created) = only_claim(&claims).await?;
     let old_name = old.name_any();
-    let created = old
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .ok_or("no creation time")?
-        .0;
     let status = old.status.clone().unwrap_or_default();
     let (old_node, old_instance) = (
         status.node_name.ok_or("no node")?,
@@ -160,5 +168,61 @@ async fn an_expired_node_is_drained_past_a_blocking_pdb_once_its_grace_period_en
         invariants::instance_problems(&h.sim)
     })
     .await?;
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn expiration_does_not_wait_for_a_disruption_command_in_flight() -> TestResult {
+    let h = Harness::start_with(Controllers { disruption: true })?;
+    let client = h.client();
+    let pool = |team: &str| -> Result<NodePool, serde_json::Error> {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+            "spec": {"template": {"metadata": {"labels": {"team": team}}, "spec": {
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "expireAfter": "10m"}},
+                "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never",
+                    "budgets": [{"nodes": "1"}]}}
+        }))
+    };
+    let pools: Api<NodePool> = Api::all(client.clone());
+    pools.create(&PostParams::default(), &pool("a")?).await?;
+    apply_deployment(&client, "web", 1, "500m").await?;
+    until_running(&client, "app=web", 1, 300).await?;
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let (old, created) = only_claim(&claims).await?;
+    let old_name = old.name_any();
+
+    // Four minutes in, the template changes and the node drifts; its replacement never registers, so the drift
+    // command waits on it (up to the 10-minute replacement timeout, past the old node's expiry).
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    h.sim.cloud().set_never_register(true);
+    pools
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}})),
+        )
+        .await?;
+    let mut command_seen = false;
+    let mut deleted_at = None;
+    for _ in 0..(15 * 60) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        command_seen |= claims.list(&ListParams::default()).await?.items.len() > 1;
+        let claim = claims.get_opt(&old_name).await?.ok_or("the NodeClaim vanished")?;
+        if let Some(t) = &claim.metadata.deletion_timestamp {
+            deleted_at = Some(t.0);
+            break;
+        }
+    }
+    assert!(command_seen, "the drift command launched a replacement");
+    let deleted_at = deleted_at.ok_or("the NodeClaim did not expire")?;
+    let expired_after = seconds_between(created, deleted_at);
+    let expire_after = i64::try_from(EXPIRE_AFTER.as_secs())?;
+    assert!(
+        (expire_after..=expire_after + 15).contains(&expired_after),
+        "deleted {expired_after}s after its creation, while the drift command waited"
+    );
     Ok(())
 }

@@ -16,7 +16,8 @@ use karpenter_core::{
     clock::Clock,
     cloudprovider::CloudProvider,
     disruption::pass::{
-        ConsolidationProgress, Method, PassResult, PassSettings, SearchLimits, disruption_pass_within,
+        ConsolidationProgress, Expiration, Method, PassResult, PassSettings, SearchLimits,
+        disruption_pass_within, expired_claims,
     },
     provisioning::{ClaimContext, node_claim_object},
     snapshot::{BuildOptions, DisruptionInputs, Snapshot, build_disruption_inputs},
@@ -192,6 +193,9 @@ impl DisruptionController {
             "disruption inputs built and NodeClaim conditions synced"
         );
         if let Some(command) = in_flight.clone() {
+            // Expiration does not wait for a command's replacements to become ready.
+            let expirations = expired_claims(&inputs, self.cx.clock.now());
+            self.delete_expired(&inputs, &expirations).await?;
             let tick = self.advance(command).await?;
             if !matches!(tick, Tick::Waiting) {
                 *in_flight = None;
@@ -321,6 +325,38 @@ impl DisruptionController {
         result
     }
 
+    /// Expiration is forceful: the claims go now, whatever else the pass decided or a command is waiting on.
+    async fn delete_expired(
+        &self,
+        inputs: &DisruptionInputs,
+        expirations: &[Expiration],
+    ) -> Result<(), DisruptionError> {
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
+        for e in expirations {
+            let Some(name) = &inputs.view.nodes[e.node].node_claim else {
+                continue;
+            };
+            tracing::info!(nodeclaim = %name, "expired; deleting");
+            delete_claim(&claims, name).await?;
+            let claim = self.cx.state.node_claims.get(name);
+            let label = |key: &str| {
+                claim
+                    .as_ref()
+                    .and_then(|c| c.labels().get(key).cloned())
+                    .unwrap_or_default()
+            };
+            karpenter_metrics::metrics()
+                .nodeclaims_disrupted
+                .get_or_create(&karpenter_metrics::NodeClaimDisruptedLabels {
+                    reason: "expired".into(),
+                    nodepool: label(labels::NODEPOOL_LABEL),
+                    capacity_type: label(labels::CAPACITY_TYPE_LABEL),
+                })
+                .inc();
+        }
+        Ok(())
+    }
+
     async fn start(&self, snapshot: Snapshot, mut inputs: DisruptionInputs) -> Result<Tick, DisruptionError> {
         let now = self.cx.clock.now();
         let started = std::time::Instant::now();
@@ -335,29 +371,7 @@ impl DisruptionController {
             blocked = result.blocked.len(),
             "disruption pass"
         );
-        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
-        // Expiration is forceful: the claims go now, whatever else the pass decided.
-        for e in &result.expirations {
-            if let Some(name) = &inputs.view.nodes[e.node].node_claim {
-                tracing::info!(nodeclaim = %name, "expired; deleting");
-                delete_claim(&claims, name).await?;
-                let claim = self.cx.state.node_claims.get(name);
-                let label = |key: &str| {
-                    claim
-                        .as_ref()
-                        .and_then(|c| c.labels().get(key).cloned())
-                        .unwrap_or_default()
-                };
-                karpenter_metrics::metrics()
-                    .nodeclaims_disrupted
-                    .get_or_create(&karpenter_metrics::NodeClaimDisruptedLabels {
-                        reason: "expired".into(),
-                        nodepool: label(labels::NODEPOOL_LABEL),
-                        capacity_type: label(labels::CAPACITY_TYPE_LABEL),
-                    })
-                    .inc();
-            }
-        }
+        self.delete_expired(&inputs, &result.expirations).await?;
         self.report_blocked(&inputs, &result).await;
         let Some(first) = result.commands.first() else {
             return Ok(Tick::Idle);

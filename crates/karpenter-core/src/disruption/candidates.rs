@@ -76,6 +76,9 @@ pub struct NodeView {
     pub initialized: bool,
     /// Being deleted, or tainted `karpenter.sh/disrupted` by a disruption in progress.
     pub deleting: bool,
+    /// The Node or its NodeClaim has a deletionTimestamp (a disruption in progress aside): what expiration
+    /// still deletes is the rest.
+    pub deleted: bool,
     /// Its NodeClaim's `InstanceTerminating` condition is True: drained, and its instance already being
     /// terminated. Budgets no longer count it (as upstream).
     pub instance_terminating: bool,
@@ -187,6 +190,7 @@ mod tests {
                 node_pool: Some("default".into()),
                 initialized: true,
                 deleting: false,
+                deleted: false,
                 instance_terminating: false,
                 ready: true,
                 do_not_disrupt: false,

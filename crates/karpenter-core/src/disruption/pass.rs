@@ -346,18 +346,8 @@ fn block_invalid_pools(inputs: &DisruptionInputs, result: &mut PassResult, expla
 /// invalid NodePool's too, as upstream's expiration controller does not read the NodePool), so it takes no part
 /// in the methods: it is marked `acted`, and its node takes no pods in their simulations.
 fn expire(inputs: &mut DisruptionInputs, now: Timestamp, result: &mut PassResult, acted: &mut [bool]) {
-    for (n, info) in inputs.claims.iter().enumerate() {
-        let Some(info) = info.as_ref().filter(|i| i.expired) else {
-            continue;
-        };
-        if inputs.view.nodes[n].deleting {
-            continue;
-        }
-        result.expirations.push(Expiration {
-            node: n,
-            expired_at: info.expires_at.unwrap_or(now),
-            drain_blocked_by: blocked_reason(&inputs.view, n, MethodClass::Graceful, now),
-        });
+    for expiration in expired_claims(inputs, now) {
+        let n = expiration.node;
         acted[n] = true;
         // Nothing the methods simulate may move pods onto a node that is going anyway.
         if let Some(e) = inputs.existing_of.get(n).copied().flatten()
@@ -365,7 +355,27 @@ fn expire(inputs: &mut DisruptionInputs, now: Timestamp, result: &mut PassResult
         {
             node.schedulable = false;
         }
+        result.expirations.push(expiration);
     }
+}
+
+/// The NodeClaims past their `expireAfter` and not yet deleted: what expiration deletes now, a node a disruption
+/// command has tainted included. The controller also asks this while a command waits on its replacements, so
+/// expiration never waits on a command (upstream's expiration is a controller of its own).
+pub fn expired_claims(inputs: &DisruptionInputs, now: Timestamp) -> Vec<Expiration> {
+    inputs
+        .claims
+        .iter()
+        .enumerate()
+        .filter_map(|(n, info)| {
+            let info = info.as_ref().filter(|i| i.expired)?;
+            (!inputs.view.nodes[n].deleted).then(|| Expiration {
+                node: n,
+                expired_at: info.expires_at.unwrap_or(now),
+                drain_blocked_by: blocked_reason(&inputs.view, n, MethodClass::Graceful, now),
+            })
+        })
+        .collect()
 }
 
 /// Per view node: why a graceful method may not touch it, if it may not (expired, its NodePool invalid, or

@@ -85,6 +85,8 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             node_pool,
             initialized,
             deleting: is_deleting(node) || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
+            deleted: node.metadata.deletion_timestamp.is_some()
+                || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
             instance_terminating: claim
                 .is_some_and(|c| has_true_condition(c, conditions::INSTANCE_TERMINATING)),
             ready,
