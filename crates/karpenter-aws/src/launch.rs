@@ -458,6 +458,26 @@ mod tests {
             .collect()
     }
 
+    /// The on-demand and the spot allocation strategy of the built request.
+    fn strategies(
+        call: &CreateFleetFluentBuilder,
+    ) -> (
+        Option<FleetOnDemandAllocationStrategy>,
+        Option<SpotAllocationStrategy>,
+    ) {
+        let input = call.as_input();
+        (
+            input
+                .get_on_demand_options()
+                .as_ref()
+                .and_then(|o| o.allocation_strategy().cloned()),
+            input
+                .get_spot_options()
+                .as_ref()
+                .and_then(|o| o.allocation_strategy().cloned()),
+        )
+    }
+
     #[test]
     fn a_claim_repriced_by_node_overlays_launches_by_their_prices() {
         let mut overlaid = request(None);
@@ -469,14 +489,9 @@ mod tests {
         });
         overlaid.prioritized = true;
         let call = create_fleet_request(&ec2(), &overlaid, 1);
-        let options = call
-            .as_input()
-            .get_on_demand_options()
-            .clone()
-            .expect("on-demand options");
         assert_eq!(
-            options.allocation_strategy(),
-            Some(&FleetOnDemandAllocationStrategy::Prioritized)
+            strategies(&call).0,
+            Some(FleetOnDemandAllocationStrategy::Prioritized)
         );
         assert_eq!(
             priorities(&call),
@@ -488,33 +503,26 @@ mod tests {
 
         overlaid.capacity_type = "spot".into();
         let spot = create_fleet_request(&ec2(), &overlaid, 1);
-        let options = spot.as_input().get_spot_options().clone().expect("spot options");
         assert_eq!(
-            options.allocation_strategy(),
-            Some(&SpotAllocationStrategy::CapacityOptimizedPrioritized)
+            strategies(&spot).1,
+            Some(SpotAllocationStrategy::CapacityOptimizedPrioritized)
         );
     }
 
     #[test]
     fn a_claim_without_overlaid_prices_keeps_ec2_s_price_strategies() {
         let call = create_fleet_request(&ec2(), &request(None), 1);
-        let options = call
-            .as_input()
-            .get_on_demand_options()
-            .clone()
-            .expect("on-demand options");
         assert_eq!(
-            options.allocation_strategy(),
-            Some(&FleetOnDemandAllocationStrategy::LowestPrice)
+            strategies(&call).0,
+            Some(FleetOnDemandAllocationStrategy::LowestPrice)
         );
         assert_eq!(priorities(&call), vec![("m5.large".to_string(), None)]);
         let mut spot = request(None);
         spot.capacity_type = "spot".into();
         let call = create_fleet_request(&ec2(), &spot, 1);
-        let options = call.as_input().get_spot_options().clone().expect("spot options");
         assert_eq!(
-            options.allocation_strategy(),
-            Some(&SpotAllocationStrategy::PriceCapacityOptimized)
+            strategies(&call).1,
+            Some(SpotAllocationStrategy::PriceCapacityOptimized)
         );
     }
 

@@ -27,7 +27,8 @@ use crate::placement_groups::{PLACEMENT_GROUP_ID_LABEL, PLACEMENT_GROUP_PARTITIO
 
 const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
-fn resource_list(quantities: &Quantities) -> ResourceList {
+/// Milli-unit quantities as a Kubernetes resource list, zeros left out.
+pub(crate) fn resource_list(quantities: &Quantities) -> ResourceList {
     quantities
         .iter()
         .filter(|(_, milli)| **milli != 0)

@@ -21,7 +21,7 @@ use karpenter_api::{
 use karpenter_core::{
     clock::Clock,
     cloudprovider::CloudProvider,
-    snapshot::{OverlayProblem, OverlayVerdict, Snapshot, node_overlay_verdicts},
+    snapshot::{OverlayProblem, OverlayVerdict, node_overlay_verdicts},
 };
 use karpenter_state::api_errors::is_not_found;
 use karpenter_state::{ControllerContext, periodic::run_synced};
@@ -82,22 +82,10 @@ impl NodeOverlayStatusController {
         if !self.cx.state.synced() {
             return Err(ProvisionerError::NotSynced);
         }
-        let overlays = self.cx.state.node_overlays.all();
-        if overlays.is_empty() {
+        let mut snapshot = self.cx.state.node_overlay_snapshot();
+        if snapshot.node_overlays.is_empty() {
             return Ok(Vec::new());
         }
-        let mut snapshot = Snapshot {
-            node_pools: self
-                .cx
-                .state
-                .node_pools
-                .all()
-                .iter()
-                .map(|p| (**p).clone())
-                .collect(),
-            node_overlays: overlays.iter().map(|o| (**o).clone()).collect(),
-            ..Snapshot::default()
-        };
         snapshot.node_pools = managed_pools(&snapshot, self.cloud.as_ref());
         let catalog = catalog_for(self.cloud.as_ref(), &snapshot.node_pools).await?;
         let verdicts = node_overlay_verdicts(&snapshot, &catalog, self.label_policy);
@@ -106,7 +94,7 @@ impl NodeOverlayStatusController {
         let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
         let api: Api<NodeOverlay> = Api::all(self.cx.client.clone());
         let mut patched = Vec::new();
-        for (overlay, verdict) in overlays.iter().zip(&verdicts) {
+        for (overlay, verdict) in snapshot.node_overlays.iter().zip(&verdicts) {
             if overlay.metadata.deletion_timestamp.is_some() {
                 continue;
             }

@@ -342,6 +342,20 @@ impl ClusterState {
 
     /// The cluster as it is now, for one decision. Pods, Nodes and NodeClaims are shared with the cache (pointer
     /// copies); the other kinds, far fewer, are cloned.
+    /// The cache's NodePools and NodeOverlays alone: what judging overlays (conflicts, launch prices, their
+    /// status) needs. No overlays, no NodePools either: nothing to judge.
+    pub fn node_overlay_snapshot(&self) -> Snapshot {
+        let overlays = self.node_overlays.all();
+        if overlays.is_empty() {
+            return Snapshot::default();
+        }
+        Snapshot {
+            node_pools: self.node_pools.all().iter().map(|p| (**p).clone()).collect(),
+            node_overlays: overlays.iter().map(|o| (**o).clone()).collect(),
+            ..Snapshot::default()
+        }
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         fn owned<T: Clone + Keyed>(store: &ProjectedStore<T>) -> Vec<T> {
             store.all().iter().map(|o| T::clone(o)).collect()

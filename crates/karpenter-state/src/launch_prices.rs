@@ -3,11 +3,7 @@
 //! made cheapest, not the cheapest at list price.
 
 use karpenter_api::label_policy::LabelPolicy;
-use karpenter_core::{
-    catalog::CatalogFile,
-    cloudprovider::LaunchPrices,
-    snapshot::{Snapshot, apply_overlay_prices},
-};
+use karpenter_core::{catalog::CatalogFile, cloudprovider::LaunchPrices, snapshot::apply_overlay_prices};
 
 use crate::ClusterState;
 
@@ -27,22 +23,11 @@ impl CachedLaunchPrices {
 
 impl LaunchPrices for CachedLaunchPrices {
     fn apply(&self, node_pool: &str, catalog: &mut CatalogFile) -> usize {
-        let overlays = self.state.node_overlays.all();
-        if overlays.is_empty() {
+        // Conflicts are judged over every NodePool not being deleted, as the scheduler judges them.
+        let snapshot = self.state.node_overlay_snapshot();
+        if snapshot.node_overlays.is_empty() {
             return 0;
         }
-        let snapshot = Snapshot {
-            // Conflicts are judged over every NodePool not being deleted, as the scheduler judges them.
-            node_pools: self
-                .state
-                .node_pools
-                .all()
-                .iter()
-                .map(|p| (**p).clone())
-                .collect(),
-            node_overlays: overlays.iter().map(|o| (**o).clone()).collect(),
-            ..Snapshot::default()
-        };
         let Some(pool) = snapshot
             .node_pools
             .iter()

@@ -6,8 +6,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use karpenter_api::common::{ConditionStatus, ResourceList};
+use karpenter_api::common::ConditionStatus;
 use karpenter_api::ec2nodeclass::{EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus, conditions};
 use karpenter_api::labels::{
     AWS_CAPACITY_RESERVATION_ID_LABEL, AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL,
@@ -17,8 +16,7 @@ use karpenter_api::labels::{
     PRICE_OVERLAY_APPLIED_ANNOTATION, ZONE_LABEL,
 };
 use karpenter_api::nodeclaim::{NodeClaim, NodeClaimStatus};
-use karpenter_api::quantity::format_milli;
-use karpenter_core::catalog::{CatalogFile, CatalogInstanceType, Quantities, RequirementOperator};
+use karpenter_core::catalog::{CatalogFile, CatalogInstanceType, RequirementOperator};
 use karpenter_core::cloudprovider::{CloudProviderError, LaunchPrices};
 
 use crate::capacity_reservations::offerings::withdraw_reservation;
@@ -39,17 +37,10 @@ use crate::tenancy::claim_tenancy;
 
 use super::launch_templates::TemplateInputs;
 use super::{AwsCloudProvider, not_ready};
+use crate::node_claim::resource_list;
 
 /// CreateFleet's error code for a launch template that does not exist.
 const LAUNCH_TEMPLATE_NOT_FOUND: &str = "InvalidLaunchTemplateName.NotFoundException";
-
-fn resource_list(quantities: &Quantities) -> ResourceList {
-    quantities
-        .iter()
-        .filter(|(_, milli)| **milli != 0)
-        .map(|(resource, milli)| (resource.clone(), Quantity(format_milli(resource, *milli))))
-        .collect()
-}
 
 impl AwsCloudProvider {
     /// `create`: launches one instance for `claim` and returns the claim hydrated from it (see the module
