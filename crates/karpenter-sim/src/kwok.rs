@@ -116,8 +116,16 @@ impl KwokCloudProvider {
     }
 
     pub fn new(client: Client, catalog: CatalogFile, clock: Arc<dyn Clock>) -> Self {
+        Self::with_seed(client, catalog, clock, process_seed())
+    }
+
+    /// As [`KwokCloudProvider::new`], its instance IDs drawn from `seed`. Instances are Nodes on a shared API
+    /// server that outlive the process: two processes (a restarted controller, a standby taking over) must
+    /// not draw the same IDs, or each launch of the second collides with a Node the first created.
+    pub fn with_seed(client: Client, catalog: CatalogFile, clock: Arc<dyn Clock>, seed: u64) -> Self {
         let options = SimCloudOptions {
             launch_latency: Duration::ZERO,
+            seed,
             ..SimCloudOptions::default()
         };
         Self {
@@ -129,6 +137,14 @@ impl KwokCloudProvider {
     pub fn as_dyn(self) -> Arc<dyn CloudProvider> {
         Arc::new(self)
     }
+}
+
+/// A seed no other process shares: the wall clock's nanoseconds mixed with the process ID.
+fn process_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (nanos ^ (u64::from(std::process::id()) << 40)) | 1
 }
 
 impl DriftProvider for KwokCloudProvider {
@@ -174,7 +190,7 @@ impl CloudProvider for KwokCloudProvider {
                 ..ObjectMeta::default()
             },
             spec: Some(NodeSpec {
-                provider_id: Some(provider_id),
+                provider_id: Some(provider_id.clone()),
                 taints: Some(taints),
                 ..NodeSpec::default()
             }),
@@ -190,10 +206,11 @@ impl CloudProvider for KwokCloudProvider {
                 ..NodeStatus::default()
             }),
         };
-        self.nodes
-            .create(&PostParams::default(), &node)
-            .await
-            .map_err(transient)?;
+        if let Err(error) = self.nodes.create(&PostParams::default(), &node).await {
+            // No instance came of it: its offering's capacity is not held by a Node that does not exist.
+            self.offerings.terminate_instance(&provider_id);
+            return Err(transient(error));
+        }
         Ok(hydrated)
     }
 
@@ -331,6 +348,39 @@ mod tests {
         kwok.delete(&launched).await?;
         assert!(kwok.get(&provider_id).await.is_err_and(|e| e.is_not_found()));
         assert!(kwok.delete(&launched).await.is_err_and(|e| e.is_not_found()));
+        Ok(())
+    }
+
+    /// A restarted controller (or the standby taking the Lease) is a new provider over the same Nodes: its
+    /// launches must not draw the IDs of Nodes the previous process created, or every one fails AlreadyExists.
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_provider_launches_under_instance_ids_of_its_own() -> TestResult {
+        let catalog = CatalogFile::from_json_str(include_str!("../tests/fixtures/catalog.json"))?;
+        let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
+        let api = ApiServer::new(Arc::clone(&clock));
+        let claim = |name: &str| -> Result<NodeClaim, serde_json::Error> {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.sh/v1",
+                "kind": "NodeClaim",
+                "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+                "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+            }))
+        };
+        let before = KwokCloudProvider::new(api.client(), catalog.clone(), Arc::clone(&clock));
+        for i in 0..3 {
+            before.create(&claim(&format!("before-{i}"))?).await?;
+        }
+        drop(before);
+        let after = KwokCloudProvider::new(api.client(), catalog, clock);
+        for i in 0..3 {
+            after.create(&claim(&format!("after-{i}"))?).await?;
+        }
+        let mut names: Vec<String> = after.list().await?.iter().map(|c| c.name_any()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["after-0", "after-1", "after-2", "before-0", "before-1", "before-2"]
+        );
         Ok(())
     }
 
