@@ -379,7 +379,9 @@ mod tests {
         names.sort();
         assert_eq!(
             names,
-            ["after-0", "after-1", "after-2", "before-0", "before-1", "before-2"]
+            [
+                "after-0", "after-1", "after-2", "before-0", "before-1", "before-2"
+            ]
         );
         Ok(())
     }
