@@ -22,7 +22,7 @@ use crate::interruption_queue::InterruptionQueue;
 use crate::interruption_source::SqsInterruptionSource;
 use crate::node_classes::KubeNodeClasses;
 use crate::nodeclaim_tagging::controller::{self as tagging, TaggingContext};
-use crate::nodeclass::controller::{self, Context};
+use crate::nodeclass::controller::{self, Context, NodeClassBackend};
 use crate::settings::AwsSettings;
 
 /// How often the Kubernetes version is asked again (upstream: 5 minutes).
@@ -140,6 +140,8 @@ impl AwsProvider {
         let types = provider.refresh_instance_types().await?;
         tracing::info!(instance_types = types, region = %clients.region, "discovered EC2 instance types");
         let provider = Arc::new(provider);
+        // The EC2NodeClass controller and its garbage collectors see the provider through their narrow trait.
+        let node_class_backend: Arc<dyn NodeClassBackend> = provider.clone();
 
         let interruption_source = match &settings.interruption_queue {
             Some(name) => {
@@ -159,7 +161,7 @@ impl AwsProvider {
                 name: "ec2nodeclass",
                 future: Box::pin(controller::run(Arc::new(Context {
                     client: kube_client.clone(),
-                    provider: Arc::clone(&provider),
+                    provider: Arc::clone(&node_class_backend),
                 }))),
             },
             NamedTask {
@@ -170,7 +172,7 @@ impl AwsProvider {
                 name: "launchtemplate-garbage-collection",
                 future: Box::pin(controller::run_launch_template_gc(
                     kube_client.clone(),
-                    Arc::clone(&provider),
+                    Arc::clone(&node_class_backend),
                 )),
             },
         ];
@@ -191,7 +193,7 @@ impl AwsProvider {
                 name: "instanceprofile-garbage-collection",
                 future: Box::pin(controller::run_instance_profile_gc(
                     kube_client.clone(),
-                    Arc::clone(&provider),
+                    Arc::clone(&node_class_backend),
                 )),
             });
         }

@@ -11,12 +11,19 @@ use karpenter_core::cloudprovider::CloudProviderError;
 
 use crate::capacity::capacity_settings;
 use crate::capacity_reservations::offerings::add_reserved_offerings;
+use crate::client::AwsClients;
 use crate::error::AwsError;
 use crate::instance::InstanceCache;
 use crate::instance_profile::InstanceProfiles;
+use crate::launch_template::LaunchTemplates;
+use crate::node_classes::NodeClassCache;
+use crate::nodeclass::controller::NodeClassBackend;
+use crate::nodeclass::dry_run::DryRunCache;
 use crate::nodeclass::status::Resolution;
+use crate::placement_groups::ResolvedPlacementGroups;
 use crate::placement_groups::{PlacementGroup, PlacementStrategy, cluster_zone};
 use crate::pod_addressing::PodAddressing;
+use crate::settings::AwsSettings;
 
 use super::AwsCloudProvider;
 
@@ -184,6 +191,52 @@ impl AwsCloudProvider {
                 Instant::now(),
             )
             .unwrap_or_default()
+    }
+}
+
+/// The EC2NodeClass controller's handles on the provider: each one the provider's own.
+#[async_trait::async_trait]
+impl NodeClassBackend for AwsCloudProvider {
+    fn clients(&self) -> &AwsClients {
+        AwsCloudProvider::clients(self)
+    }
+
+    fn settings(&self) -> &AwsSettings {
+        AwsCloudProvider::settings(self)
+    }
+
+    fn kubernetes_version(&self) -> String {
+        AwsCloudProvider::kubernetes_version(self)
+    }
+
+    fn launch_templates(&self) -> LaunchTemplates {
+        AwsCloudProvider::launch_templates(self)
+    }
+
+    fn instance_profiles(&self) -> InstanceProfiles {
+        AwsCloudProvider::instance_profiles(self)
+    }
+
+    fn node_class_cache(&self) -> &Arc<NodeClassCache> {
+        AwsCloudProvider::node_class_cache(self)
+    }
+
+    fn placement_groups(&self) -> &Arc<ResolvedPlacementGroups> {
+        AwsCloudProvider::placement_groups(self)
+    }
+
+    fn dry_run_cache(&self) -> &Arc<DryRunCache> {
+        AwsCloudProvider::dry_run_cache(self)
+    }
+
+    fn record_resolution(&self, node_class: &EC2NodeClass, resolution: &Resolution) {
+        self.record_capacity_reservations(resolution);
+        self.record_subnet_addresses(resolution);
+        self.record_placement_group(node_class, resolution);
+    }
+
+    async fn ensure_instance_profile(&self, node_class: &EC2NodeClass) -> Option<Result<String, AwsError>> {
+        AwsCloudProvider::ensure_instance_profile(self, node_class).await
     }
 }
 

@@ -34,8 +34,16 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::capacity_reservations::CAPACITY_RESERVATION_REFRESH;
-use crate::cloud_provider::AwsCloudProvider;
+use crate::client::AwsClients;
 use crate::error::AwsError;
+use crate::instance_profile::InstanceProfiles;
+use crate::launch_template::LaunchTemplates;
+use crate::node_classes::NodeClassCache;
+use crate::placement_groups::ResolvedPlacementGroups;
+use crate::settings::AwsSettings;
+
+use super::dry_run::DryRunCache;
+use super::status::Resolution;
 
 /// How long a deleting class waits before looking at its NodeClaims again (they also wake it).
 pub const NODE_CLAIM_WAIT: Duration = Duration::from_secs(10);
@@ -44,10 +52,33 @@ pub const ERROR_REQUEUE: Duration = Duration::from_secs(30);
 /// The field manager of the controller's patches.
 pub const FIELD_MANAGER: &str = "karpenter-ec2nodeclass";
 
+/// What the controller needs of the CloudProvider: the clients and caches a class's resolution reads and
+/// fills. A trait, implemented by [`crate::cloud_provider::AwsCloudProvider`], so this controller does not
+/// depend on the provider, which depends on this module's [`super::resolve`] and [`super::status`].
+#[async_trait::async_trait]
+pub trait NodeClassBackend: Send + Sync {
+    fn clients(&self) -> &AwsClients;
+    fn settings(&self) -> &AwsSettings;
+    /// The Kubernetes minor version (`1.33`) AMI aliases resolve for.
+    fn kubernetes_version(&self) -> String;
+    fn launch_templates(&self) -> LaunchTemplates;
+    fn instance_profiles(&self) -> InstanceProfiles;
+    /// The classes launches and drift read, as this controller last resolved them.
+    fn node_class_cache(&self) -> &Arc<NodeClassCache>;
+    fn placement_groups(&self) -> &Arc<ResolvedPlacementGroups>;
+    fn dry_run_cache(&self) -> &Arc<DryRunCache>;
+    /// Hands what `resolution` found for `node_class` to launches: EC2's instance counts of its capacity
+    /// reservations, its subnets' free addresses, its placement group.
+    fn record_resolution(&self, node_class: &EC2NodeClass, resolution: &Resolution);
+    /// Creates (or adopts) the instance profile of a class with `spec.role` and no `spec.instanceProfile`;
+    /// None for other classes.
+    async fn ensure_instance_profile(&self, node_class: &EC2NodeClass) -> Option<Result<String, AwsError>>;
+}
+
 /// What the controller works with.
 pub struct Context {
     pub client: kube::Client,
-    pub provider: Arc<AwsCloudProvider>,
+    pub provider: Arc<dyn NodeClassBackend>,
 }
 
 /// The NodeClaims that use the class `name`.
@@ -144,9 +175,7 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
         now,
     )
     .await;
-    ctx.provider.record_capacity_reservations(&resolution);
-    ctx.provider.record_subnet_addresses(&resolution);
-    ctx.provider.record_placement_group(&class, &resolution);
+    ctx.provider.record_resolution(&class, &resolution);
     resolution.instance_profile = ctx.provider.ensure_instance_profile(&class).await;
     // The dry runs are built from what was resolved, so they come after it.
     let resolved = super::status::compute_status(&class, &resolution, now);
@@ -217,7 +246,7 @@ pub const INSTANCE_PROFILE_GC_INTERVAL: Duration = Duration::from_secs(600);
 /// Deletes the cluster's instance profiles whose EC2NodeClass no longer exists. Returns their names.
 pub async fn garbage_collect_instance_profiles(
     client: &kube::Client,
-    provider: &AwsCloudProvider,
+    provider: &dyn NodeClassBackend,
 ) -> Result<Vec<String>, AwsError> {
     let classes = Api::<EC2NodeClass>::all(client.clone())
         .list(&ListParams::default())
@@ -227,12 +256,12 @@ pub async fn garbage_collect_instance_profiles(
 }
 
 /// Runs [`garbage_collect_instance_profiles`] every [`INSTANCE_PROFILE_GC_INTERVAL`].
-pub async fn run_instance_profile_gc(client: kube::Client, provider: Arc<AwsCloudProvider>) {
+pub async fn run_instance_profile_gc(client: kube::Client, provider: Arc<dyn NodeClassBackend>) {
     let mut ticks = tokio::time::interval(INSTANCE_PROFILE_GC_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        if let Err(err) = garbage_collect_instance_profiles(&client, &provider).await {
+        if let Err(err) = garbage_collect_instance_profiles(&client, provider.as_ref()).await {
             tracing::warn!(category = err.category(), error = %err, "garbage-collecting instance profiles");
         }
     }
@@ -245,7 +274,7 @@ pub const LAUNCH_TEMPLATE_GC_INTERVAL: Duration = Duration::from_secs(300);
 /// template cache's TTL ([`crate::launch_template::LaunchTemplates::garbage_collect`]). Returns their names.
 pub async fn garbage_collect_launch_templates(
     client: &kube::Client,
-    provider: &AwsCloudProvider,
+    provider: &dyn NodeClassBackend,
 ) -> Result<Vec<String>, AwsError> {
     let classes = Api::<EC2NodeClass>::all(client.clone())
         .list(&ListParams::default())
@@ -258,12 +287,12 @@ pub async fn garbage_collect_launch_templates(
 }
 
 /// Runs [`garbage_collect_launch_templates`] every [`LAUNCH_TEMPLATE_GC_INTERVAL`].
-pub async fn run_launch_template_gc(client: kube::Client, provider: Arc<AwsCloudProvider>) {
+pub async fn run_launch_template_gc(client: kube::Client, provider: Arc<dyn NodeClassBackend>) {
     let mut ticks = tokio::time::interval(LAUNCH_TEMPLATE_GC_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        if let Err(err) = garbage_collect_launch_templates(&client, &provider).await {
+        if let Err(err) = garbage_collect_launch_templates(&client, provider.as_ref()).await {
             tracing::warn!(category = err.category(), error = %err, "garbage-collecting launch templates");
         }
     }

@@ -237,7 +237,7 @@ pub async fn reconciled(server: &ApiServer, provider: &Arc<AwsCloudProvider>, na
     let api: Api<EC2NodeClass> = Api::all(server.client());
     let ctx = Arc::new(Context {
         client: server.client(),
-        provider: Arc::clone(provider),
+        provider: provider.clone(),
     });
     let class = api.get(name).await.unwrap();
     let _ = reconcile(Arc::new(class), ctx).await;

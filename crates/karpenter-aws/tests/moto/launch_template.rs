@@ -282,7 +282,7 @@ async fn unused_templates_and_those_of_deleted_classes_are_garbage_collected() {
 
     // Class "gone" does not exist: its template goes; "kept"'s stays.
     create_node_class(&server, &node_class("kept", json!([{"alias": "al2023@latest"}]))).await;
-    let deleted = garbage_collect_launch_templates(&server.client(), &provider)
+    let deleted = garbage_collect_launch_templates(&server.client(), provider.as_ref())
         .await
         .unwrap();
     assert_eq!(deleted, std::slice::from_ref(&gone));
@@ -315,7 +315,7 @@ async fn unused_templates_and_those_of_deleted_classes_are_garbage_collected() {
     // Deleting a class deletes its templates before its finalizer goes.
     let ctx = Arc::new(Context {
         client: server.client(),
-        provider: Arc::clone(&provider),
+        provider: provider.clone(),
     });
     let api: Api<karpenter_api::ec2nodeclass::EC2NodeClass> = Api::all(server.client());
     reconcile(Arc::new(api.get("kept").await.unwrap()), Arc::clone(&ctx))

@@ -38,7 +38,7 @@ async fn the_controller_resolves_status_conditions_and_holds_the_finalizer() {
     provider.refresh_instance_types().await.unwrap();
     let ctx = Arc::new(Context {
         client: server.client(),
-        provider: Arc::clone(&provider),
+        provider: provider.clone(),
     });
     let api: Api<EC2NodeClass> = Api::all(server.client());
 
@@ -360,7 +360,7 @@ async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
     let (server, provider) = provider(clients.clone()).await;
     let ctx = Arc::new(Context {
         client: server.client(),
-        provider: Arc::clone(&provider),
+        provider: provider.clone(),
     });
     let api: Api<EC2NodeClass> = Api::all(server.client());
 
@@ -435,7 +435,7 @@ async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
         .unwrap();
     let stray = provider.instance_profiles().name("deleted-while-down");
     assert!(instance_profile(&iam, &stray).await.is_some());
-    let deleted = garbage_collect_instance_profiles(&server.client(), &provider)
+    let deleted = garbage_collect_instance_profiles(&server.client(), provider.as_ref())
         .await
         .unwrap();
     assert_eq!(deleted, std::slice::from_ref(&stray));
@@ -474,7 +474,7 @@ async fn a_class_upstream_annotated_rehashes_its_node_claims_before_taking_the_c
     let (server, provider) = provider(clients.clone()).await;
     let ctx = Arc::new(Context {
         client: server.client(),
-        provider: Arc::clone(&provider),
+        provider: provider.clone(),
     });
     let api: Api<EC2NodeClass> = Api::all(server.client());
     let claims: Api<NodeClaim> = Api::all(server.client());
