@@ -11,8 +11,9 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Node;
-use karpenter_core::resources::{ResourceId, ResourceTable, Resources, pod_requests};
+use karpenter_core::resources::{ResourceId, ResourceTable, Resources};
 use karpenter_core::snapshot::CompactPod;
+use karpenter_core::snapshot::pod_requests::pod_requests;
 use karpenter_metrics::{
     NodePoolResourceLabels, NodeSeries, PodEntry, PodNodeLabels, PodRows, PodSource, ResourceTypeLabels,
     metrics,

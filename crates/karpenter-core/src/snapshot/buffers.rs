@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{PodTemplate, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::capacitybuffer::{ACTIVE_CAPACITY_STRATEGY, CapacityBuffer, reasons};
 
-use crate::{resources::pod_requests, scheduling::Pod};
+use crate::{scheduling::Pod, snapshot::pod_requests::pod_requests};
 
 use super::{
     Snapshot,

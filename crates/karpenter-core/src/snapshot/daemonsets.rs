@@ -13,8 +13,9 @@ use k8s_openapi::api::core::v1::{PodSpec, Toleration as KubeToleration};
 use crate::{
     instance_type::InstanceType,
     requirements::{Requirements, WellKnownKeys},
-    resources::{Resources, pod_requests},
+    resources::Resources,
     scheduling::{DaemonOverhead, DaemonOverheads, HostPort, Taint, Toleration, pod::untolerated},
+    snapshot::pod_requests::pod_requests,
 };
 
 use super::{

@@ -32,6 +32,7 @@ mod nodepools;
 mod nodes;
 mod overlay_prices;
 mod overlays;
+pub mod pod_requests;
 pub(crate) mod pods;
 mod selectors;
 mod static_claims;

@@ -16,8 +16,9 @@ use karpenter_api::labels;
 
 use crate::{
     requirements::{Operator, Requirements, Symbol},
-    resources::{Resources, pod_requests},
+    resources::Resources,
     scheduling::{AffinityTerm, HostPort, Labels, Pod, PodShape, SelectorOperator, SpreadConstraint},
+    snapshot::pod_requests::pod_requests,
 };
 
 use super::{
