@@ -71,6 +71,10 @@ pub enum BenchCommand {
         /// `karpenter` binary they need); CLI S and CLI MiB are then "-".
         #[arg(long)]
         skip_cli: bool,
+        /// Keep the kubectl-style dumps the CLI rows run on (target/bench/disrupt-WORKLOAD.json), to profile
+        /// `karpenter disrupt --snapshot` on them.
+        #[arg(long)]
+        keep_dumps: bool,
     },
     /// The controller's figures: peak memory of the release `karpenter controller --cloud-provider kwok`
     /// against a simulated cluster of 5000 nodes and 150,000 pods, and the time from the end of the batch
@@ -115,11 +119,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             nodes,
             only,
             skip_cli,
+            keep_dumps,
         } => disrupt::run(&disrupt::Options {
             json: *json,
             nodes: *nodes,
             only: only.clone(),
             skip_cli: *skip_cli,
+            keep_dumps: *keep_dumps,
         }),
         BenchCommand::Controller {
             json,

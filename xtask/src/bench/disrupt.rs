@@ -150,6 +150,8 @@ pub struct Options {
     pub only: Option<String>,
     /// Do not run the `karpenter disrupt` CLI on the 5000-node rows.
     pub skip_cli: bool,
+    /// Keep the dumps the CLI rows run on.
+    pub keep_dumps: bool,
 }
 
 pub fn run(options: &Options) -> Result<()> {
@@ -181,7 +183,7 @@ pub fn run(options: &Options) -> Result<()> {
     }
     for spec in &plan {
         let cli = karpenter.as_deref().filter(|_| spec.nodes >= LARGE);
-        let row = run_one(spec, &catalog, cli)?;
+        let row = run_one(spec, &catalog, cli, options.keep_dumps)?;
         if json {
             println!("{}", row.to_json());
         } else {
@@ -208,7 +210,7 @@ pub(super) fn build_karpenter() -> Result<PathBuf> {
 
 /// Writes the cluster as one `kind: List` JSON file (what `kubectl get ... -o json` prints) and runs
 /// `karpenter disrupt` on it through `xtask measure`, so the figures are the binary's own.
-fn run_cli(karpenter: &Path, name: &str, documents: &[Value]) -> Result<CliRun> {
+fn run_cli(karpenter: &Path, name: &str, documents: &[Value], keep_dump: bool) -> Result<CliRun> {
     let dir = crate::workspace_root().join("target/bench");
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let file = dir.join(format!("disrupt-{name}.json"));
@@ -247,16 +249,25 @@ fn run_cli(karpenter: &Path, name: &str, documents: &[Value]) -> Result<CliRun> 
         bail!("karpenter disrupt failed on {}", file.display());
     }
     run.snapshot_bytes = snapshot_bytes;
-    let _ = fs::remove_file(&file);
+    if keep_dump {
+        eprintln!("kept {}", file.display());
+    } else {
+        let _ = fs::remove_file(&file);
+    }
     Ok(run)
 }
 
-fn run_one(spec: &ClusterSpec, catalog: &CatalogFile, karpenter: Option<&Path>) -> Result<Row> {
+fn run_one(
+    spec: &ClusterSpec,
+    catalog: &CatalogFile,
+    karpenter: Option<&Path>,
+    keep_dump: bool,
+) -> Result<Row> {
     let name = spec.name();
     let cluster = disrupt_workloads::cluster(spec, catalog)?;
     let pods = cluster.pods;
     let cli = karpenter
-        .map(|k| run_cli(k, &name, &cluster.documents))
+        .map(|k| run_cli(k, &name, &cluster.documents, keep_dump))
         .transpose()?;
     let mut snapshot = Snapshot::default();
     let notes = snapshot.add_documents(cluster.documents.into_iter().map(Ok).collect(), &name);
