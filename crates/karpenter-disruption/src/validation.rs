@@ -12,7 +12,7 @@ use karpenter_core::disruption::{
 /// What a command is about, independent of when it was computed: its method, action and candidate NodeClaims.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CommandShape {
-    pub method: &'static str,
+    pub method: Method,
     pub replace: bool,
     pub candidates: BTreeSet<String>,
 }
@@ -25,7 +25,7 @@ pub fn command_shapes<'a>(
     commands
         .iter()
         .map(|c| CommandShape {
-            method: c.method.as_str(),
+            method: c.method,
             replace: matches!(c.decision, Decision::Replace),
             candidates: c
                 .candidates
@@ -61,7 +61,7 @@ pub fn validate(decided: &BTreeSet<CommandShape>, again: &BTreeSet<CommandShape>
                 let names: Vec<&str> = s.candidates.iter().map(String::as_str).collect();
                 format!(
                     "{} {} [{}]",
-                    s.method,
+                    s.method.as_str(),
                     if s.replace { "replace" } else { "delete" },
                     names.join(", ")
                 )
@@ -80,7 +80,7 @@ pub fn validate(decided: &BTreeSet<CommandShape>, again: &BTreeSet<CommandShape>
 mod tests {
     use super::*;
 
-    fn shape(method: &'static str, replace: bool, claims: &[&str]) -> CommandShape {
+    fn shape(method: Method, replace: bool, claims: &[&str]) -> CommandShape {
         CommandShape {
             method,
             replace,
@@ -90,15 +90,15 @@ mod tests {
 
     #[test]
     fn the_same_decision_goes_ahead() {
-        let a: BTreeSet<_> = [shape("single-node-consolidation", true, &["c1"])].into();
+        let a: BTreeSet<_> = [shape(Method::SingleNodeConsolidation, true, &["c1"])].into();
         assert_eq!(validate(&a, &a.clone()), Ok(()));
     }
 
     #[test]
     fn other_candidates_an_other_action_or_nothing_abandon_it() {
-        let a: BTreeSet<_> = [shape("multi-node-consolidation", false, &["c1", "c2"])].into();
-        let fewer: BTreeSet<_> = [shape("multi-node-consolidation", false, &["c1"])].into();
-        let replace: BTreeSet<_> = [shape("multi-node-consolidation", true, &["c1", "c2"])].into();
+        let a: BTreeSet<_> = [shape(Method::MultiNodeConsolidation, false, &["c1", "c2"])].into();
+        let fewer: BTreeSet<_> = [shape(Method::MultiNodeConsolidation, false, &["c1"])].into();
+        let replace: BTreeSet<_> = [shape(Method::MultiNodeConsolidation, true, &["c1", "c2"])].into();
         assert_eq!(
             validate(&a, &fewer),
             Err("the decision changed during validation: multi-node-consolidation delete [c1, c2] became multi-node-consolidation delete [c1]".into())

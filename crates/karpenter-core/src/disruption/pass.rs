@@ -27,7 +27,7 @@ use super::{
 use crate::scheduling::NewNodeClaim;
 
 /// The method that produced a command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Method {
     Emptiness,
     StaticDrift,
