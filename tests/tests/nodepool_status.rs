@@ -167,8 +167,7 @@ async fn a_nodepool_whose_node_class_is_missing_is_not_ready_and_launches_nothin
 
     // What the provisioner tells the pending pod.
     let provisioner = karpenter_provisioner::provisioner::Provisioner::new(
-        client.clone(),
-        h.state.clone(),
+        h.context(),
         h.sim.cloud_provider(),
         karpenter_provisioner::provisioner::ProvisionerSettings {
             build: karpenter_core::snapshot::BuildOptions {

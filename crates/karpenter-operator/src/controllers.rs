@@ -149,8 +149,7 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         .then(|| Arc::new(BufferSignals::default()));
     let cx = parts.context();
     let mut provisioner = Provisioner::new(
-        parts.client.clone(),
-        parts.state.clone(),
+        cx.clone(),
         parts.cloud_for("provisioner"),
         ProvisionerSettings {
             batch: BatchWindow {
@@ -160,8 +159,7 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
             build: build.clone(),
             ..ProvisionerSettings::default()
         },
-    )
-    .with_clock(Arc::clone(&parts.clock));
+    );
     if let Some(signals) = &buffer_signals {
         provisioner = provisioner.with_buffer_signals(Arc::clone(signals));
     }

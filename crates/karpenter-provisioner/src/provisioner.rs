@@ -12,15 +12,14 @@ use std::{
 use futures::{StreamExt, stream};
 use karpenter_api::{label_policy::LabelPolicy, nodeclaim::NodeClaim};
 use karpenter_core::{
-    clock::{Clock, SystemClock},
     cloudprovider::CloudProvider,
     provisioning::{ClaimContext, node_claim_object},
     scheduling::schedule,
     snapshot::{BuildOptions, Snapshot, build_schedule_inputs},
 };
-use karpenter_state::{ClusterState, events::DedupedRecorder};
+use karpenter_state::{ClusterState, ControllerContext, events::DedupedRecorder};
 use kube::{
-    Api, Client,
+    Api,
     api::{PostParams, ResourceExt},
 };
 
@@ -73,8 +72,7 @@ pub struct ProvisionRound {
 
 /// The provisioner's context.
 pub struct Provisioner {
-    client: Client,
-    state: ClusterState,
+    cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
     settings: ProvisionerSettings,
     /// Pods nominated lately: a pod pending through many rounds is not nominated in every one.
@@ -87,17 +85,12 @@ pub struct Provisioner {
 }
 
 impl Provisioner {
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        settings: ProvisionerSettings,
-    ) -> Self {
+    /// Its events are deduplicated on the context's clock (the virtual one in `simulate` and the tests).
+    pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>, settings: ProvisionerSettings) -> Self {
         Self {
             recent_nominations: std::sync::Mutex::new(RecentNominations::default()),
-            events: Arc::new(DedupedRecorder::new(client.clone(), Arc::new(SystemClock))),
-            client,
-            state,
+            events: Arc::new(cx.recorder()),
+            cx,
             cloud,
             settings,
             buffers: None,
@@ -116,14 +109,8 @@ impl Provisioner {
     fn record_buffers(&self, outcomes: HashMap<String, ProvisioningOutcome>, nodes: HashSet<String>) {
         if let Some(signals) = &self.buffers {
             signals.record(outcomes);
-            self.state.capacity_buffer_nodes.set(nodes);
+            self.cx.state.capacity_buffer_nodes.set(nodes);
         }
-    }
-
-    /// Deduplicates its events on `clock` (the controller's) rather than the system's.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.events = Arc::new(DedupedRecorder::new(self.client.clone(), clock));
-        self
     }
 
     /// Runs batches until the future is dropped. A failed round is logged and retried with the next batch.
@@ -132,7 +119,7 @@ impl Provisioner {
         // The buffer controller's requests already answered by a round.
         let mut answered = triggered();
         loop {
-            let state = &self.state;
+            let state = &self.cx.state;
             let mut cache = None;
             // A batch starts with a pending pod or with a buffer's request, and runs its window either way.
             self.settings
@@ -163,10 +150,10 @@ impl Provisioner {
 
     /// One round over the cache as it is now.
     pub async fn provision_once(&self) -> Result<ProvisionRound, ProvisionerError> {
-        if !self.state.synced() {
+        if !self.cx.state.synced() {
             return Err(ProvisionerError::NotSynced);
         }
-        let mut snapshot = self.state.snapshot();
+        let mut snapshot = self.cx.state.snapshot();
         // Unbound pods kube-scheduler has not given up on may still land on a node: leave them out.
         snapshot.pods.retain(|p| {
             let bound = p
@@ -271,6 +258,7 @@ impl Provisioner {
                 .filter_map(|(p, why)| {
                     let name = inputs.pod_names.get(*p)?;
                     let uid = self
+                        .cx
                         .state
                         .pods
                         .get(name)
@@ -324,7 +312,7 @@ impl Provisioner {
             );
             planned.push((object, template.name.as_str(), claim));
         }
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let api: Api<NodeClaim> = Api::all(self.cx.client.clone());
         let params = PostParams::default();
         // Collected first: a closure inside the stream would make this future's Send-ness depend on
         // higher-ranked lifetimes the compiler cannot prove.
@@ -385,7 +373,8 @@ impl Provisioner {
             &placed_real,
         ));
         // When Karpenter first knew where each pod goes (`karpenter_pods_provisioning_bound_duration_seconds`).
-        self.state
+        self.cx
+            .state
             .pod_timing
             .mark_schedulable(nominations.iter().map(|n| n.pod.as_str()));
         if let Ok(mut recent) = self.recent_nominations.lock() {
@@ -393,7 +382,7 @@ impl Provisioner {
         }
         if !nominations.is_empty() {
             // Events are informational: sent beside the next round, never slowing this one down.
-            tokio::spawn(nominations::publish(self.client.clone(), nominations));
+            tokio::spawn(nominations::publish(self.cx.client.clone(), nominations));
         }
         self.record_buffers(placements, buffer_nodes);
         // The NodeClaims that were created stand (their pods are nominated); the next round retries the rest.

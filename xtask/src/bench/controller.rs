@@ -52,7 +52,7 @@ use karpenter_provisioner::{
     provisioner::{Provisioner, ProvisionerSettings},
 };
 use karpenter_sim::{ApiServer, KwokCloudProvider};
-use karpenter_state::{ClusterState, Watched};
+use karpenter_state::{ClusterState, ControllerContext, Watched};
 use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
@@ -679,8 +679,7 @@ async fn provision(name: &str, pods: Vec<Value>, catalog: &CatalogFile) -> Resul
     };
     let cloud = KwokCloudProvider::new(api.client(), catalog.clone(), Arc::clone(&clock)).as_dyn();
     let provisioner = Provisioner::new(
-        api.client(),
-        state.clone(),
+        ControllerContext::new(api.client(), state.clone(), Arc::clone(&clock)),
         Arc::clone(&cloud),
         ProvisionerSettings {
             build: build.clone(),
