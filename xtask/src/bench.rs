@@ -60,14 +60,15 @@ pub enum BenchCommand {
         /// Print one JSON object per run per line instead of a table.
         #[arg(long)]
         json: bool,
-        /// Run only the clusters of this many nodes (default: 100, 1000, then 5000).
+        /// Run only the clusters of this many nodes (default: 100, 1000, 5000, then 20000, whose one row
+        /// simulates every candidate of 600,000 pods).
         #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
         nodes: Option<usize>,
         /// Run only the workloads whose name (the WORKLOAD column, e.g. disrupt-5000n-1p-0s-30ppn-full)
         /// contains this text.
         #[arg(long, value_name = "SUBSTRING")]
         only: Option<String>,
-        /// Skip the `karpenter disrupt` CLI runs of the 5000-node rows (and the release build of the
+        /// Skip the `karpenter disrupt` CLI runs of the rows of 5000 nodes and more (and the release build of the
         /// `karpenter` binary they need); CLI S and CLI MiB are then "-".
         #[arg(long)]
         skip_cli: bool,

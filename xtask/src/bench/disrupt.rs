@@ -41,7 +41,7 @@ use karpenter_core::{
     },
     snapshot::{BuildOptions, Snapshot, build_disruption_inputs},
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{
     disrupt_workloads::{self, ClusterSpec, NOW, PodsPerNode},
@@ -52,6 +52,9 @@ const POOLS: [usize; 3] = [1, 10, 50];
 const SPREADS: [u32; 3] = [0, 50, 100];
 const SIZES: [usize; 2] = [100, 1000];
 const LARGE: usize = 5000;
+/// The largest cluster: 20,000 nodes / 600,000 pods, only its every-candidate row (a minute or more each, and
+/// about 3 GiB for the benchmark and as much for the CLI).
+const HUGE: usize = 20_000;
 const PODS_PER_NODE: PodsPerNode = PodsPerNode::Uniform(10, 30);
 
 /// What one run measured.
@@ -122,16 +125,20 @@ fn grid(nodes: usize) -> Vec<ClusterSpec> {
         full_coverage: true,
         ..spec(1, 0, PODS_PER_NODE)
     };
+    let every_candidate_30ppn = ClusterSpec {
+        pods_per_node: PodsPerNode::Fixed(30),
+        ..full
+    };
+    if nodes >= HUGE {
+        return vec![every_candidate_30ppn];
+    }
     if nodes >= LARGE {
         return vec![
             spec(1, 0, PODS_PER_NODE),
             spec(10, 50, PODS_PER_NODE),
             spec(1, 0, PodsPerNode::Fixed(30)),
             // The controller benchmark's steady cluster in shape: every one of 5,000 candidates simulated.
-            ClusterSpec {
-                pods_per_node: PodsPerNode::Fixed(30),
-                ..full
-            },
+            every_candidate_30ppn,
         ];
     }
     POOLS
@@ -165,7 +172,11 @@ pub fn run(options: &Options) -> Result<()> {
     let catalog = aws_catalog("us-east-1", &Default::default()).map_err(|e| anyhow!("{e}"))?;
     let mut plan: Vec<ClusterSpec> = match options.nodes {
         Some(n) => grid(n),
-        None => SIZES.iter().chain([&LARGE]).flat_map(|&n| grid(n)).collect(),
+        None => SIZES
+            .iter()
+            .chain([&LARGE, &HUGE])
+            .flat_map(|&n| grid(n))
+            .collect(),
     };
     if let Some(only) = &options.only {
         plan.retain(|spec| spec.name().contains(only.as_str()));
@@ -210,7 +221,13 @@ pub(super) fn build_karpenter() -> Result<PathBuf> {
 
 /// Writes the cluster as one `kind: List` JSON file (what `kubectl get ... -o json` prints) and runs
 /// `karpenter disrupt` on it through `xtask measure`, so the figures are the binary's own.
-fn run_cli(karpenter: &Path, name: &str, documents: &[Value], keep_dump: bool) -> Result<CliRun> {
+fn run_cli(
+    karpenter: &Path,
+    name: &str,
+    spec: &ClusterSpec,
+    catalog: &CatalogFile,
+    keep_dump: bool,
+) -> Result<CliRun> {
     let dir = crate::workspace_root().join("target/bench");
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let file = dir.join(format!("disrupt-{name}.json"));
@@ -219,12 +236,14 @@ fn run_cli(karpenter: &Path, name: &str, documents: &[Value], keep_dump: bool) -
             fs::File::create(&file).with_context(|| format!("cannot write {}", file.display()))?,
         );
         out.write_all(br#"{"apiVersion":"v1","kind":"List","metadata":{"resourceVersion":""},"items":["#)?;
-        for (i, doc) in documents.iter().enumerate() {
-            if i > 0 {
+        let mut first = true;
+        disrupt_workloads::cluster(spec, catalog, |doc| {
+            if !std::mem::take(&mut first) {
                 out.write_all(b",")?;
             }
-            serde_json::to_writer(&mut out, doc)?;
-        }
+            serde_json::to_writer(&mut out, &doc)?;
+            Ok(())
+        })?;
         out.write_all(b"]}\n")?;
         out.flush()?;
     }
@@ -264,13 +283,17 @@ fn run_one(
     keep_dump: bool,
 ) -> Result<Row> {
     let name = spec.name();
-    let cluster = disrupt_workloads::cluster(spec, catalog)?;
-    let pods = cluster.pods;
     let cli = karpenter
-        .map(|k| run_cli(k, &name, &cluster.documents, keep_dump))
+        .map(|k| run_cli(k, &name, spec, catalog, keep_dump))
         .transpose()?;
     let mut snapshot = Snapshot::default();
-    let notes = snapshot.add_documents(cluster.documents.into_iter().map(Ok).collect(), &name);
+    let mut notes = Vec::new();
+    let mut document = 0;
+    let pods = disrupt_workloads::cluster(spec, catalog, |doc| {
+        document += 1;
+        snapshot.add_value(doc, &|| format!("document {document} of {name}"), &mut notes);
+        Ok(())
+    })?;
     for note in &notes {
         eprintln!("note: {name}: {}: {}", note.object, note.message);
     }

@@ -86,12 +86,6 @@ impl ClusterSpec {
     }
 }
 
-/// The generated objects.
-pub struct Cluster {
-    pub documents: Vec<Value>,
-    pub pods: usize,
-}
-
 /// What a node of one instance type looks like.
 struct Shape {
     name: &'static str,
@@ -309,16 +303,21 @@ pub(super) fn kubectl_pod(name: &str, n: usize, app: &str, mut spec: Value, requ
     })
 }
 
-/// Generates the cluster of `spec` on `catalog` (the embedded AWS us-east-1 catalog).
-pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
+/// Generates the cluster of `spec` on `catalog` (the embedded AWS us-east-1 catalog), handing each document to
+/// `each` as it is made (a 20,000-node cluster held whole as JSON values is tens of GiB); returns the number of
+/// pods. The same spec gives the same documents every time.
+pub fn cluster(
+    spec: &ClusterSpec,
+    catalog: &CatalogFile,
+    mut each: impl FnMut(Value) -> Result<()>,
+) -> Result<usize> {
     let shapes = INSTANCE_TYPES
         .iter()
         .map(|name| shape(catalog, name))
         .collect::<Result<Vec<_>>>()?;
     let mut rng = SplitMix64::new(SEED);
-    let mut documents = Vec::new();
     for p in 0..spec.pools {
-        documents.push(nodepool(&format!("np-{p}"), spec.full_coverage));
+        each(nodepool(&format!("np-{p}"), spec.full_coverage))?;
     }
     let full = shape(catalog, FULL_COVERAGE_TYPE)?;
     let mut pods = 0;
@@ -340,7 +339,7 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
         labels.insert("karpenter.sh/registered".into(), "true".into());
         labels.insert("karpenter.sh/initialized".into(), "true".into());
 
-        documents.push(json!({
+        each(json!({
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": node_name, "labels": labels, "creationTimestamp": CREATED},
@@ -353,8 +352,8 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
                     "lastHeartbeatTime": NOW, "lastTransitionTime": CREATED,
                 }],
             },
-        }));
-        documents.push(json!({
+        }))?;
+        each(json!({
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
             "metadata": {"name": claim_name, "labels": claim_labels, "creationTimestamp": CREATED},
@@ -371,7 +370,7 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
                 "allocatable": shape.allocatable,
                 "conditions": [condition("Launched"), condition("Registered"), condition("Initialized")],
             },
-        }));
+        }))?;
 
         let count = match spec.pods_per_node {
             PodsPerNode::Uniform(lo, hi) => lo + rng.below(hi - lo + 1),
@@ -392,7 +391,7 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
             for j in 0..fitting {
                 let (app, pod_spec) = spread_pod(spec.spread, j, &format!("app-{}", j % APPS), &node_name);
                 let name = format!("pod-{i:05}-{j:02}");
-                documents.push(kubectl_pod(&name, pods, &app, pod_spec, (cpu, mem)));
+                each(kubectl_pod(&name, pods, &app, pod_spec, (cpu, mem)))?;
                 pods += 1;
             }
             continue;
@@ -415,9 +414,9 @@ pub fn cluster(spec: &ClusterSpec, catalog: &CatalogFile) -> Result<Cluster> {
             let plain_app = format!("app-{}", rng.below(APPS));
             let (app, pod_spec) = spread_pod(spec.spread, j, &plain_app, &node_name);
             let name = format!("pod-{i:05}-{j:02}");
-            documents.push(kubectl_pod(&name, pods, &app, pod_spec, (cpu, mem)));
+            each(kubectl_pod(&name, pods, &app, pod_spec, (cpu, mem)))?;
             pods += 1;
         }
     }
-    Ok(Cluster { documents, pods })
+    Ok(pods)
 }
