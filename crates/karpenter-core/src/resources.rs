@@ -528,4 +528,4 @@ pub(crate) fn parse_quantity(name: &str, quantity: &Quantity) -> Result<i64, Res
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -7,14 +7,16 @@ use proptest::prelude::*;
 
 use super::*;
 
-fn list(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+/// A resource list of `(name, quantity)` pairs.
+pub(crate) fn list(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
         .collect()
 }
 
-fn res(table: &mut ResourceTable, pairs: &[(&str, &str)]) -> Resources {
+/// A resource vector of `(name, quantity)` pairs.
+pub(crate) fn res(table: &mut ResourceTable, pairs: &[(&str, &str)]) -> Resources {
     Resources::from_resource_list(&list(pairs), table).unwrap()
 }
 

@@ -1,23 +1,10 @@
 //! What pods request: containers, sidecars, init containers, pod-level resources, overhead.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::ResourceRequirements;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::*;
+use crate::resources::tests::{list, res};
 use crate::snapshot::compact_pod::{CompactContainer as Container, CompactPodTemplate as PodSpec};
-
-fn list(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-        .collect()
-}
-
-fn res(table: &mut ResourceTable, pairs: &[(&str, &str)]) -> Resources {
-    Resources::from_resource_list(&list(pairs), table).unwrap()
-}
 
 fn container(name: &str, requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
     Container {
