@@ -15,7 +15,7 @@ use karpenter_state::api_errors::is_conflict;
 use karpenter_state::{ClusterState, ControllerContext, Watched};
 use kube::{
     Api,
-    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams},
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
 
@@ -160,6 +160,18 @@ pub async fn apply_nodepool(
     let pool: NodePool = serde_json::from_value(pool)?;
     Api::<NodePool>::all(client.clone())
         .create(&PostParams::default(), &pool)
+        .await?;
+    Ok(())
+}
+
+/// Changes NodePool `name`'s template (a label every node lacks), so every node it launched so far drifts.
+pub async fn drift_nodepool(client: &kube::Client, name: &str) -> TestResult {
+    Api::<NodePool>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}})),
+        )
         .await?;
     Ok(())
 }

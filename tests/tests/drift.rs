@@ -8,11 +8,12 @@ use std::{collections::BTreeSet, time::Duration};
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node};
 use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_e2e::{
-    Controllers, Harness, TestResult, apply_pdb, replicas::invariants, running_pods, until_running,
+    Controllers, Harness, TestResult, apply_pdb, drift_nodepool, replicas::invariants, running_pods,
+    until_running,
 };
 use kube::{
     Api, ResourceExt,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, PostParams},
 };
 use serde_json::json;
 
@@ -78,13 +79,7 @@ async fn a_nodepool_change_replaces_every_node_one_at_a_time_within_the_pdb() ->
     assert!(invariants::disrupted_nodes(&client).await?.is_empty());
 
     // The template changes: every node now has a different NodePool hash than its NodePool.
-    pools
-        .patch(
-            "default",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}})),
-        )
-        .await?;
+    drift_nodepool(&client, "default").await?;
 
     let (mut most_disrupted, mut fewest_running, mut replaced_at) = (0, usize::MAX, Vec::new());
     let mut remaining = old.len();
@@ -174,13 +169,7 @@ async fn terminate_first_drift_deletes_the_drifted_node_before_its_replacement_i
         .iter()
         .map(ResourceExt::name_any)
         .collect();
-    pools
-        .patch(
-            "default",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}})),
-        )
-        .await?;
+    drift_nodepool(&client, "default").await?;
     let initialized = |c: &NodeClaim| {
         c.status.as_ref().is_some_and(|s| {
             s.conditions.iter().any(|c| {

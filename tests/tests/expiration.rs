@@ -8,12 +8,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_e2e::{
-    Controllers, Harness, TestResult, apply_deployment, apply_pdb, replicas::invariants, running_pods,
-    until_running,
+    Controllers, Harness, TestResult, apply_deployment, apply_pdb, drift_nodepool, replicas::invariants,
+    running_pods, until_running,
 };
 use kube::{
     Api, ResourceExt,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, PostParams},
 };
 use serde_json::json;
 
@@ -198,13 +198,7 @@ async fn expiration_does_not_wait_for_a_disruption_command_in_flight() -> TestRe
     // command waits on it (up to the 10-minute replacement timeout, past the old node's expiry).
     tokio::time::sleep(Duration::from_secs(240)).await;
     h.sim.cloud().set_never_register(true);
-    pools
-        .patch(
-            "default",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}})),
-        )
-        .await?;
+    drift_nodepool(&client, "default").await?;
     let mut command_seen = false;
     let mut deleted_at = None;
     for _ in 0..(15 * 60) {

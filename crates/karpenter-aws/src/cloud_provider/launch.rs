@@ -136,9 +136,7 @@ impl AwsCloudProvider {
             Timestamp::now(),
         )
         .await;
-        self.record_capacity_reservations(&resolution);
-        self.record_subnet_addresses(&resolution);
-        self.record_placement_group(node_class, &resolution);
+        self.record_resolution(node_class, &resolution);
         resolution.instance_profile = self.ensure_instance_profile(node_class).await;
         if let Some(err) = resolution.error() {
             return Err(CloudProviderError::Transient(format!(

@@ -28,8 +28,17 @@ use crate::settings::AwsSettings;
 use super::AwsCloudProvider;
 
 impl AwsCloudProvider {
+    /// Hands what `resolution` found for `node_class` to launches: EC2's instance counts of its capacity
+    /// reservations, its subnets' free addresses, its placement group. The EC2NodeClass controller's
+    /// resolutions and a launch's own (before the controller wrote a status) both go through here.
+    pub(crate) fn record_resolution(&self, node_class: &EC2NodeClass, resolution: &Resolution) {
+        self.record_capacity_reservations(resolution);
+        self.record_subnet_addresses(resolution);
+        self.record_placement_group(node_class, resolution);
+    }
+
     /// Takes EC2's instance counts of the capacity reservations `resolution` found.
-    pub(crate) fn record_capacity_reservations(&self, resolution: &Resolution) {
+    fn record_capacity_reservations(&self, resolution: &Resolution) {
         if let Some(Ok(discovery)) = &resolution.capacity_reservations {
             self.reservations.record_reported(
                 discovery
@@ -50,7 +59,7 @@ impl AwsCloudProvider {
 
     /// Keeps what `resolution` found of `node_class`'s placement group (a failed lookup keeps the previous
     /// answer; a class without a selector has none).
-    pub(crate) fn record_placement_group(&self, node_class: &EC2NodeClass, resolution: &Resolution) {
+    fn record_placement_group(&self, node_class: &EC2NodeClass, resolution: &Resolution) {
         let name = node_class.metadata.name.clone().unwrap_or_default();
         match (
             &node_class.spec.placement_group_selector,
@@ -230,9 +239,7 @@ impl NodeClassBackend for AwsCloudProvider {
     }
 
     fn record_resolution(&self, node_class: &EC2NodeClass, resolution: &Resolution) {
-        self.record_capacity_reservations(resolution);
-        self.record_subnet_addresses(resolution);
-        self.record_placement_group(node_class, resolution);
+        AwsCloudProvider::record_resolution(self, node_class, resolution)
     }
 
     async fn ensure_instance_profile(&self, node_class: &EC2NodeClass) -> Option<Result<String, AwsError>> {
