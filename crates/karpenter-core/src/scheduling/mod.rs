@@ -8,6 +8,7 @@
 //! - [`daemon_overhead`]: the DaemonSet pods a new node runs, per instance type;
 //! - [`scheduler`]: the simulation loop, instance-type filtering, limits and launch choice.
 
+mod claim_index;
 pub mod daemon_overhead;
 mod node_overlay;
 pub mod nodes;

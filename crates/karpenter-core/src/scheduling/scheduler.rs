@@ -16,6 +16,7 @@ use crate::{
 use karpenter_api::labels;
 
 use super::{
+    claim_index::ClaimIndex,
     node_overlay::NodeOverlay,
     nodes::{ExistingNode, NodePoolTemplate},
     pod::{AffinityTerm, HostPort, Labels, Pod, PreferencePolicy, Relaxation, untolerated},
@@ -261,6 +262,8 @@ struct Scheduler<'a> {
     claims: Vec<OpenClaim>,
     /// Open claims ordered by (pod count, creation order): least-loaded first, as upstream tries them.
     claim_order: BTreeSet<(usize, usize)>,
+    /// The open claims by what rules them out for a pod's topology, so pods walk only those they may join.
+    claim_index: ClaimIndex,
     remaining: Vec<Option<Resources>>,
     remaining_nodes: Vec<Option<i64>>,
     no_undefined: WellKnownKeys,
@@ -308,11 +311,17 @@ impl<'a> Scheduler<'a> {
                 }),
             claims: Vec::new(),
             claim_order: BTreeSet::new(),
+            claim_index: ClaimIndex::default(),
             remaining: input.templates.iter().map(|t| t.remaining.clone()).collect(),
             remaining_nodes: input.templates.iter().map(|t| t.remaining_nodes).collect(),
             no_undefined: WellKnownKeys::none(),
         };
         s.register_pods();
+        let groups = 0..s.topology.groups().len();
+        s.claim_index = ClaimIndex::new(
+            groups.clone().map(|g| s.topology.host_spread_skew(g)),
+            groups.filter_map(|g| s.topology.non_host_affinity_key(g)),
+        );
         s
     }
 
@@ -511,10 +520,22 @@ impl<'a> Scheduler<'a> {
             &self.groups[p].inverse,
             self.claims.len(),
         );
-        for &(_, c) in self.claim_order.iter().take(if blocked { 0 } else { usize::MAX }) {
-            if let Ok(update) = self.try_claim(p, &self.claims[c], &reqs) {
-                found = Some((c, update));
-                break;
+        if !blocked {
+            let spread = self
+                .active_spread(p)
+                .map(|g| (g, self.topology.group_selects(g, pod.namespace, &pod.labels)));
+            let affinity = self.active_affinity(p).find_map(|g| {
+                self.topology
+                    .affinity_domains(g, pod.namespace, &pod.labels, &reqs)
+            });
+            for (_, c) in self.claim_index.walk(&self.claim_order, spread, affinity) {
+                if let Ok(update) = self.try_claim(p, &self.claims[c], &reqs) {
+                    found = Some((c, update));
+                    break;
+                }
+            }
+            if cfg!(debug_assertions) {
+                self.check_claims_left_out(p, &reqs, found.as_ref().map(|(c, _)| *c));
             }
         }
         if let Some((c, update)) = found {
@@ -531,6 +552,37 @@ impl<'a> Scheduler<'a> {
             }
         }
         Err(self.explain(p, &reqs, reasons, interner, table))
+    }
+
+    /// Debug builds: every claim the index left out of pod `p`'s walk, before the one it joined, is one the
+    /// topology check rejects (the index is a filter, never a decision).
+    fn check_claims_left_out(&self, p: usize, reqs: &Requirements, joined: Option<usize>) {
+        let pod = &self.input.pods[p];
+        let spread = self
+            .active_spread(p)
+            .map(|g| (g, self.topology.group_selects(g, pod.namespace, &pod.labels)));
+        let affinity = self.active_affinity(p).find_map(|g| {
+            self.topology
+                .affinity_domains(g, pod.namespace, &pod.labels, reqs)
+        });
+        let walked: BTreeSet<(usize, usize)> = self
+            .claim_index
+            .walk(&self.claim_order, spread, affinity)
+            .collect();
+        for key @ &(_, c) in &self.claim_order {
+            if Some(c) == joined {
+                break;
+            }
+            if !walked.contains(key) {
+                assert!(
+                    matches!(
+                        self.try_claim(p, &self.claims[c], reqs),
+                        Err(Rejection::Topology(_))
+                    ),
+                    "the claim index left out claim {c}, which pod {p} could join"
+                );
+            }
+        }
     }
 
     fn try_existing(&mut self, p: usize, n: usize, reqs: &Requirements) -> bool {
@@ -776,7 +828,8 @@ impl<'a> Scheduler<'a> {
     fn commit(&mut self, p: usize, c: usize, update: ClaimUpdate) {
         let pod = &self.input.pods[p];
         let claim = &mut self.claims[c];
-        self.claim_order.remove(&(claim.pods.len(), c));
+        let old_key = (claim.pods.len(), c);
+        self.claim_order.remove(&old_key);
         if let Some(requirements) = update.requirements {
             claim.requirements = requirements;
         }
@@ -786,13 +839,21 @@ impl<'a> Scheduler<'a> {
         claim.min_values_relaxed = update.min_values_relaxed;
         claim.pods.push(p);
         claim.host_ports.extend(pod.host_ports.iter().copied());
-        self.claim_order.insert((claim.pods.len(), c));
+        let key = (claim.pods.len(), c);
+        self.claim_order.insert(key);
+        self.claim_index.place(c, Some(old_key), key, &claim.requirements);
         self.topology.record(
             &self.groups[p],
             &claim.requirements,
             &self.input.templates[claim.template].taints,
             claim.hostname,
         );
+        for &g in &self.groups[p].counted_by {
+            if self.claim_index.tracks(g) {
+                let count = self.topology.host_count_in(g, claim.hostname);
+                self.claim_index.counted(g, c, key, count);
+            }
+        }
     }
 
     fn open_claim(&mut self, p: usize, t: usize, reqs: &Requirements) -> Result<(), Rejection> {

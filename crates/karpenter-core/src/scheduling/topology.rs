@@ -299,6 +299,66 @@ impl<'a> Topology<'a> {
         &self.groups
     }
 
+    /// Group `g`'s maxSkew when it is a hostname spread constraint, the one kind that rules a NodeClaim out by its
+    /// own count alone (see [`Self::host_rejection`]).
+    pub fn host_spread_skew(&self, g: usize) -> Option<u32> {
+        match self.groups[g].kind {
+            GroupKind::Spread { max_skew, .. } if self.is_host(self.groups[g].key) => Some(max_skew),
+            _ => None,
+        }
+    }
+
+    /// For a pod affinity group `g` on a key other than hostname: the domains a node pinned to one value of the
+    /// key must be in for a pod of `namespace` with `labels` and node requirements `pod_reqs` to join it (as
+    /// [`Self::requirements_for`] decides), with the key. A node pinned elsewhere is ruled out; `None` for other
+    /// groups.
+    pub fn affinity_domains(
+        &self,
+        g: usize,
+        namespace: Symbol,
+        labels: &Labels,
+        pod_reqs: &Requirements,
+    ) -> Option<(Symbol, Vec<Symbol>)> {
+        let group = &self.groups[g];
+        if group.kind != GroupKind::Affinity || self.is_host(group.key) {
+            return None;
+        }
+        let universe = self.universe(group.key);
+        let pod_allows = |d: Symbol| pod_reqs.get(group.key).is_none_or(|r| r.has(d));
+        let occupied: Vec<Symbol> = universe
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| group.counts.dense[*i] > 0 && pod_allows(**d))
+            .map(|(_, d)| *d)
+            .collect();
+        let allowed = if !occupied.is_empty() {
+            occupied
+        } else if Self::selects(group, namespace, labels) {
+            // The first pod of a self-selecting group may start it in any domain the pod allows.
+            universe.iter().copied().filter(|d| pod_allows(*d)).collect()
+        } else {
+            Vec::new()
+        };
+        Some((group.key, allowed))
+    }
+
+    /// The key of pod affinity group `g` when it is not hostname (nodes pinned to one of its values can be
+    /// ruled out by [`Self::affinity_domains`]).
+    pub fn non_host_affinity_key(&self, g: usize) -> Option<Symbol> {
+        let group = &self.groups[g];
+        (group.kind == GroupKind::Affinity && !self.is_host(group.key)).then_some(group.key)
+    }
+
+    /// How many pods group `g` counts on the node `host`.
+    pub fn host_count_in(&self, g: usize, host: Host) -> u32 {
+        Self::host_count(&self.groups[g].counts, host)
+    }
+
+    /// Whether group `g` counts a pod of `namespace` with `labels` (so the pod adds one to its own spread).
+    pub fn group_selects(&self, g: usize, namespace: Symbol, labels: &Labels) -> bool {
+        Self::selects(&self.groups[g], namespace, labels)
+    }
+
     #[inline]
     fn host_count(counts: &Counts, host: Host) -> u32 {
         counts.by_host.get(host.0 as usize).copied().unwrap_or(0)
