@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Map, Value, json};
 
-/// The embedded catalog, relative to the output folder (crates/karpenter-core/data).
+/// The embedded catalog, relative to the output folder (crates/karpenter-aws-catalog/data).
 pub const CATALOG_FILE: &str = "aws-catalog.json";
 /// The golden allocatable values, relative to the output folder.
 pub const GOLDEN_FILE: &str = "aws-allocatable-golden.json";
@@ -31,13 +31,13 @@ const LABEL_PREFIX: &str = "karpenter.k8s.aws/instance-";
 /// The upstream commit the shared data was extracted from (shared/data/aws/README.md, "Sources").
 const UPSTREAM_REPO: &str = "aws/karpenter-provider-aws";
 const UPSTREAM_COMMIT: &str = "1d927085dd81a9df9301e613f371dac5b4d16bfe";
-/// Spot prices are synthesised by karpenter-core (catalog/aws.rs, `synthetic_spot_price`); the header states the
+/// Spot prices are synthesised by karpenter-aws-catalog (src/catalog.rs, `synthetic_spot_price`); the header states the
 /// formula, so these must agree with the constants there.
 const SPOT_FORMULA: &str = "spot price = round(onDemandPrice * 0.35 * (1 + d), 6 decimals) with d = ((FNV-1a-64 of \
     the UTF-8 string \"<instance type>/<zone>\") mod 11 - 5) / 100, so -5% to +5% around 35% of on-demand and \
-    different per zone; computed at load time by karpenter-core (src/catalog/aws.rs, synthetic_spot_price)";
+    different per zone; computed at load time by karpenter-aws-catalog (src/catalog.rs, synthetic_spot_price)";
 
-/// Generates the data files into `out_dir` (crates/karpenter-core/data), or with `check` verifies that the
+/// Generates the data files into `out_dir` (crates/karpenter-aws-catalog/data), or with `check` verifies that the
 /// committed files equal what would be generated. `shared_data_dir` is either the folder holding
 /// instance-types.json, on-demand-prices.json and zones.json, or its parent (shared/data, with an `aws` child).
 pub fn run(shared_data_dir: &Path, out_dir: &Path, check: bool) -> Result<()> {
@@ -490,9 +490,9 @@ fn catalog_json(sources: &Sources) -> Result<String> {
     }
 
     let about = json!({
-        "what": "The embedded AWS EC2 instance-type catalog of karpenter-core: per instance type only what \
-            Karpenter's scheduling needs. karpenter-core (src/catalog/aws.rs) turns it into a catalog file for a \
-            region with upstream's capacity maths (src/catalog/aws_capacity.rs).",
+        "what": "The embedded AWS EC2 instance-type catalog of karpenter-aws-catalog: per instance type only what \
+            Karpenter's scheduling needs. karpenter-aws-catalog (src/catalog.rs) turns it into a catalog file for a \
+            region with upstream's capacity maths (crates/karpenter-aws-catalog/src/capacity.rs).",
         "generatedBy": "cargo xtask catalog (xtask/src/catalog.rs) from shared/data/aws (see its README.md); \
             do not edit by hand, `cargo xtask catalog --check` fails when this file is stale",
         "sources": [
@@ -545,7 +545,7 @@ fn catalog_json(sources: &Sources) -> Result<String> {
         ],
         "synthetic": [
             format!("onDemandPrice is a fact for {PRICE_REGION} only. The shared data has no us-west-2 or eu-west-1 \
-                prices, so karpenter-core prices those regions' on-demand offerings with the {PRICE_REGION} price: \
+                prices, so karpenter-aws-catalog prices those regions' on-demand offerings with the {PRICE_REGION} price: \
                 SYNTHETIC."),
             format!("Spot prices are not in the data and are SYNTHETIC: {SPOT_FORMULA}."),
             "Zone IDs (regions.*.zones[].zoneId) were inferred by matching moto's by-name and by-ID offering sets; \

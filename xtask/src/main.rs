@@ -93,7 +93,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::Catalog { check, data } => {
             let data = if data.is_absolute() { data } else { root.join(data) };
-            catalog::run(&data, &root.join("crates/karpenter-core/data"), check)
+            catalog::run(&data, &root.join("crates/karpenter-aws-catalog/data"), check)
         }
         Command::Cluster { command } => cluster::run(&root, &command),
         Command::Measure { command } => measure::run(&command),

@@ -4,7 +4,7 @@
 //! ENIs: they take interface slots but carry no pod addresses.
 
 use karpenter_api::ec2nodeclass::EC2NodeClass;
-use karpenter_core::catalog::{AmiFamily, AwsCapacitySettings};
+use karpenter_aws_catalog::{AmiFamily, AwsCapacitySettings};
 
 use crate::launch_template::interfaces::EFA_ONLY;
 use crate::settings::AwsSettings;

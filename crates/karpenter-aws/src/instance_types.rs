@@ -1,7 +1,7 @@
 //! EC2 instance types as catalog entries: DescribeInstanceTypes and DescribeInstanceTypeOfferings (and the
 //! region's zones) turned into core's [`CatalogInstanceType`]s, with upstream's karpenter.k8s.aws/instance-*
 //! labels (`computeRequirements` in aws/karpenter-provider-aws pkg/providers/instancetype/types.go), the
-//! capacity maths of `karpenter_core::catalog::aws_capacity`, and offerings priced by [`PricingProvider`] and
+//! capacity maths of `karpenter_aws_catalog::capacity`, and offerings priced by [`PricingProvider`] and
 //! filtered by [`UnavailableOfferings`].
 //!
 //! Like upstream, two facts do not come from DescribeInstanceTypes but from generated tables: ENI limits for
@@ -17,11 +17,11 @@ use aws_sdk_ec2::types::{
     ArchitectureType, EbsOptimizedSupport, EphemeralNvmeSupport, InstanceTypeInfo, LocationType,
     SupportedAdditionalProcessorFeature, UsageClassType, VirtualizationType,
 };
-use karpenter_core::catalog::aws_data::{AwsAccelerator, AwsGpu, AwsRegionData, AwsZone};
-use karpenter_core::catalog::{
-    AwsCapacitySettings, AwsInstanceTypeData, CatalogInstanceType, CatalogOffering, ResolvedCapacitySettings,
-    aws_catalog_data, aws_instance_type,
+use karpenter_aws_catalog::data::{AwsAccelerator, AwsGpu, AwsRegionData, AwsZone};
+use karpenter_aws_catalog::{
+    AwsCapacitySettings, AwsInstanceTypeData, ResolvedCapacitySettings, aws_catalog_data, aws_instance_type,
 };
+use karpenter_core::catalog::{CatalogInstanceType, CatalogOffering};
 
 use crate::error::AwsError;
 use crate::pod_addressing::PodAddressing;

@@ -117,7 +117,7 @@ pub fn instance_summary(instance: &Ec2Instance) -> InstanceSummary {
 
 #[cfg(test)]
 mod tests {
-    use karpenter_core::catalog::{AwsCapacitySettings, aws_catalog};
+    use karpenter_aws_catalog::{AwsCapacitySettings, aws_catalog};
 
     use super::*;
 

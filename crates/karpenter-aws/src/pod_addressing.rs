@@ -20,8 +20,8 @@
 use std::borrow::Cow;
 
 use karpenter_api::ec2nodeclass::EC2NodeClassSpec;
-use karpenter_core::catalog::aws_capacity::eni_limited_pods;
-use karpenter_core::catalog::{AwsInstanceTypeData, ResolvedCapacitySettings};
+use karpenter_aws_catalog::capacity::eni_limited_pods;
+use karpenter_aws_catalog::{AwsInstanceTypeData, ResolvedCapacitySettings};
 
 /// Addresses in one IPv4 prefix (a /28).
 pub const PREFIX_ADDRESSES: i64 = 16;

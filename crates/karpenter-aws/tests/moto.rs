@@ -54,11 +54,12 @@ use std::time::Instant;
 use karpenter_aws::instance_types::CAPACITY_TYPE_SPOT;
 use karpenter_aws::pod_addressing::PodAddressing;
 use karpenter_aws::{InstanceTypeProvider, PriceSource, PricingProvider, UnavailableOfferings};
-use karpenter_core::catalog::{AwsCapacitySettings, CatalogInstanceType, aws_catalog_data};
+use karpenter_aws_catalog::{AwsCapacitySettings, aws_catalog_data};
+use karpenter_core::catalog::CatalogInstanceType;
 use serde::Deserialize;
 
 /// Karpenter's documented allocatable per type (AL2023, defaults), as core's golden test uses it.
-const GOLDEN_JSON: &str = include_str!("../../karpenter-core/data/aws-allocatable-golden.json");
+const GOLDEN_JSON: &str = include_str!("../../karpenter-aws-catalog/data/aws-allocatable-golden.json");
 
 #[derive(Deserialize)]
 struct Golden {

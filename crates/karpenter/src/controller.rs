@@ -7,8 +7,9 @@ use std::{path::PathBuf, sync::Arc};
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, ValueEnum};
 use karpenter_api::label_policy::LabelPolicy;
+use karpenter_aws_catalog::aws_catalog;
 use karpenter_core::{
-    catalog::{CatalogFile, aws_catalog},
+    catalog::CatalogFile,
     clock::{Clock, SystemClock},
     snapshot::BuildOptions,
 };

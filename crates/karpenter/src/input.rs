@@ -14,8 +14,9 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use karpenter_api::label_policy::LabelPolicy;
+use karpenter_aws_catalog::{AwsCapacitySettings, aws_catalog};
 use karpenter_core::{
-    catalog::{AwsCapacitySettings, CatalogFile, aws_catalog},
+    catalog::CatalogFile,
     scheduling::{MinValuesPolicy, PreferencePolicy, SchedulingSettings},
     snapshot::{BuildOptions, Snapshot, SnapshotNote},
 };

@@ -41,8 +41,9 @@ use std::{
 
 use anyhow::{Context, Result, anyhow, bail};
 use karpenter_api::label_policy::LabelPolicy;
+use karpenter_aws_catalog::aws_catalog;
 use karpenter_core::{
-    catalog::{CatalogFile, aws_catalog},
+    catalog::CatalogFile,
     clock::{Clock, SystemClock},
     scheduling::schedule,
     snapshot::{BuildOptions, build_schedule_inputs},

@@ -33,8 +33,9 @@ use std::{
 
 use anyhow::{Context, Result, anyhow, bail};
 use karpenter_api::label_policy::LabelPolicy;
+use karpenter_aws_catalog::aws_catalog;
 use karpenter_core::{
-    catalog::{CatalogFile, aws_catalog},
+    catalog::CatalogFile,
     disruption::{
         drift::NoProviderDrift,
         pass::{PassSettings, disruption_pass},

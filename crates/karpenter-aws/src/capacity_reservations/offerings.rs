@@ -115,7 +115,7 @@ mod tests {
     use std::sync::Arc;
 
     use karpenter_api::ec2nodeclass::{CapacityReservationType, InstanceMatchCriteria};
-    use karpenter_core::catalog::{AwsCapacitySettings, aws_catalog};
+    use karpenter_aws_catalog::{AwsCapacitySettings, aws_catalog};
 
     use super::*;
 

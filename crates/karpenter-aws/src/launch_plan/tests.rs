@@ -1,5 +1,5 @@
 use karpenter_api::ec2nodeclass::CapacityReservationType;
-use karpenter_core::catalog::{AwsCapacitySettings, aws_catalog};
+use karpenter_aws_catalog::{AwsCapacitySettings, aws_catalog};
 use serde_json::json;
 
 use super::*;
@@ -396,7 +396,7 @@ fn full_reservations_fall_back_to_spot_and_on_demand() {
 #[test]
 fn with_ip_prefixes_a_launch_is_counted_on_whole_prefixes() {
     use crate::pod_addressing::prefix_mode_max_pods;
-    use karpenter_core::catalog::aws_catalog_data;
+    use karpenter_aws_catalog::aws_catalog_data;
 
     // The class's catalog in prefix mode: m5.large and m5.xlarge both have 110 pods.
     let mut catalog = catalog();

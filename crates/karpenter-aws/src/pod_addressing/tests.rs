@@ -1,7 +1,8 @@
 use std::time::Instant;
 
 use karpenter_api::ec2nodeclass::EC2NodeClassSpec;
-use karpenter_core::catalog::{AmiFamily, AwsCapacitySettings, CatalogInstanceType, aws_catalog_data};
+use karpenter_aws_catalog::{AmiFamily, AwsCapacitySettings, aws_catalog_data};
+use karpenter_core::catalog::CatalogInstanceType;
 
 use super::*;
 use crate::instance_types::catalog_instance_type;

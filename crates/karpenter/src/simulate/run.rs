@@ -11,10 +11,8 @@ use std::{
 use anyhow::{Context, Result, anyhow};
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod, policy::v1::PodDisruptionBudget};
 use karpenter_api::{label_policy::LabelPolicy, nodepool::NodePool};
-use karpenter_core::{
-    catalog::{CatalogFile, aws_catalog},
-    snapshot::BuildOptions,
-};
+use karpenter_aws_catalog::aws_catalog;
+use karpenter_core::{catalog::CatalogFile, snapshot::BuildOptions};
 use karpenter_operator::{ControllerParts, Observer, Settings, controller_tasks};
 use karpenter_sim::{InterruptionKind, SimCluster, SimOptions, VirtualClock, cloud::LaunchOutcome};
 use karpenter_state::{ClusterState, Watched};

@@ -9,7 +9,8 @@ use std::{
 
 use anyhow::{Context, Result, anyhow};
 use karpenter_api::label_policy::LabelPolicy;
-use karpenter_core::{catalog::aws_catalog, snapshot::BuildOptions};
+use karpenter_aws_catalog::aws_catalog;
+use karpenter_core::snapshot::BuildOptions;
 use karpenter_operator::{ControllerParts, Settings, controller_tasks};
 use karpenter_sim::{SimCluster, SimOptions, VirtualClock};
 use karpenter_state::{ClusterState, Watched};

@@ -8,11 +8,11 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::CatalogError;
-use super::aws_capacity::InstanceFacts;
+use crate::AwsCatalogError;
+use crate::capacity::InstanceFacts;
 
 /// The data file, compiled in.
-pub const AWS_CATALOG_JSON: &str = include_str!("../../data/aws-catalog.json");
+pub const AWS_CATALOG_JSON: &str = include_str!("../data/aws-catalog.json");
 
 /// The data file stores labels under this prefix without it.
 const LABEL_PREFIX: &str = "karpenter.k8s.aws/instance-";
@@ -139,9 +139,9 @@ impl AwsInstanceTypeData {
 
 impl AwsCatalogData {
     /// Parses a data file in the embedded format and restores the full label keys.
-    pub fn parse(text: &str) -> Result<Self, CatalogError> {
+    pub fn parse(text: &str) -> Result<Self, AwsCatalogError> {
         let mut data: Self =
-            serde_json::from_str(text).map_err(|e| CatalogError::EmbeddedData(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| AwsCatalogError::EmbeddedData(e.to_string()))?;
         for t in &mut data.instance_types {
             let short = std::mem::take(&mut t.labels);
             t.labels = short
@@ -156,7 +156,7 @@ impl AwsCatalogData {
                 .insert(karpenter_api::labels::OS_LABEL.into(), "linux".into());
             for (region, letters) in &t.zones {
                 let Some(region_data) = data.regions.get(region) else {
-                    return Err(CatalogError::EmbeddedData(format!(
+                    return Err(AwsCatalogError::EmbeddedData(format!(
                         "{}: unknown region {region}",
                         t.name
                     )));
@@ -165,7 +165,7 @@ impl AwsCatalogData {
                     .chars()
                     .any(|l| !region_data.zones.iter().any(|z| z.letter.starts_with(l)))
                 {
-                    return Err(CatalogError::EmbeddedData(format!(
+                    return Err(AwsCatalogError::EmbeddedData(format!(
                         "{}: unknown zone in {region}: {letters}",
                         t.name
                     )));
@@ -182,8 +182,8 @@ impl AwsCatalogData {
 }
 
 /// The embedded facts, parsed on first use and shared afterwards.
-pub fn aws_catalog_data() -> Result<&'static AwsCatalogData, CatalogError> {
-    static DATA: OnceLock<Result<AwsCatalogData, CatalogError>> = OnceLock::new();
+pub fn aws_catalog_data() -> Result<&'static AwsCatalogData, AwsCatalogError> {
+    static DATA: OnceLock<Result<AwsCatalogData, AwsCatalogError>> = OnceLock::new();
     DATA.get_or_init(|| AwsCatalogData::parse(AWS_CATALOG_JSON))
         .as_ref()
         .map_err(Clone::clone)

@@ -5,7 +5,7 @@
 //! `memory`, `ephemeralStorage`, `ENILimitedPods`, `pods`, `kubeReservedResources`, `evictionThreshold`) and
 //! the AMI-family feature flags of `pkg/providers/amifamily`, including their floating-point rounding, so the
 //! results equal the allocatable values of Karpenter's generated instance-type reference for every documented
-//! type (see the golden test in catalog/aws.rs). Written from the formulas, not translated line by line.
+//! type (see the golden test in catalog.rs). Written from the formulas, not translated line by line.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -13,8 +13,9 @@ use std::str::FromStr;
 
 use karpenter_api::quantity::parse_milli;
 
-use super::CatalogError;
-use super::file::{CatalogOverhead, Quantities};
+use karpenter_core::catalog::{CatalogOverhead, Quantities};
+
+use crate::AwsCatalogError;
 
 /// One mebibyte in bytes.
 pub const MIB: i64 = 1 << 20;
@@ -117,13 +118,13 @@ impl fmt::Display for AmiFamily {
 }
 
 impl FromStr for AmiFamily {
-    type Err = CatalogError;
+    type Err = AwsCatalogError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::ALL
             .into_iter()
             .find(|family| family.as_str() == s)
-            .ok_or_else(|| CatalogError::InvalidSetting {
+            .ok_or_else(|| AwsCatalogError::InvalidSetting {
                 field: "amiFamily".into(),
                 message: format!("{s:?} is not one of {}", Self::ALL.map(Self::as_str).join(", ")),
             })
@@ -203,8 +204,8 @@ pub struct ResolvedCapacitySettings {
 
 impl AwsCapacitySettings {
     /// Checks the settings and parses their quantities; errors name the setting.
-    pub fn resolve(&self) -> Result<ResolvedCapacitySettings, CatalogError> {
-        let setting = |field: String, message: String| CatalogError::InvalidSetting { field, message };
+    pub fn resolve(&self) -> Result<ResolvedCapacitySettings, AwsCatalogError> {
+        let setting = |field: String, message: String| AwsCatalogError::InvalidSetting { field, message };
         let pct = self.vm_memory_overhead_percent;
         if !(pct.is_finite() && (0.0..1.0).contains(&pct)) {
             return Err(setting(
@@ -212,19 +213,20 @@ impl AwsCapacitySettings {
                 format!("{pct} is not a fraction in [0, 1)"),
             ));
         }
-        let quantities = |name: &str, map: &BTreeMap<String, String>| -> Result<Quantities, CatalogError> {
-            map.iter()
-                .map(|(resource, text)| {
-                    let field = format!("{name}.{resource}");
-                    let milli = parse_milli(text).map_err(|e| setting(field.clone(), e.to_string()))?;
-                    if milli < 0 {
-                        return Err(setting(field, format!("quantity {text:?} must not be negative")));
-                    }
-                    Ok((resource.clone(), milli))
-                })
-                .collect()
-        };
-        let signal = |key: &str| -> Result<Option<EvictionSignal>, CatalogError> {
+        let quantities =
+            |name: &str, map: &BTreeMap<String, String>| -> Result<Quantities, AwsCatalogError> {
+                map.iter()
+                    .map(|(resource, text)| {
+                        let field = format!("{name}.{resource}");
+                        let milli = parse_milli(text).map_err(|e| setting(field.clone(), e.to_string()))?;
+                        if milli < 0 {
+                            return Err(setting(field, format!("quantity {text:?} must not be negative")));
+                        }
+                        Ok((resource.clone(), milli))
+                    })
+                    .collect()
+            };
+        let signal = |key: &str| -> Result<Option<EvictionSignal>, AwsCatalogError> {
             let Some(text) = self.eviction_hard.get(key) else {
                 return Ok(None);
             };

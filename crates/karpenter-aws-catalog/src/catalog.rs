@@ -1,7 +1,7 @@
 //! The embedded AWS catalog: every EC2 instance type of a region as a catalog file, with requirements and
 //! offerings built the way upstream's instance-type provider builds them (`computeRequirements`,
 //! `createOfferings` in aws/karpenter-provider-aws pkg/providers/instancetype) and capacity from
-//! `aws_capacity`. This is what `karpenter schedule` uses without `--instance-types`.
+//! [`crate::capacity`]. This is what `karpenter schedule` uses without `--instance-types`.
 //!
 //! Prices: us-east-1 on-demand prices are facts (Karpenter's generated initial price table). The data has no
 //! prices for us-west-2 or eu-west-1, so their on-demand offerings reuse the us-east-1 price (synthetic).
@@ -10,10 +10,11 @@
 
 use std::sync::Arc;
 
-use super::CatalogError;
-use super::aws_capacity::{AmiFamily, AwsCapacitySettings, ResolvedCapacitySettings, capacity_and_overhead};
-use super::aws_data::{AwsInstanceTypeData, AwsRegionData, aws_catalog_data};
-use super::file::{CatalogFile, CatalogInstanceType, CatalogOffering, CatalogRequirement};
+use karpenter_core::catalog::{CatalogFile, CatalogInstanceType, CatalogOffering, CatalogRequirement};
+
+use crate::AwsCatalogError;
+use crate::capacity::{AmiFamily, AwsCapacitySettings, ResolvedCapacitySettings, capacity_and_overhead};
+use crate::data::{AwsInstanceTypeData, AwsRegionData, aws_catalog_data};
 
 /// The regions the embedded catalog covers.
 pub const AWS_CATALOG_REGIONS: [&str; 3] = ["us-east-1", "us-west-2", "eu-west-1"];
@@ -98,10 +99,10 @@ pub fn synthetic_spot_price(instance_type: &str, zone: &str, on_demand_price: f6
 
 /// The embedded AWS catalog for `region` (one of [`AWS_CATALOG_REGIONS`]) under `settings`: every type the
 /// region offers in some zone, in the data's order (family, then size).
-pub fn aws_catalog(region: &str, settings: &AwsCapacitySettings) -> Result<CatalogFile, CatalogError> {
+pub fn aws_catalog(region: &str, settings: &AwsCapacitySettings) -> Result<CatalogFile, AwsCatalogError> {
     let data = aws_catalog_data()?;
     let Some(region_data) = data.regions.get(region) else {
-        return Err(CatalogError::UnknownRegion {
+        return Err(AwsCatalogError::UnknownRegion {
             region: region.to_string(),
             known: data.regions.keys().cloned().collect::<Vec<_>>().join(", "),
         });
@@ -227,10 +228,10 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
-    use crate::catalog::RequirementOperator;
-    use crate::catalog::aws_capacity::AwsCapacitySettings;
+    use crate::capacity::AwsCapacitySettings;
+    use karpenter_core::catalog::RequirementOperator;
 
-    const GOLDEN_JSON: &str = include_str!("../../data/aws-allocatable-golden.json");
+    const GOLDEN_JSON: &str = include_str!("../data/aws-allocatable-golden.json");
 
     #[derive(Deserialize)]
     struct Golden {
