@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use super::{
     objects::{WriteOptions, not_found, store_update},
     resources::{ResourceId, ResourceInfo},
-    store::{Obj, ObjectKey, State},
+    store::{Obj, ObjectKey, State, Stored},
 };
 use crate::error::ApiStatus;
 
@@ -105,7 +105,8 @@ pub fn delete(
     let old = state
         .get(&info.id(), key)
         .ok_or_else(|| not_found(info, &key.name))?;
-    let meta = &old["metadata"];
+    let old_value = old.value();
+    let meta = &old_value["metadata"];
     if let Some(uid) = &opts.precondition_uid
         && meta["uid"].as_str() != Some(uid)
     {
@@ -134,11 +135,11 @@ pub fn delete(
             &message,
         ));
     }
-    let grace = grace_period(info, &old, opts.grace_period);
+    let grace = grace_period(info, &old_value, opts.grace_period);
     let uid = meta["uid"].as_str().unwrap_or("").to_string();
     let has_dependents = state.dependents.contains_key(&uid);
     let propagation = opts.propagation.unwrap_or(Propagation::Background);
-    let mut held_by = finalizers(&old);
+    let mut held_by = finalizers(&old_value);
     if propagation == Propagation::Foreground && has_dependents && !held_by.iter().any(|f| f == FOREGROUND) {
         held_by.push(FOREGROUND.to_string());
     }
@@ -159,7 +160,7 @@ pub fn delete(
     }
     let already = meta["deletionTimestamp"].is_string();
     let current_grace = meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(i64::MAX);
-    let mut object = (*old).clone();
+    let mut object = old_value.clone();
     if !already || grace < current_grace {
         let now = state.clock.now();
         let at = now
@@ -179,7 +180,7 @@ pub fn delete(
         object["status"]["phase"] = json!("Terminating");
     }
     let mut current = old;
-    if object != *current {
+    if object != old_value {
         current = state.commit(&info.id(), object);
     }
     if propagation == Propagation::Foreground && has_dependents && !already {
@@ -214,16 +215,12 @@ pub fn remove_now(state: &mut State, info: &Arc<ResourceInfo>, key: &ObjectKey) 
     let removed = state.remove(&info.id(), key)?;
     super::kinds::after_remove(state, info, &removed);
     collect_dependents(state, &removed);
-    for owner in removed["metadata"]["ownerReferences"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-    {
-        if let Some((owner_id, owner_key)) =
-            owner["uid"].as_str().and_then(|uid| state.uids.get(uid).cloned())
-        {
-            finish_foreground(state, &owner_id, &owner_key);
-        }
+    let owners: Vec<(ResourceId, ObjectKey)> = removed
+        .owner_uids()
+        .filter_map(|uid| state.uids.get(uid).cloned())
+        .collect();
+    for (owner_id, owner_key) in owners {
+        finish_foreground(state, &owner_id, &owner_key);
     }
     if info.namespaced {
         finish_namespace(state, &key.namespace);
@@ -232,12 +229,12 @@ pub fn remove_now(state: &mut State, info: &Arc<ResourceInfo>, key: &ObjectKey) 
 }
 
 /// Background garbage collection after `removed` went away.
-fn collect_dependents(state: &mut State, removed: &Value) {
-    let Some(uid) = removed["metadata"]["uid"].as_str() else {
+fn collect_dependents(state: &mut State, removed: &Stored) {
+    let Some(uid) = removed.uid() else {
         return;
     };
     for (dep_id, dep_key) in state.dependents.get(uid).cloned().unwrap_or_default() {
-        let Some(dependent) = state.get(&dep_id, &dep_key) else {
+        let Some(dependent) = state.get_value(&dep_id, &dep_key) else {
             continue;
         };
         let refs = dependent["metadata"]["ownerReferences"]
@@ -260,7 +257,7 @@ fn collect_dependents(state: &mut State, removed: &Value) {
 /// Orphan propagation: the dependents forget the owner before it goes.
 fn orphan_dependents(state: &mut State, uid: &str) {
     for (dep_id, dep_key) in state.dependents.get(uid).cloned().unwrap_or_default() {
-        if let Some(dependent) = state.get(&dep_id, &dep_key) {
+        if let Some(dependent) = state.get_value(&dep_id, &dep_key) {
             strip_owner(state, &dep_id, &dependent, uid);
         }
     }
@@ -281,16 +278,18 @@ fn strip_owner(state: &mut State, id: &ResourceId, dependent: &Value, owner_uid:
 
 /// Removes the foregroundDeletion finalizer once no blocking dependent is left.
 fn finish_foreground(state: &mut State, id: &ResourceId, key: &ObjectKey) {
-    let Some(owner) = state.get(id, key) else { return };
-    if !owner["metadata"]["deletionTimestamp"].is_string()
-        || !finalizers(&owner).iter().any(|f| f == FOREGROUND)
-    {
+    // Most removals have no owner waiting in the foreground: decided without parsing the owner.
+    let Some(owner) = state.get(id, key).filter(|o| o.deleting()) else {
+        return;
+    };
+    let owner = owner.value();
+    if !finalizers(&owner).iter().any(|f| f == FOREGROUND) {
         return;
     }
     let uid = owner["metadata"]["uid"].as_str().unwrap_or("");
     let blocked = state.dependents.get(uid).is_some_and(|deps| {
         deps.iter().any(|(dep_id, dep_key)| {
-            state.get(dep_id, dep_key).is_some_and(|dep| {
+            state.get_value(dep_id, dep_key).is_some_and(|dep| {
                 dep["metadata"]["ownerReferences"].as_array().is_some_and(|refs| {
                     refs.iter().any(|r| {
                         r["uid"].as_str() == Some(uid) && r["blockOwnerDeletion"].as_bool() == Some(true)
@@ -302,7 +301,7 @@ fn finish_foreground(state: &mut State, id: &ResourceId, key: &ObjectKey) {
     if blocked {
         return;
     }
-    let mut updated = (*owner).clone();
+    let mut updated = owner.clone();
     let rest: Vec<String> = finalizers(&owner)
         .into_iter()
         .filter(|f| f != FOREGROUND)
@@ -344,12 +343,9 @@ fn empty_namespace(state: &mut State, namespace: &str) {
 fn finish_namespace(state: &mut State, namespace: &str) {
     let namespaces = ResourceId::core("namespaces");
     let ns_key = ObjectKey::new("", namespace);
-    let Some(ns) = state.get(&namespaces, &ns_key) else {
+    let Some(ns) = state.get(&namespaces, &ns_key).filter(|ns| ns.deleting()) else {
         return;
     };
-    if !ns["metadata"]["deletionTimestamp"].is_string() {
-        return;
-    }
     let occupied = namespaced_stores(state).iter().any(|id| {
         state
             .store(id)
@@ -358,7 +354,7 @@ fn finish_namespace(state: &mut State, namespace: &str) {
     if occupied {
         return;
     }
-    let mut updated = (*ns).clone();
+    let mut updated = ns.value();
     if let Some(spec) = updated["spec"].as_object_mut() {
         spec.remove("finalizers");
     }

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::resources::{ResourceId, ResourceInfo};
+use super::{
+    resources::{ResourceId, ResourceInfo},
+    store::{Obj, Stored},
+};
 
 /// (events.k8s.io/v1 field, core v1 field); the fields of the same name (metadata, reason, type, action,
 /// reportingInstance, eventTime, series, related) are copied as they are.
@@ -76,9 +79,9 @@ pub fn from_core(object: &Value) -> Value {
     rename(object, "events.k8s.io/v1", false)
 }
 
-/// `from_core` for a shared object.
-pub fn from_core_arc(object: &Arc<Value>) -> Arc<Value> {
-    Arc::new(from_core(object))
+/// `from_core` for a stored object.
+pub fn from_core_stored(object: &Obj) -> Obj {
+    Arc::new(Stored::new(&from_core(&object.value()), &[]))
 }
 
 /// An events.k8s.io/v1 field selector in core v1 field names (`regarding.name` -> `involvedObject.name`).

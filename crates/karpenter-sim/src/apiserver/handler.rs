@@ -20,7 +20,7 @@ use super::{
     response::{self, ResponseBody},
     route::{self, Query, ResourceRequest, Route, Verb},
     selectors::{FieldSelector, LabelSelector},
-    store::{ObjectKey, WatchStart},
+    store::{ObjectKey, Stored, WatchStart},
     subresources, table, watch,
 };
 use crate::error::ApiStatus;
@@ -155,18 +155,22 @@ fn dispatch(
                 .ok_or_else(|| not_found(info, &key.name))?;
             if sub.is_none() && table::wanted(headers) && table::printable(info) {
                 let now = shared.state().clock.now();
+                let object = object.value();
                 let metadata = json!({"resourceVersion": object["metadata"]["resourceVersion"]});
-                let table = table::table(info, &[&*object], metadata, query.get("includeObject"), now);
+                let table = table::table(info, &[&object], metadata, query.get("includeObject"), now);
                 return Ok(response::json(200, &table));
             }
-            Ok(response::json(200, &object))
+            Ok(response::object(200, &object))
         }
         (Verb::Get, Some("scale")) => {
             let object = shared
                 .state()
                 .get(&info.id(), &key)
                 .ok_or_else(|| not_found(info, &key.name))?;
-            Ok(response::json(200, &subresources::scale_of(info, &object)?))
+            Ok(response::json(
+                200,
+                &subresources::scale_of(info, &object.value())?,
+            ))
         }
         (Verb::List, None) => {
             let params = list_params(request, query)?;
@@ -177,7 +181,8 @@ fn dispatch(
                 if let Some(token) = &page.continue_token {
                     metadata["continue"] = json!(token);
                 }
-                let objects: Vec<&Value> = page.items.iter().map(|o| &**o).collect();
+                let parsed: Vec<Value> = page.items.iter().map(|o| o.value()).collect();
+                let objects: Vec<&Value> = parsed.iter().collect();
                 let table = table::table(info, &objects, metadata, query.get("includeObject"), now);
                 return Ok(response::json(200, &table));
             }
@@ -201,7 +206,7 @@ fn dispatch(
                 object["metadata"] = json!({});
             }
             let created = objects::create(&mut shared.state(), info, &namespace, object, dry_run(query))?;
-            Ok(response::json(201, &created))
+            Ok(response::object(201, &created))
         }
         (Verb::Create, Some("eviction")) => {
             subresources::evict(&mut shared.state(), info, &key, &parse_body(body)?)?;
@@ -221,7 +226,7 @@ fn dispatch(
                 part(request),
                 dry_run(query),
             )?;
-            Ok(response::json(200, &updated))
+            Ok(response::object(200, &updated))
         }
         (Verb::Update, Some("scale")) => {
             let wanted = parse_body(body)?;
@@ -252,15 +257,14 @@ fn dispatch(
                 part(request),
                 dry_run(query),
             )?;
-            Ok(response::json(if created { 201 } else { 200 }, &object))
+            Ok(response::object(if created { 201 } else { 200 }, &object))
         }
         (Verb::Delete, None) => {
             let opts = delete_options(query, &parse_body(body)?)?;
             match delete::delete(&mut shared.state(), info, &key, &opts)? {
-                Deleted::Pending(object) => Ok(response::json(200, &object)),
+                Deleted::Pending(object) => Ok(response::object(200, &object)),
                 Deleted::Gone(object) => {
-                    let meta = &object["metadata"];
-                    let mut details = json!({"name": key.name, "kind": info.plural, "uid": meta["uid"]});
+                    let mut details = json!({"name": key.name, "kind": info.plural, "uid": object.uid()});
                     if !info.group.is_empty() {
                         details["group"] = json!(info.group);
                     }
@@ -284,7 +288,7 @@ fn dispatch(
             let mut deleted = Vec::new();
             for object in &page.items {
                 if let Ok(Deleted::Gone(o) | Deleted::Pending(o)) =
-                    delete::delete(&mut state, info, &ObjectKey::of(object), &opts)
+                    delete::delete(&mut state, info, &ObjectKey::of_stored(object), &opts)
                 {
                     deleted.push(o);
                 }
@@ -354,7 +358,7 @@ fn dispatch_events_v1(
     }
     let info = &core_info;
     let key = object_key(request);
-    let shown = |code: u16, object: &Value| Ok(response::json(code, &events::from_core(object)));
+    let shown = |code: u16, object: &Stored| Ok(response::json(code, &events::from_core(&object.value())));
     match (request.verb, request.subresource.as_deref()) {
         (Verb::Get, None) => {
             let object = shared
@@ -366,7 +370,7 @@ fn dispatch_events_v1(
         (Verb::List, None) => {
             let params = list_params(&core, &query)?;
             let mut page = read::list(&shared.state(), info, &params)?;
-            page.items = page.items.iter().map(events::from_core_arc).collect();
+            page.items = page.items.iter().map(events::from_core_stored).collect();
             Ok(response::bytes(
                 200,
                 "application/json",
@@ -409,7 +413,7 @@ fn dispatch_events_v1(
             let current = state
                 .get(&info.id(), &key)
                 .ok_or_else(|| not_found(&request.info, &key.name))?;
-            let mut object = events::from_core(&current);
+            let mut object = events::from_core(&current.value());
             patch::apply_patch(kind, &mut object, body)?;
             let updated = objects::update(
                 &mut state,

@@ -6,7 +6,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{resources, resources::ResourceInfo, store::State};
+use super::{
+    resources,
+    resources::ResourceInfo,
+    store::{State, Stored},
+};
 use crate::error::ApiStatus;
 
 fn is(info: &ResourceInfo, group: &str, plural: &str) -> bool {
@@ -68,19 +72,19 @@ pub fn on_update(
 }
 
 /// Reacts to a stored write: a CRD (re)defines what is served.
-pub fn after_write(state: &mut State, info: &Arc<ResourceInfo>, object: &Value) {
+pub fn after_write(state: &mut State, info: &Arc<ResourceInfo>, object: &Stored) {
     if is(info, "apiextensions.k8s.io", "customresourcedefinitions")
-        && !object["metadata"]["deletionTimestamp"].is_string()
-        && let Ok(served) = resources::from_crd(object)
+        && !object.deleting()
+        && let Ok(served) = resources::from_crd(&object.value())
     {
         state.serve(served);
     }
 }
 
 /// Reacts to an object's removal: a deleted CRD is no longer served.
-pub fn after_remove(state: &mut State, info: &ResourceInfo, object: &Value) {
+pub fn after_remove(state: &mut State, info: &ResourceInfo, object: &Stored) {
     if is(info, "apiextensions.k8s.io", "customresourcedefinitions")
-        && let Ok(served) = resources::from_crd(object)
+        && let Ok(served) = resources::from_crd(&object.value())
     {
         state.unserve(&served.id());
     }

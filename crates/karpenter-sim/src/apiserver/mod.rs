@@ -2,8 +2,10 @@
 //! (`watcher`, `reflector`, `Controller`) and kubectl without kube-apiserver, etcd or a container runtime.
 //!
 //! # Design
-//! - One [`ApiServer`] holds all state behind one mutex: objects as `serde_json::Value` in one ordered map per
-//!   resource (so a namespace is a range, a list is linear), a global resourceVersion counter like etcd's
+//! - One [`ApiServer`] holds all state behind one mutex: objects as their JSON text plus the fields selectors
+//!   and the write path read (`stored.rs`; a quarter of a `serde_json::Value`'s memory or less, and lists and
+//!   watches copy the text as it is) in one ordered map per resource (so a namespace is a range, a list is
+//!   linear), a global resourceVersion counter like etcd's
 //!   revision, a bounded per-resource event history (10,000 by default) and the open watches. A request never
 //!   holds the lock across an await.
 //! - Two transports share one request path (`handler.rs`): an in-process tower Service for
@@ -61,6 +63,7 @@ mod route;
 pub(crate) mod selectors;
 mod service;
 mod store;
+mod stored;
 mod subresources;
 mod table;
 mod watch;
@@ -251,7 +254,9 @@ impl ApiServer {
     pub fn get_internal(&self, id: &ResourceId, namespace: &str, name: &str) -> Option<Arc<Value>> {
         let state = self.shared.state();
         let info = state.registry.by_id(id)?;
-        state.get(id, &Self::key(&info, namespace, name))
+        state
+            .get(id, &Self::key(&info, namespace, name))
+            .map(|o| o.shared_value())
     }
 
     /// Every object of a resource, in one namespace or all (`None`), in (namespace, name) order.
@@ -259,7 +264,7 @@ impl ApiServer {
         let state = self.shared.state();
         state
             .store(id)
-            .map(|s| s.range(namespace).map(|(_, o)| Arc::clone(o)).collect())
+            .map(|s| s.range(namespace).map(|(_, o)| o.shared_value()).collect())
             .unwrap_or_default()
     }
 
@@ -271,13 +276,8 @@ impl ApiServer {
             .as_str()
             .unwrap_or("default")
             .to_string();
-        Ok(objects::create(
-            &mut state,
-            &info,
-            &namespace,
-            object,
-            WriteOptions::default(),
-        )?)
+        let created = objects::create(&mut state, &info, &namespace, object, WriteOptions::default())?;
+        Ok(Arc::new(created.value()))
     }
 
     /// Creates the object or merges it into the existing one, status included: what a simulated kubelet or
@@ -315,7 +315,7 @@ impl ApiServer {
             )?
             .0;
         }
-        Ok(stored)
+        Ok(Arc::new(stored.value()))
     }
 
     /// Replaces an object's status (as PUT /status would, without a resourceVersion check).
@@ -329,19 +329,19 @@ impl ApiServer {
         let mut state = self.shared.state();
         let info = Self::info(&state, id)?;
         let key = Self::key(&info, namespace, name);
-        let current = state
-            .get(id, &key)
+        let mut object = state
+            .get_value(id, &key)
             .ok_or_else(|| Error::Api(objects::not_found(&info, name)))?;
-        let mut object = (*current).clone();
         object["status"] = status;
-        Ok(objects::update(
+        let updated = objects::update(
             &mut state,
             &info,
             &key,
             object,
             Part::Status,
             WriteOptions::default(),
-        )?)
+        )?;
+        Ok(Arc::new(updated.value()))
     }
 
     /// Deletes an object as DELETE would; `grace_period` `Some(0)` is how a kubelet finishes a terminating pod.
@@ -368,11 +368,7 @@ impl ApiServer {
         let mut state = self.shared.state();
         let info = Self::info(&state, &ResourceId::core("pods"))?;
         let binding = serde_json::json!({"target": {"kind": "Node", "name": node}});
-        Ok(subresources::bind(
-            &mut state,
-            &info,
-            &ObjectKey::new(namespace, name),
-            &binding,
-        )?)
+        let bound = subresources::bind(&mut state, &info, &ObjectKey::new(namespace, name), &binding)?;
+        Ok(Arc::new(bound.value()))
     }
 }

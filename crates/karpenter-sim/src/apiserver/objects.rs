@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use super::{
     patch::{self, PatchKind},
     resources::ResourceInfo,
-    store::{Obj, ObjectKey, State},
+    store::{Obj, ObjectKey, State, Stored},
 };
 use crate::error::ApiStatus;
 
@@ -74,7 +74,7 @@ fn check_namespace(state: &State, namespace: &str) -> Result<(), ApiStatus> {
     let namespaces = super::resources::ResourceId::core("namespaces");
     match state.get(&namespaces, &ObjectKey::new("", namespace)) {
         None => Err(ApiStatus::not_found("", "namespaces", namespace)),
-        Some(ns) if ns["metadata"]["deletionTimestamp"].is_string() => Err(ApiStatus::forbidden(format!(
+        Some(ns) if ns.deleting() => Err(ApiStatus::forbidden(format!(
             "unable to create new content in namespace {namespace} because it is being terminated"
         ))),
         Some(_) => Ok(()),
@@ -145,7 +145,7 @@ pub fn create(
         }
     }
     let key = ObjectKey::new(if info.namespaced { namespace } else { "" }, &name);
-    if state.get(&info.id(), &key).is_some() {
+    if state.contains(&info.id(), &key) {
         return Err(ApiStatus::already_exists(&info.group, &info.plural, &name));
     }
     let now = state.now();
@@ -172,7 +172,7 @@ pub fn create(
     status_on_create(info, &mut object);
     super::kinds::on_create(state, info, &mut object)?;
     if opts.dry_run {
-        return Ok(Arc::new(object));
+        return Ok(Arc::new(Stored::new(&object, &info.selectable_fields)));
     }
     let stored = state.commit(&info.id(), object);
     super::kinds::after_write(state, info, &stored);
@@ -277,11 +277,12 @@ pub fn held(info: &ResourceInfo, object: &Value) -> bool {
 /// Stores an updated object, or removes it when it is being deleted and has no finalizers left.
 pub fn store_update(state: &mut State, info: &Arc<ResourceInfo>, object: Value, opts: WriteOptions) -> Obj {
     if opts.dry_run {
-        return Arc::new(object);
+        return Arc::new(Stored::new(&object, &info.selectable_fields));
     }
     if object["metadata"]["deletionTimestamp"].is_string() && !held(info, &object) {
         let key = ObjectKey::of(&object);
-        return super::delete::remove_now(state, info, &key).unwrap_or_else(|| Arc::new(object));
+        return super::delete::remove_now(state, info, &key)
+            .unwrap_or_else(|| Arc::new(Stored::new(&object, &info.selectable_fields)));
     }
     let stored = state.commit(&info.id(), object);
     super::kinds::after_write(state, info, &stored);
@@ -315,9 +316,10 @@ pub fn update(
     part: Part,
     opts: WriteOptions,
 ) -> Result<Obj, ApiStatus> {
-    let old = state
+    let stored = state
         .get(&info.id(), key)
         .ok_or_else(|| not_found(info, &key.name))?;
+    let old = stored.value();
     let body_name = new["metadata"]["name"].as_str().unwrap_or("");
     if body_name != key.name {
         return Err(ApiStatus::bad_request(format!(
@@ -327,7 +329,7 @@ pub fn update(
     }
     check_version(info, &old, &new)?;
     match merge_write(info, &old, new, part)? {
-        None => Ok(old),
+        None => Ok(stored),
         Some(object) => {
             super::kinds::on_update(state, info, &old, &object)?;
             Ok(store_update(state, info, object, opts))
@@ -353,7 +355,7 @@ pub fn patch(
              application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
         ));
     }
-    let Some(old) = state.get(&info.id(), key) else {
+    let Some(stored) = state.get(&info.id(), key) else {
         if kind == PatchKind::Apply && part == Part::Main {
             let mut object = patch::parse_apply(body)?;
             if !object.is_object() {
@@ -367,7 +369,8 @@ pub fn patch(
         }
         return Err(not_found(info, &key.name));
     };
-    let mut working = (*old).clone();
+    let old = stored.value();
+    let mut working = old.clone();
     patch::apply_patch(kind, &mut working, body)?;
     check_version(info, &old, &working)?;
     if working["metadata"]["name"].as_str() != Some(key.name.as_str()) {
@@ -376,7 +379,7 @@ pub fn patch(
         ));
     }
     match merge_write(info, &old, working, part)? {
-        None => Ok((old, false)),
+        None => Ok((stored, false)),
         Some(object) => {
             super::kinds::on_update(state, info, &old, &object)?;
             Ok((store_update(state, info, object, opts), false))
@@ -415,7 +418,8 @@ mod tests {
             "default",
             json!({"metadata": {"name": "web"}, "spec": {"replicas": 1}, "status": {"replicas": 9}}),
             WriteOptions::default(),
-        )?;
+        )?
+        .value();
         assert_eq!(created["metadata"]["generation"], 1);
         assert!(
             created.get("status").is_none(),
@@ -430,7 +434,7 @@ mod tests {
             Part::Main,
             WriteOptions::default(),
         )?;
-        assert_eq!(labelled["metadata"]["generation"], 1);
+        assert_eq!(labelled.value()["metadata"]["generation"], 1);
         let (status, _) = patch(
             &mut state,
             &deployments,
@@ -440,6 +444,7 @@ mod tests {
             Part::Status,
             WriteOptions::default(),
         )?;
+        let status = status.value();
         assert_eq!(
             (
                 status["metadata"]["generation"].clone(),
@@ -456,6 +461,7 @@ mod tests {
             Part::Main,
             WriteOptions::default(),
         )?;
+        let scaled = scaled.value();
         assert_eq!(scaled["metadata"]["generation"], 2);
         assert_eq!(
             scaled["status"]["replicas"], 1,
@@ -477,7 +483,7 @@ mod tests {
             json!({"metadata": {"name": "c"}, "data": {"a": "1"}}),
             WriteOptions::default(),
         )?;
-        let mut edit = (*v1).clone();
+        let mut edit = v1.value();
         edit["data"]["a"] = json!("2");
         update(
             &mut state,
@@ -509,14 +515,11 @@ mod tests {
             &mut state,
             &cms,
             &key,
-            (*v1).clone(),
+            v1.value(),
             Part::Main,
             WriteOptions::default(),
         )?;
-        assert_eq!(
-            v1["metadata"]["resourceVersion"],
-            v2["metadata"]["resourceVersion"]
-        );
+        assert_eq!(v1.rv(), v2.rv());
         Ok(())
     }
 
@@ -531,6 +534,7 @@ mod tests {
             json!({"metadata": {"generateName": "web-"}}),
             WriteOptions::default(),
         )?;
+        let pod = pod.value();
         let name = pod["metadata"]["name"].as_str().unwrap_or("");
         assert!(name.starts_with("web-") && name.len() == 9, "{name}");
         assert_eq!(pod["status"]["phase"], "Pending");

@@ -7,6 +7,7 @@ use http::{Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
 use serde_json::{Value, json};
 
+use super::store::Stored;
 use crate::error::ApiStatus;
 
 /// The response body of every answer: a full JSON document or a watch stream.
@@ -30,6 +31,15 @@ pub fn json(code: u16, body: &Value) -> Response<ResponseBody> {
         code,
         "application/json",
         serde_json::to_vec(body).unwrap_or_default(),
+    )
+}
+
+/// A stored object, its JSON text as it is.
+pub fn object(code: u16, object: &Stored) -> Response<ResponseBody> {
+    bytes(
+        code,
+        "application/json",
+        Bytes::copy_from_slice(object.json().as_bytes()),
     )
 }
 

@@ -4,7 +4,7 @@
 //! numeric `>`/`<`. Field selectors support `=`, `==` and `!=` on the fields a resource declares selectable;
 //! any other field is refused with 400, as the real server does.
 
-use std::collections::BTreeMap;
+use std::{borrow::Cow, collections::BTreeMap};
 
 use serde_json::Value;
 
@@ -24,6 +24,25 @@ enum LabelOp {
 struct LabelRequirement {
     key: String,
     op: LabelOp,
+}
+
+/// What selectors read from an object: a label's value and a field's value as a field selector compares it.
+/// Implemented by a parsed object and by a stored one, which has both without parsing its JSON.
+pub trait Selectable {
+    /// The value of `metadata.labels[key]`, if it is a string.
+    fn label(&self, key: &str) -> Option<&str>;
+    /// See [`field_value`].
+    fn field(&self, path: &str) -> Cow<'_, str>;
+}
+
+impl Selectable for Value {
+    fn label(&self, key: &str) -> Option<&str> {
+        self["metadata"]["labels"].get(key).and_then(Value::as_str)
+    }
+
+    fn field(&self, path: &str) -> Cow<'_, str> {
+        Cow::Owned(field_value(self, path))
+    }
 }
 
 /// A parsed label selector; the empty selector matches everything.
@@ -160,20 +179,20 @@ impl LabelSelector {
     }
 
     /// Whether an object's `metadata.labels` satisfy every requirement.
-    pub fn matches(&self, object: &Value) -> bool {
-        let labels = object["metadata"]["labels"].as_object();
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        self.requirements.iter().all(|r| match (&r.op, get(&r.key)) {
-            (LabelOp::In(values), Some(v)) => values.iter().any(|x| x == v),
-            (LabelOp::In(_), None) => false,
-            (LabelOp::NotIn(values), Some(v)) => !values.iter().any(|x| x == v),
-            (LabelOp::NotIn(_), None) => true,
-            (LabelOp::Exists, found) => found.is_some(),
-            (LabelOp::DoesNotExist, found) => found.is_none(),
-            (LabelOp::Gt(n), Some(v)) => v.parse::<i64>().is_ok_and(|v| v > *n),
-            (LabelOp::Lt(n), Some(v)) => v.parse::<i64>().is_ok_and(|v| v < *n),
-            (LabelOp::Gt(_) | LabelOp::Lt(_), None) => false,
-        })
+    pub fn matches<T: Selectable + ?Sized>(&self, object: &T) -> bool {
+        self.requirements
+            .iter()
+            .all(|r| match (&r.op, object.label(&r.key)) {
+                (LabelOp::In(values), Some(v)) => values.iter().any(|x| x == v),
+                (LabelOp::In(_), None) => false,
+                (LabelOp::NotIn(values), Some(v)) => !values.iter().any(|x| x == v),
+                (LabelOp::NotIn(_), None) => true,
+                (LabelOp::Exists, found) => found.is_some(),
+                (LabelOp::DoesNotExist, found) => found.is_none(),
+                (LabelOp::Gt(n), Some(v)) => v.parse::<i64>().is_ok_and(|v| v > *n),
+                (LabelOp::Lt(n), Some(v)) => v.parse::<i64>().is_ok_and(|v| v < *n),
+                (LabelOp::Gt(_) | LabelOp::Lt(_), None) => false,
+            })
     }
 }
 
@@ -267,10 +286,10 @@ impl FieldSelector {
             .map(|r| r.value.as_str())
     }
 
-    pub fn matches(&self, object: &Value) -> bool {
+    pub fn matches<T: Selectable + ?Sized>(&self, object: &T) -> bool {
         self.requirements
             .iter()
-            .all(|r| (field_value(object, &r.path) == r.value) == r.equal)
+            .all(|r| (object.field(&r.path) == r.value.as_str()) == r.equal)
     }
 }
 

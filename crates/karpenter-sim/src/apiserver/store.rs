@@ -1,4 +1,4 @@
-//! The object store: every object as a `serde_json::Value`, one ordered map per resource, a global
+//! The object store: every object as a [`Stored`] (its JSON text and indexed fields), one ordered map per resource, a global
 //! resourceVersion counter, a bounded per-resource event history and the open watches.
 //!
 //! Every change goes through [`State::commit`] or [`State::remove`], which assign the next resourceVersion,
@@ -15,10 +15,11 @@ use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::resources::{Registry, ResourceId, ResourceInfo};
+pub use super::stored::Stored;
 use crate::{clock::Clock, error::ApiStatus, rng::Rng};
 
 /// A stored object; shared between the map, the history and the watch streams without copying.
-pub type Obj = Arc<Value>;
+pub type Obj = Arc<Stored>;
 
 /// Where an object lives inside its resource: namespace ("" for cluster-scoped) and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -41,6 +42,10 @@ impl ObjectKey {
             meta["namespace"].as_str().unwrap_or(""),
             meta["name"].as_str().unwrap_or(""),
         )
+    }
+
+    pub fn of_stored(object: &Stored) -> Self {
+        Self::new(object.namespace(), object.name())
     }
 }
 
@@ -141,21 +146,6 @@ pub struct State {
     next_watcher: u64,
 }
 
-fn uid_of(object: &Value) -> Option<&str> {
-    object["metadata"]["uid"].as_str()
-}
-
-fn owner_uids(object: &Value) -> Vec<String> {
-    object["metadata"]["ownerReferences"]
-        .as_array()
-        .map(|refs| {
-            refs.iter()
-                .filter_map(|r| r["uid"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 impl State {
     pub fn new(clock: Arc<dyn Clock>, history_limit: usize, seed: u64) -> Self {
         let registry = Registry::with_builtins();
@@ -208,6 +198,18 @@ impl State {
         self.stores.get(id).and_then(|s| s.objects.get(key)).cloned()
     }
 
+    pub fn contains(&self, id: &ResourceId, key: &ObjectKey) -> bool {
+        self.stores.get(id).is_some_and(|s| s.objects.contains_key(key))
+    }
+
+    /// One object, parsed.
+    pub fn get_value(&self, id: &ResourceId, key: &ObjectKey) -> Option<Value> {
+        self.stores
+            .get(id)
+            .and_then(|s| s.objects.get(key))
+            .map(|o| o.value())
+    }
+
     pub fn exists_uid(&self, uid: &str) -> bool {
         self.uids.contains_key(uid)
     }
@@ -216,29 +218,29 @@ impl State {
         crate::clock::format_time(self.clock.now())
     }
 
-    fn index(&mut self, id: &ResourceId, object: &Value) {
-        let key = ObjectKey::of(object);
-        if let Some(uid) = uid_of(object) {
+    fn index(&mut self, id: &ResourceId, object: &Stored) {
+        let key = ObjectKey::of_stored(object);
+        if let Some(uid) = object.uid() {
             self.uids.insert(uid.to_string(), (id.clone(), key.clone()));
         }
-        for owner in owner_uids(object) {
+        for owner in object.owner_uids() {
             self.dependents
-                .entry(owner)
+                .entry(owner.to_string())
                 .or_default()
                 .insert((id.clone(), key.clone()));
         }
     }
 
-    fn unindex(&mut self, id: &ResourceId, object: &Value) {
-        let key = ObjectKey::of(object);
-        if let Some(uid) = uid_of(object) {
+    fn unindex(&mut self, id: &ResourceId, object: &Stored) {
+        let key = ObjectKey::of_stored(object);
+        if let Some(uid) = object.uid() {
             self.uids.remove(uid);
         }
-        for owner in owner_uids(object) {
-            if let Some(set) = self.dependents.get_mut(&owner) {
+        for owner in object.owner_uids() {
+            if let Some(set) = self.dependents.get_mut(owner) {
                 set.remove(&(id.clone(), key.clone()));
                 if set.is_empty() {
-                    self.dependents.remove(&owner);
+                    self.dependents.remove(owner);
                 }
             }
         }
@@ -268,7 +270,12 @@ impl State {
         let rv = self.rv;
         object["metadata"]["resourceVersion"] = Value::String(rv.to_string());
         let key = ObjectKey::of(&object);
-        let object = Arc::new(object);
+        let selectable = self
+            .stores
+            .get(id)
+            .map(|s| s.info.selectable_fields.as_slice())
+            .unwrap_or_default();
+        let object = Arc::new(Stored::new(&object, selectable));
         let previous = self
             .stores
             .get_mut(id)
@@ -300,9 +307,14 @@ impl State {
         self.unindex(id, &removed);
         self.rv += 1;
         let rv = self.rv;
-        let mut last = (*removed).clone();
+        let mut last = removed.value();
         last["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-        let last = Arc::new(last);
+        let selectable = self
+            .stores
+            .get(id)
+            .map(|s| s.info.selectable_fields.as_slice())
+            .unwrap_or_default();
+        let last = Arc::new(Stored::new(&last, selectable));
         self.record(
             id,
             StoredEvent {
@@ -329,11 +341,8 @@ impl State {
         match start {
             WatchStart::Now { initial_end_bookmark } => {
                 for object in store.objects.values() {
-                    let rv = object["metadata"]["resourceVersion"]
-                        .as_str()
-                        .and_then(|s| s.parse().ok());
                     let event = StoredEvent {
-                        rv: rv.unwrap_or(0),
+                        rv: object.rv(),
                         kind: EventType::Added,
                         object: Arc::clone(object),
                         previous: None,

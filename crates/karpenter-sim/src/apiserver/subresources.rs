@@ -80,7 +80,7 @@ pub fn write_scale(
     edit: impl FnOnce(&mut Value) -> Result<(), ApiStatus>,
 ) -> Result<Value, ApiStatus> {
     let object = state
-        .get(&info.id(), key)
+        .get_value(&info.id(), key)
         .ok_or_else(|| not_found(info, &key.name))?;
     let paths = info
         .scale
@@ -113,16 +113,10 @@ pub fn write_scale(
             &format!("Invalid value: {replicas}: must be greater than or equal to 0"),
         ));
     }
-    let mut updated = (*object).clone();
+    let mut updated = object;
     set_path(&mut updated, &paths.spec_replicas, json!(replicas));
     let stored = objects::update(state, info, key, updated, Part::Main, opts)?;
-    scale_of(info, &stored)
-}
-
-fn is_ready(pod: &Value) -> bool {
-    pod["status"]["conditions"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    scale_of(info, &stored.value())
 }
 
 /// An IntOrString budget value scaled against `total` (percentages rounded up, as upstream).
@@ -144,20 +138,18 @@ struct Budget {
 
 fn budget(state: &State, pdb: &Value, selector: &LabelSelector, namespace: &str) -> Budget {
     let pods = ResourceId::core("pods");
+    // Read from the stored pods' indexed labels and flags: a namespace may hold 100,000 pods.
     let selected: Vec<&Obj> = state
         .store(&pods)
         .map(|s| {
             s.range(Some(namespace))
                 .map(|(_, p)| p)
-                .filter(|p| selector.matches(p))
+                .filter(|p| selector.matches(&***p))
                 .collect()
         })
         .unwrap_or_default();
     let expected = selected.len() as i64;
-    let healthy = selected
-        .iter()
-        .filter(|p| is_ready(p) && !p["metadata"]["deletionTimestamp"].is_string())
-        .count() as i64;
+    let healthy = selected.iter().filter(|p| p.ready() && !p.deleting()).count() as i64;
     let desired = pdb_desired_healthy(&pdb["spec"], expected);
     Budget { desired, healthy }
 }
@@ -181,9 +173,10 @@ pub fn evict(
     key: &ObjectKey,
     eviction: &Value,
 ) -> Result<(), ApiStatus> {
-    let pod = state
+    let stored_pod = state
         .get(&pods.id(), key)
         .ok_or_else(|| not_found(pods, &key.name))?;
+    let pod = stored_pod.value();
     let options = &eviction["deleteOptions"];
     let delete_opts = DeleteOptions {
         grace_period: options["gracePeriodSeconds"].as_i64(),
@@ -201,14 +194,15 @@ pub fn evict(
         || pod["metadata"]["deletionTimestamp"].is_string();
     if !ignore_budgets {
         let pdbs = ResourceId::new("policy", "poddisruptionbudgets");
-        let matching: Vec<(Obj, LabelSelector)> = state
+        let matching: Vec<(Value, LabelSelector)> = state
             .store(&pdbs)
             .map(|s| {
                 s.range(Some(&key.namespace))
                     .filter_map(|(_, pdb)| {
+                        let pdb = pdb.value();
                         let selector = pdb["spec"].get("selector").filter(|s| !s.is_null())?;
                         let selector = LabelSelector::from_object(selector)?;
-                        selector.matches(&pod).then(|| (Arc::clone(pdb), selector))
+                        selector.matches(&pod).then_some((pdb, selector))
                     })
                     .collect()
             })
@@ -221,7 +215,7 @@ pub fn evict(
         if let Some((pdb, selector)) = matching.first() {
             let Budget { desired, healthy } = budget(state, pdb, selector, &key.namespace);
             let always_allow_unhealthy = pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow";
-            let unhealthy_may_go = !is_ready(&pod) && (always_allow_unhealthy || healthy >= desired);
+            let unhealthy_may_go = !stored_pod.ready() && (always_allow_unhealthy || healthy >= desired);
             if !unhealthy_may_go && healthy - desired <= 0 {
                 let name = pdb["metadata"]["name"].as_str().unwrap_or("");
                 return Err(ApiStatus::too_many_requests(
@@ -245,7 +239,7 @@ pub fn bind(
     binding: &Value,
 ) -> Result<Obj, ApiStatus> {
     let pod = state
-        .get(&pods.id(), key)
+        .get_value(&pods.id(), key)
         .ok_or_else(|| not_found(pods, &key.name))?;
     let node = binding["target"]["name"]
         .as_str()
@@ -267,7 +261,7 @@ pub fn bind(
             "pod is being deleted, cannot be assigned to a host",
         ));
     }
-    let mut bound = (*pod).clone();
+    let mut bound = pod;
     bound["spec"]["nodeName"] = json!(node);
     let now = state.now();
     let mut conditions: Vec<Value> = bound["status"]["conditions"]

@@ -21,7 +21,7 @@ use super::{
     resources::ResourceId,
     response::ResponseBody,
     selectors::{FieldSelector, LabelSelector},
-    store::{EventType, StoredEvent, WatchMsg},
+    store::{EventType, Stored, StoredEvent, WatchMsg},
 };
 
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
@@ -42,10 +42,10 @@ pub struct WatchSpec {
 }
 
 impl WatchSpec {
-    fn visible(&self, object: &Value) -> bool {
+    fn visible(&self, object: &Stored) -> bool {
         self.namespace
             .as_deref()
-            .is_none_or(|ns| object["metadata"]["namespace"].as_str() == Some(ns))
+            .is_none_or(|ns| object.namespace() == ns)
             && self.labels.matches(object)
             && self.fields.matches(object)
     }
@@ -68,12 +68,13 @@ impl WatchSpec {
     }
 }
 
-fn line(event_type: &str, object: &Value) -> Bytes {
-    let mut out = Vec::with_capacity(256);
+/// One event line around an object's JSON text.
+fn line(event_type: &str, object: &str) -> Bytes {
+    let mut out = Vec::with_capacity(32 + object.len());
     out.extend_from_slice(br#"{"type":""#);
     out.extend_from_slice(event_type.as_bytes());
     out.extend_from_slice(br#"","object":"#);
-    let _ = serde_json::to_writer(&mut out, object);
+    out.extend_from_slice(object.as_bytes());
     out.extend_from_slice(b"}\n");
     Bytes::from(out)
 }
@@ -98,8 +99,8 @@ impl WatchState {
     fn render(&mut self, msg: WatchMsg) -> Option<Bytes> {
         match msg {
             WatchMsg::Event(event) => self.spec.event_type(&event).map(|t| match self.spec.convert {
-                Some(convert) => line(t, &convert(&event.object)),
-                None => line(t, &event.object),
+                Some(convert) => line(t, &convert(&event.object.value()).to_string()),
+                None => line(t, event.object.json()),
             }),
             WatchMsg::Bookmark { rv, initial_end } if self.spec.bookmarks || initial_end => {
                 let mut metadata = json!({"resourceVersion": rv.to_string()});
@@ -107,12 +108,12 @@ impl WatchState {
                     metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
                 }
                 let object = json!({"kind": self.spec.kind, "apiVersion": self.spec.api_version, "metadata": metadata});
-                Some(line("BOOKMARK", &object))
+                Some(line("BOOKMARK", &object.to_string()))
             }
             WatchMsg::Bookmark { .. } => None,
             WatchMsg::Error(status) => {
                 self.done = true;
-                Some(line("ERROR", &status.to_json()))
+                Some(line("ERROR", &status.to_json().to_string()))
             }
         }
     }

@@ -25,7 +25,7 @@ pub(super) fn reconcile(api: &ApiServer) {
         };
         let selected: Vec<_> = pods
             .iter()
-            .filter(|p| objects::namespace(p) == namespace && selector.matches(p))
+            .filter(|p| objects::namespace(p) == namespace && selector.matches(&***p))
             .collect();
         let expected = selected.len() as i64;
         let healthy = selected
