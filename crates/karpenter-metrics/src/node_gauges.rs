@@ -93,6 +93,12 @@ pub(crate) struct GaugeText {
 
 /// Writes `value` as the text encoder writes a label value: `\\`, `"` and newlines escaped.
 pub(crate) fn write_label_value(out: &mut String, value: &str) {
+    // Nearly every value (names, zones, types) needs no escape: copy it whole rather than char by char, which
+    // was the largest cost of a scrape of 150,000 pods.
+    if !value.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        out.push_str(value);
+        return;
+    }
     for c in value.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -218,6 +224,16 @@ mod tests {
         assert!(out.contains("resource_type=\"memory\"} 7000000000"), "{out}");
         assert!(out.contains("# TYPE karpenter_nodes_allocatable gauge"), "{out}");
         assert_eq!(gauge.get("n1", "cpu"), Some(1.93));
+    }
+
+    #[test]
+    fn label_values_are_escaped_as_the_text_format_requires() {
+        let mut out = String::new();
+        for value in ["plain-value", "a\"quoted\" \\ path\nline", "ünïcode"] {
+            write_label_value(&mut out, value);
+            out.push('|');
+        }
+        assert_eq!(out, "plain-value|a\\\"quoted\\\" \\\\ path\\nline|ünïcode|");
     }
 
     #[test]

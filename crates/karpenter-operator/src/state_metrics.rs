@@ -69,7 +69,8 @@ pub fn refresh(state: &ClusterState) {
     // Upstream splits a node's pod requests: DaemonSet pods' go to the daemon gauge, the others' to the pod gauge.
     let mut requests: HashMap<std::sync::Arc<str>, Resources> = HashMap::new();
     let mut daemon_requests: HashMap<std::sync::Arc<str>, Resources> = HashMap::new();
-    let pods = state.pods.all();
+    // Sums per node: the order does not matter.
+    let pods = state.pods.unordered();
     for pod in &pods {
         let Some(spec) = pod.spec.as_ref() else { continue };
         let Some(node) = spec.node_name.as_ref() else {

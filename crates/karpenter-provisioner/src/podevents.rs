@@ -191,7 +191,8 @@ impl PodEventsController {
                 return Ok(Vec::new());
             }
             *version = Some(current);
-            let pods = self.cx.state.pods.all();
+            // The tracker keys pods by name and answers a set of nodes: the order does not matter.
+            let pods = self.cx.state.pods.unordered();
             tracker.observe(pods.iter().map(|p| &**p))
         };
         if nodes.is_empty() {
