@@ -325,12 +325,7 @@ impl<'a> Topology<'a> {
         }
         let universe = self.universe(group.key);
         let pod_allows = |d: Symbol| pod_reqs.get(group.key).is_none_or(|r| r.has(d));
-        let occupied: Vec<Symbol> = universe
-            .iter()
-            .enumerate()
-            .filter(|(i, d)| group.counts.dense[*i] > 0 && pod_allows(**d))
-            .map(|(_, d)| *d)
-            .collect();
+        let occupied = self.occupied_domains(group, pod_reqs);
         let allowed = if !occupied.is_empty() {
             occupied
         } else if Self::selects(group, namespace, labels) {
@@ -636,6 +631,17 @@ impl<'a> Topology<'a> {
         }
     }
 
+    /// The domains of an affinity group's key that already hold a pod it selects and that `pod_reqs` allow.
+    fn occupied_domains(&self, group: &TopologyGroup, pod_reqs: &Requirements) -> Vec<Symbol> {
+        let pod_allows = |d: Symbol| pod_reqs.get(group.key).is_none_or(|r| r.has(d));
+        self.universe(group.key)
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| group.counts.dense[*i] > 0 && pod_allows(**d))
+            .map(|(_, d)| *d)
+            .collect()
+    }
+
     fn next_affinity_domain(
         &self,
         group: &TopologyGroup,
@@ -661,12 +667,7 @@ impl<'a> Topology<'a> {
         let universe = self.universe(group.key);
         let pod_allows = |d: Symbol| pod_reqs.get(group.key).is_none_or(|r| r.has(d));
         let node_allows = |d: Symbol| node.get(group.key).is_none_or(|r| r.has(d));
-        let occupied: Vec<Symbol> = universe
-            .iter()
-            .enumerate()
-            .filter(|(i, d)| group.counts.dense[*i] > 0 && pod_allows(**d))
-            .map(|(_, d)| *d)
-            .collect();
+        let occupied = self.occupied_domains(group, pod_reqs);
         let options: Vec<Symbol> = if !occupied.is_empty() {
             occupied.into_iter().filter(|d| node_allows(*d)).collect()
         } else if self_selecting {
