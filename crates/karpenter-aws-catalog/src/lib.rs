@@ -32,14 +32,3 @@ pub enum AwsCatalogError {
     #[error("embedded AWS catalog data is corrupt: {0}")]
     EmbeddedData(String),
 }
-
-impl AwsCatalogError {
-    /// A stable name for metrics and logs.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Self::UnknownRegion { .. } => "UnknownRegion",
-            Self::InvalidSetting { .. } => "InvalidSetting",
-            Self::EmbeddedData(_) => "EmbeddedData",
-        }
-    }
-}

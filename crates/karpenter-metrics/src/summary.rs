@@ -15,6 +15,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::node_gauges::write_label_value;
+
 /// The quantiles reported, upstream's objectives.
 pub const SUMMARY_QUANTILES: [f64; 5] = [0.0, 0.5, 0.9, 0.99, 1.0];
 
@@ -114,7 +116,9 @@ fn write_series(out: &mut String, name: &str, label: Option<(&str, &str)>, s: &m
     values.sort_by(f64::total_cmp);
     let (first, only) = match label {
         Some((key, value)) => {
-            let value = escape(value);
+            let mut escaped = String::with_capacity(value.len());
+            write_label_value(&mut escaped, value);
+            let value = escaped;
             (format!("{key}=\"{value}\","), format!("{{{key}=\"{value}\"}}"))
         }
         None => (String::new(), String::new()),
@@ -170,14 +174,6 @@ fn number(v: f64) -> String {
     } else {
         format!("{v:?}")
     }
-}
-
-/// A label value with `\`, `"` and newlines escaped.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

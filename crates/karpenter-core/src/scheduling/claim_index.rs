@@ -100,22 +100,14 @@ impl ClaimIndex {
         self.filled.get(g).is_some_and(Option::is_some)
     }
 
-    /// Claim `c` now sits at `new` in the claim order (`old`: where it was, `None` for a new claim) with
-    /// `requirements`.
-    pub(super) fn place(
-        &mut self,
-        c: usize,
-        old: Option<ClaimKey>,
-        new: ClaimKey,
-        requirements: &Requirements,
-    ) {
-        if let Some(old) = old {
-            for &g in self.filled_in.get(c).into_iter().flatten() {
-                if let Some(filled) = self.filled[g].as_mut() {
-                    for set in &mut filled.by_own {
-                        if set.remove(&old) {
-                            set.insert(new);
-                        }
+    /// Claim `c` moved from `old` to `new` in the claim order (a pod joined it; a claim just opened was in no
+    /// set yet) and now has `requirements`.
+    pub(super) fn place(&mut self, c: usize, old: ClaimKey, new: ClaimKey, requirements: &Requirements) {
+        for &g in self.filled_in.get(c).into_iter().flatten() {
+            if let Some(filled) = self.filled[g].as_mut() {
+                for set in &mut filled.by_own {
+                    if set.remove(&old) {
+                        set.insert(new);
                     }
                 }
             }
@@ -130,7 +122,7 @@ impl ClaimIndex {
         let placed_before = !slots.is_empty();
         slots.resize(self.by_domain.len(), None);
         for (partition, slot) in self.by_domain.iter_mut().zip(slots.iter_mut()) {
-            if let Some(old) = old.filter(|_| placed_before) {
+            if placed_before {
                 partition.set(*slot).remove(&old);
             }
             *slot = requirements.single_value(partition.key);
@@ -278,10 +270,10 @@ mod tests {
     fn a_filled_claim_stays_filled_when_a_pod_joins_it() {
         let mut index = ClaimIndex::new([Some(1), Some(2)].into_iter(), std::iter::empty());
         let reqs = Requirements::new();
-        index.place(0, None, (2, 0), &reqs);
+        index.place(0, (1, 0), (2, 0), &reqs);
         index.counted(0, 0, (2, 0), 1);
         index.counted(1, 0, (2, 0), 2);
-        index.place(0, Some((2, 0)), (3, 0), &reqs);
+        index.place(0, (2, 0), (3, 0), &reqs);
         let order: BTreeSet<ClaimKey> = [(0, 1), (3, 0)].into();
         assert_eq!(walked(&index, &order, &[(0, true)], None), vec![(0, 1)]);
         assert_eq!(walked(&index, &order, &[(1, true)], None), vec![(0, 1)]);
@@ -299,22 +291,22 @@ mod tests {
             r
         };
         let mut index = ClaimIndex::new(std::iter::empty(), [zone, zone].into_iter());
-        index.place(0, None, (0, 0), &Requirements::new());
-        index.place(1, None, (0, 1), &pinned(a));
-        index.place(2, None, (0, 2), &pinned(b));
+        index.place(0, (0, 0), (1, 0), &Requirements::new());
+        index.place(1, (0, 1), (1, 1), &pinned(a));
+        index.place(2, (0, 2), (1, 2), &pinned(b));
         // Claim 0 gets pinned to zone-b as a pod joins it.
-        index.place(0, Some((0, 0)), (1, 0), &pinned(b));
-        index.place(3, None, (0, 3), &Requirements::new());
-        let order: BTreeSet<ClaimKey> = [(0, 1), (0, 2), (0, 3), (1, 0)].into();
+        index.place(0, (1, 0), (2, 0), &pinned(b));
+        index.place(3, (0, 3), (1, 3), &Requirements::new());
+        let order: BTreeSet<ClaimKey> = [(1, 1), (1, 2), (1, 3), (2, 0)].into();
         assert_eq!(
             walked(&index, &order, &[], Some((zone, vec![b]))),
-            vec![(0, 2), (0, 3), (1, 0)]
+            vec![(1, 2), (1, 3), (2, 0)]
         );
         assert_eq!(
             walked(&index, &order, &[], Some((zone, vec![a]))),
-            vec![(0, 1), (0, 3)]
+            vec![(1, 1), (1, 3)]
         );
-        assert_eq!(walked(&index, &order, &[], Some((zone, vec![]))), vec![(0, 3)]);
+        assert_eq!(walked(&index, &order, &[], Some((zone, vec![]))), vec![(1, 3)]);
         assert_eq!(walked(&index, &order, &[], None).len(), 4);
     }
 }

@@ -16,7 +16,7 @@ use crate::{
 use karpenter_api::labels;
 
 use super::{
-    claim_index::ClaimIndex,
+    claim_index::{ClaimIndex, Walk},
     node_overlay::NodeOverlay,
     nodes::{ExistingNode, NodePoolTemplate},
     pod::{AffinityTerm, HostPort, Labels, Pod, PreferencePolicy, Relaxation, untolerated},
@@ -521,14 +521,7 @@ impl<'a> Scheduler<'a> {
             self.claims.len(),
         );
         if !blocked {
-            let spread = self
-                .active_spread(p)
-                .map(|g| (g, self.topology.group_selects(g, pod.namespace, &pod.labels)));
-            let affinity = self.active_affinity(p).find_map(|g| {
-                self.topology
-                    .affinity_domains(g, pod.namespace, &pod.labels, &reqs)
-            });
-            for (_, c) in self.claim_index.walk(&self.claim_order, spread, affinity) {
+            for (_, c) in self.claim_walk(p, &reqs) {
                 if let Ok(update) = self.try_claim(p, &self.claims[c], &reqs) {
                     found = Some((c, update));
                     break;
@@ -554,9 +547,9 @@ impl<'a> Scheduler<'a> {
         Err(self.explain(p, &reqs, reasons, interner, table))
     }
 
-    /// Debug builds: every claim the index left out of pod `p`'s walk, before the one it joined, is one the
-    /// topology check rejects (the index is a filter, never a decision).
-    fn check_claims_left_out(&self, p: usize, reqs: &Requirements, joined: Option<usize>) {
+    /// The open claims pod `p` (with node requirements `reqs`) may join, in the claim order: the index filtered
+    /// by the hostname spread constraints and the first non-hostname pod affinity it honours now.
+    fn claim_walk(&self, p: usize, reqs: &Requirements) -> Walk<'_> {
         let pod = &self.input.pods[p];
         let spread = self
             .active_spread(p)
@@ -565,10 +558,13 @@ impl<'a> Scheduler<'a> {
             self.topology
                 .affinity_domains(g, pod.namespace, &pod.labels, reqs)
         });
-        let walked: BTreeSet<(usize, usize)> = self
-            .claim_index
-            .walk(&self.claim_order, spread, affinity)
-            .collect();
+        self.claim_index.walk(&self.claim_order, spread, affinity)
+    }
+
+    /// Debug builds: every claim the index left out of pod `p`'s walk, before the one it joined, is one the
+    /// topology check rejects (the index is a filter, never a decision).
+    fn check_claims_left_out(&self, p: usize, reqs: &Requirements, joined: Option<usize>) {
+        let walked: BTreeSet<(usize, usize)> = self.claim_walk(p, reqs).collect();
         for key @ &(_, c) in &self.claim_order {
             if Some(c) == joined {
                 break;
@@ -841,7 +837,7 @@ impl<'a> Scheduler<'a> {
         claim.host_ports.extend(pod.host_ports.iter().copied());
         let key = (claim.pods.len(), c);
         self.claim_order.insert(key);
-        self.claim_index.place(c, Some(old_key), key, &claim.requirements);
+        self.claim_index.place(c, old_key, key, &claim.requirements);
         self.topology.record(
             &self.groups[p],
             &claim.requirements,

@@ -319,11 +319,9 @@ impl<'a> Topology<'a> {
         labels: &Labels,
         pod_reqs: &Requirements,
     ) -> Option<(Symbol, Vec<Symbol>)> {
+        let key = self.non_host_affinity_key(g)?;
         let group = &self.groups[g];
-        if group.kind != GroupKind::Affinity || self.is_host(group.key) {
-            return None;
-        }
-        let universe = self.universe(group.key);
+        let universe = self.universe(key);
         let pod_allows = |d: Symbol| pod_reqs.get(group.key).is_none_or(|r| r.has(d));
         let occupied = self.occupied_domains(group, pod_reqs);
         let allowed = if !occupied.is_empty() {
@@ -334,7 +332,7 @@ impl<'a> Topology<'a> {
         } else {
             Vec::new()
         };
-        Some((group.key, allowed))
+        Some((key, allowed))
     }
 
     /// The key of pod affinity group `g` when it is not hostname (nodes pinned to one of its values can be

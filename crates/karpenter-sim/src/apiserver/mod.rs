@@ -5,9 +5,8 @@
 //! - One [`ApiServer`] holds all state behind one mutex: objects as their JSON text plus the fields selectors
 //!   and the write path read (`stored.rs`; a quarter of a `serde_json::Value`'s memory or less, and lists and
 //!   watches copy the text as it is) in one ordered map per resource (so a namespace is a range, a list is
-//!   linear), a global resourceVersion counter like etcd's
-//!   revision, a bounded per-resource event history (10,000 by default) and the open watches. A request never
-//!   holds the lock across an await.
+//!   linear), a global resourceVersion counter like etcd's revision, a bounded per-resource event history
+//!   (10,000 by default) and the open watches. A request never holds the lock across an await.
 //! - Two transports share one request path (`handler.rs`): an in-process tower Service for
 //!   `kube::Client::new(service, "default")` ([`ApiServer::client`]) and HTTP/1.1 on 127.0.0.1
 //!   ([`ApiServer::serve_http`]) with a kubeconfig writer for kubectl.

@@ -1,5 +1,5 @@
-//! The object store: every object as a [`Stored`] (its JSON text and indexed fields), one ordered map per resource, a global
-//! resourceVersion counter, a bounded per-resource event history and the open watches.
+//! The object store: every object as a [`Stored`] (its JSON text and indexed fields), one ordered map per
+//! resource, a global resourceVersion counter, a bounded per-resource event history and the open watches.
 //!
 //! Every change goes through [`State::commit`] or [`State::remove`], which assign the next resourceVersion,
 //! record the watch event and hand it to the open watches while the state lock is held, so watchers see changes
@@ -218,6 +218,16 @@ impl State {
         crate::clock::format_time(self.clock.now())
     }
 
+    /// `object` as resource `id` stores it, with that resource's selectable fields indexed.
+    fn stored(&self, id: &ResourceId, object: &Value) -> Stored {
+        let selectable = self
+            .stores
+            .get(id)
+            .map(|s| s.info.selectable_fields.as_slice())
+            .unwrap_or_default();
+        Stored::new(object, selectable)
+    }
+
     fn index(&mut self, id: &ResourceId, object: &Stored) {
         let key = ObjectKey::of_stored(object);
         if let Some(uid) = object.uid() {
@@ -270,12 +280,7 @@ impl State {
         let rv = self.rv;
         object["metadata"]["resourceVersion"] = Value::String(rv.to_string());
         let key = ObjectKey::of(&object);
-        let selectable = self
-            .stores
-            .get(id)
-            .map(|s| s.info.selectable_fields.as_slice())
-            .unwrap_or_default();
-        let object = Arc::new(Stored::new(&object, selectable));
+        let object = Arc::new(self.stored(id, &object));
         let previous = self
             .stores
             .get_mut(id)
@@ -309,12 +314,7 @@ impl State {
         let rv = self.rv;
         let mut last = removed.value();
         last["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-        let selectable = self
-            .stores
-            .get(id)
-            .map(|s| s.info.selectable_fields.as_slice())
-            .unwrap_or_default();
-        let last = Arc::new(Stored::new(&last, selectable));
+        let last = Arc::new(self.stored(id, &last));
         self.record(
             id,
             StoredEvent {
