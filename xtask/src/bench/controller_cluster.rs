@@ -11,7 +11,7 @@
 //!   the termination finalizer, owned by the NodePool) and its Node `i-<17 hex>` (providerID
 //!   `sim:///<zone>/i-...`, the kwok, nodeclaim, nodepool, registered and initialized labels, the catalog's
 //!   instance labels, capacity and allocatable from the embedded AWS us-east-1 catalog, Ready, owned by the
-//!   claim);
+//!   claim, with the termination finalizer the controller gives every Node it registers);
 //! - two DaemonSets in kube-system (kube-proxy 100m/128Mi, node-exporter 50m/64Mi) with one pod on every node;
 //! - 50 Deployments (25 for each node type) over 5 namespaces `team-0..4`, each with its ReplicaSet and a
 //!   PodDisruptionBudget (maxUnavailable 10% or minAvailable 80%); the other `pods_per_node - 2` pods of a node
@@ -516,6 +516,7 @@ pub fn steady(api: &ApiServer, catalog: &CatalogFile, nodes: usize, pods_per_nod
                         "volumes.kubernetes.io/controller-managed-attach-detach": "true",
                     },
                     "ownerReferences": [owner("karpenter.sh/v1", "NodeClaim", &claim, false)],
+                    "finalizers": ["karpenter.sh/termination"],
                 },
                 "spec": {"providerID": provider_id},
                 "status": {
