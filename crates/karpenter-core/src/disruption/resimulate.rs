@@ -12,7 +12,8 @@
 //! The base input is built once ([`DisruptionInputs::base`]); each simulation changes it in place and puts it
 //! back: it flips the removed nodes' `schedulable` and `leaving` flags and moves their pods into
 //! the input, so nothing is cloned or rebuilt per simulation: the scheduler copies the records of only the nodes
-//! it places pods on, and finds the bound pods with anti-affinity through [`DisruptionInputs::bound_index`]. The scheduler interns placeholder hostnames into
+//! it places pods on, and reads the bound pods with anti-affinity and the nodes' room ceiling from
+//! [`DisruptionInputs::simulation_index`], built once per pass. The scheduler interns placeholder hostnames into
 //! the base's one interner.
 
 use super::candidates::ClusterView;
@@ -75,7 +76,7 @@ pub fn simulate_removal(inputs: &mut DisruptionInputs, nodes: &[usize]) -> Simul
     let DisruptionInputs {
         view,
         base,
-        bound_index,
+        simulation_index,
         existing_of,
         view_of_existing,
         pods_of,
@@ -106,7 +107,7 @@ pub fn simulate_removal(inputs: &mut DisruptionInputs, nodes: &[usize]) -> Simul
         }
     }
 
-    let results = schedule_indexed(input, bound_index, &mut base.interner, &base.table);
+    let results = schedule_indexed(input, simulation_index, &mut base.interner, &base.table);
     let outcome = unschedulable(input, &results, first)
         .or_else(|| on_uninitialized_node(input, &results, first, view, view_of_existing));
 

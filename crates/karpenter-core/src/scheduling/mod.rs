@@ -23,8 +23,8 @@ pub use pod::{
     Relaxation, SelectorExpression, SelectorOperator, SpreadConstraint, Taint, TaintEffect, Toleration,
 };
 pub use scheduler::{
-    BoundPod, BoundPodIndex, Launch, MinValuesPolicy, NewNodeClaim, SchedulingInput, SchedulingResults,
-    SchedulingSettings, claim_labels, schedule, schedule_indexed,
+    BoundPod, Launch, MinValuesPolicy, NewNodeClaim, SchedulingInput, SchedulingResults, SchedulingSettings,
+    SimulationIndex, claim_labels, schedule, schedule_indexed,
 };
 
 #[cfg(test)]

@@ -34,29 +34,47 @@ pub(super) struct NodeView<'a> {
 
 /// The existing nodes a simulation changed (see the module documentation).
 ///
-/// Invariant: `slot[n] == 0` for a node no pod was placed on, else `touched[slot[n] - 1].0 == n`; each node is
-/// in `touched` at most once.
+/// Invariant: each node is in `touched` at most once. While `slot` is empty a node is found by walking
+/// `touched`; once more than [`WALKED_NODES`] nodes are touched, `slot[n] == 0` for a node no pod was placed on,
+/// else `touched[slot[n] - 1].0 == n`.
 #[derive(Debug, Clone, Default)]
 pub(super) struct NodeOverlay {
-    /// Per existing node: 0 while untouched, else one more than its position in `touched`.
+    /// How many existing nodes there are.
+    nodes: usize,
+    /// Per existing node: 0 while untouched, else one more than its position in `touched`. Empty until more
+    /// than [`WALKED_NODES`] nodes are touched: most re-simulations touch a handful of nodes, and a table the
+    /// size of the cluster, zeroed for each of thousands of candidates, cost more than their placements.
     slot: Vec<u32>,
     /// (existing-node index, its state), in the order first touched.
     touched: Vec<(usize, NodeState)>,
 }
 
+/// Up to this many touched nodes are found by walking them rather than through a table of every node.
+const WALKED_NODES: usize = 16;
+
 impl NodeOverlay {
     /// An overlay over `nodes` existing nodes, none touched.
     pub fn new(nodes: usize) -> Self {
         Self {
-            slot: vec![0; nodes],
+            nodes,
+            slot: Vec::new(),
             touched: Vec::new(),
+        }
+    }
+
+    /// Node `n`'s position in `touched`, if a pod was placed on it.
+    fn position(&self, n: usize) -> Option<usize> {
+        if self.slot.is_empty() {
+            self.touched.iter().position(|(t, _)| *t == n)
+        } else {
+            let slot = *self.slot.get(n)?;
+            (slot > 0).then(|| slot as usize - 1)
         }
     }
 
     /// The state of node `n`, if a pod was placed on it.
     pub fn get(&self, n: usize) -> Option<&NodeState> {
-        let slot = *self.slot.get(n)?;
-        (slot > 0).then(|| &self.touched[slot as usize - 1].1)
+        self.position(n).map(|at| &self.touched[at].1)
     }
 
     /// Node `n` as placement sees it now; `node` must be the input's record of node `n`.
@@ -77,8 +95,10 @@ impl NodeOverlay {
 
     /// The state of node `n` to change, copied from `node` (the input's record of node `n`) the first time.
     pub fn touch(&mut self, n: usize, node: &ExistingNode) -> &mut NodeState {
-        let at = match self.slot[n] {
-            0 => {
+        let at = match self.position(n) {
+            Some(at) => at,
+            None => {
+                assert!(n < self.nodes, "existing node {n} of {}", self.nodes);
                 self.touched.push((
                     n,
                     NodeState {
@@ -88,10 +108,16 @@ impl NodeOverlay {
                         pods: Vec::new(),
                     },
                 ));
-                self.slot[n] = u32::try_from(self.touched.len()).unwrap_or(u32::MAX);
+                if !self.slot.is_empty() {
+                    self.slot[n] = u32::try_from(self.touched.len()).unwrap_or(u32::MAX);
+                } else if self.touched.len() > WALKED_NODES {
+                    self.slot = vec![0; self.nodes];
+                    for (i, (t, _)) in self.touched.iter().enumerate() {
+                        self.slot[*t] = u32::try_from(i + 1).unwrap_or(u32::MAX);
+                    }
+                }
                 self.touched.len() - 1
             }
-            slot => slot as usize - 1,
         };
         &mut self.touched[at].1
     }
@@ -169,6 +195,39 @@ mod tests {
             overlay.into_placements(),
             vec![(0, vec![1]), (2, vec![0, 2])],
             "by node index, pods in the order placed"
+        );
+    }
+
+    #[test]
+    fn touching_more_nodes_than_are_walked_keeps_every_record() {
+        let nodes: Vec<ExistingNode> = (0..100).map(|i| node(1000 + i)).collect();
+        let mut overlay = NodeOverlay::new(nodes.len());
+        let request = Resources::zero().with(crate::resources::ResourceId::CPU, 100);
+        // Every third node, twice each, past the point where the overlay builds its table of every node.
+        let touched: Vec<usize> = (0..nodes.len()).step_by(3).collect();
+        assert!(touched.len() > WALKED_NODES);
+        for round in 0..2 {
+            for &n in &touched {
+                let state = overlay.touch(n, &nodes[n]);
+                state.available.sub_assign(&request);
+                state.pods.push(n * 10 + round);
+            }
+        }
+        for (n, node) in nodes.iter().enumerate() {
+            let expected = if n % 3 == 0 {
+                node.available.cpu() - 200
+            } else {
+                node.available.cpu()
+            };
+            assert_eq!(overlay.view(n, node).available.cpu(), expected, "node {n}");
+            assert_eq!(overlay.get(n).is_some(), n % 3 == 0, "node {n}");
+        }
+        let placements = overlay.into_placements();
+        assert_eq!(placements.len(), touched.len());
+        assert!(
+            placements
+                .iter()
+                .all(|(n, pods)| *pods == vec![n * 10, n * 10 + 1])
         );
     }
 }

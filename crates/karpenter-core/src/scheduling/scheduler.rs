@@ -185,7 +185,7 @@ pub fn schedule(
     interner: &mut LabelInterner,
     table: &ResourceTable,
 ) -> SchedulingResults {
-    schedule_indexed(input, &BoundPodIndex::new(&input.bound_pods), interner, table)
+    schedule_indexed(input, &SimulationIndex::new(input), interner, table)
 }
 
 /// [`schedule`] with the bound pods' index built beforehand: re-simulations of one cluster share it, so none of
@@ -193,39 +193,54 @@ pub fn schedule(
 /// from `input.bound_pods` as they are now.
 pub fn schedule_indexed(
     input: &SchedulingInput,
-    index: &BoundPodIndex,
+    index: &SimulationIndex,
     interner: &mut LabelInterner,
     table: &ResourceTable,
 ) -> SchedulingResults {
     debug_assert_eq!(
-        index.bound_pods,
-        input.bound_pods.len(),
-        "the index is of other bound pods"
+        (index.bound_pods, index.existing_nodes),
+        (input.bound_pods.len(), input.existing.len()),
+        "the index is of other bound pods or nodes"
     );
     Scheduler::new(input, index, interner).run(interner, table)
 }
 
-/// What a simulation needs to know about the bound pods that does not change while only the pending pods and
-/// the nodes' `schedulable` and `leaving` flags do (what a disruption pass changes between re-simulations).
+/// What a simulation needs to know about the bound pods and the existing nodes that does not change while only
+/// the pending pods and the nodes' `schedulable` and `leaving` flags do (what a disruption pass changes between
+/// re-simulations): built once per pass, so no re-simulation walks every bound pod or every node of the cluster.
 #[derive(Debug, Clone, Default)]
-pub struct BoundPodIndex {
-    /// How many bound pods it was built from (to catch an index used with other ones).
+pub struct SimulationIndex {
+    /// How many bound pods and existing nodes it was built from (to catch an index used with other ones).
     bound_pods: usize,
+    existing_nodes: usize,
     /// Indices of the bound pods with required anti-affinity terms, ascending: one pod in thousands has any, and
     /// only those repel pending pods whatever their labels.
     with_anti_affinity: Vec<usize>,
+    /// The most CPU and the most memory any existing node has free before pods are placed (each may be another
+    /// node's; `schedulable` is not read, so the bound holds whatever the flags). Placing pods only lowers what
+    /// nodes have free, so a pod asking for more fits on none of them and skips the scan: a re-simulation of a
+    /// full cluster otherwise scans every node for every pod of every candidate.
+    existing_ceiling: (i64, i64),
 }
 
-impl BoundPodIndex {
-    pub fn new(bound_pods: &[BoundPod]) -> Self {
+impl SimulationIndex {
+    pub fn new(input: &SchedulingInput) -> Self {
         Self {
-            bound_pods: bound_pods.len(),
-            with_anti_affinity: bound_pods
+            bound_pods: input.bound_pods.len(),
+            existing_nodes: input.existing.len(),
+            with_anti_affinity: input
+                .bound_pods
                 .iter()
                 .enumerate()
                 .filter(|(_, b)| !b.anti_affinity.is_empty())
                 .map(|(i, _)| i)
                 .collect(),
+            existing_ceiling: input
+                .existing
+                .iter()
+                .fold((i64::MIN, i64::MIN), |(cpu, memory), n| {
+                    (cpu.max(n.available.cpu()), memory.max(n.available.memory()))
+                }),
         }
     }
 
@@ -243,7 +258,7 @@ impl BoundPodIndex {
 
 struct Scheduler<'a> {
     input: &'a SchedulingInput,
-    bound_index: &'a BoundPodIndex,
+    simulation_index: &'a SimulationIndex,
     template_order: Vec<usize>,
     zone_key: Symbol,
     ct_key: Symbol,
@@ -255,10 +270,6 @@ struct Scheduler<'a> {
     relax: Vec<Relaxation>,
     /// The existing nodes pods were placed on; the others are read from the input.
     nodes: NodeOverlay,
-    /// The most CPU and memory any schedulable existing node has free at the start. Placing pods only lowers
-    /// what nodes have free, so a pod asking for more fits on none of them and skips the scan: a re-simulation
-    /// of a full cluster otherwise scans every node for every pod of every candidate.
-    existing_ceiling: (i64, i64),
     claims: Vec<OpenClaim>,
     /// Open claims ordered by (pod count, creation order): least-loaded first, as upstream tries them.
     claim_order: BTreeSet<(usize, usize)>,
@@ -270,7 +281,11 @@ struct Scheduler<'a> {
 }
 
 impl<'a> Scheduler<'a> {
-    fn new(input: &'a SchedulingInput, bound_index: &'a BoundPodIndex, interner: &mut LabelInterner) -> Self {
+    fn new(
+        input: &'a SchedulingInput,
+        simulation_index: &'a SimulationIndex,
+        interner: &mut LabelInterner,
+    ) -> Self {
         let hostname_key = interner.intern_key(labels::HOSTNAME_LABEL);
         let zone_key = interner.intern_key(labels::ZONE_LABEL);
         let ct_key = interner.intern_key(labels::CAPACITY_TYPE_LABEL);
@@ -284,10 +299,10 @@ impl<'a> Scheduler<'a> {
             tb.weight.cmp(&ta.weight).then_with(|| ta.name.cmp(&tb.name))
         });
 
-        let topology = Self::build_topology(input, bound_index, hostname_key);
+        let topology = Self::build_topology(input, simulation_index, hostname_key);
         let mut s = Self {
             input,
-            bound_index,
+            simulation_index,
             template_order,
             zone_key,
             ct_key,
@@ -302,13 +317,6 @@ impl<'a> Scheduler<'a> {
                 .map(|p| Relaxation::new(p, input.settings.preference_policy))
                 .collect(),
             nodes: NodeOverlay::new(input.existing.len()),
-            existing_ceiling: input
-                .existing
-                .iter()
-                .filter(|n| n.schedulable)
-                .fold((i64::MIN, i64::MIN), |(cpu, memory), n| {
-                    (cpu.max(n.available.cpu()), memory.max(n.available.memory()))
-                }),
             claims: Vec::new(),
             claim_order: BTreeSet::new(),
             claim_index: ClaimIndex::default(),
@@ -328,7 +336,7 @@ impl<'a> Scheduler<'a> {
     /// The topology over every non-hostname key the pods' constraints (and bound pods' anti-affinity) use.
     fn build_topology(
         input: &'a SchedulingInput,
-        bound_index: &BoundPodIndex,
+        simulation_index: &SimulationIndex,
         hostname_key: Symbol,
     ) -> Topology<'a> {
         let mut keys: Vec<Symbol> = Vec::new();
@@ -348,7 +356,7 @@ impl<'a> Scheduler<'a> {
                 .chain(p.preferred_anti_affinity.iter())
                 .for_each(|(_, t)| add_key(t.topology_key));
         }
-        for (_, b) in bound_index.anti_affinity_staying(input) {
+        for (_, b) in simulation_index.anti_affinity_staying(input) {
             b.anti_affinity.iter().for_each(|t| add_key(t.topology_key));
         }
         Topology::new(
@@ -400,9 +408,9 @@ impl<'a> Scheduler<'a> {
         // group per pod was a large allocation each time. The index lists them, so finding them does not walk
         // every bound pod of the cluster either.
         let bound_here = |b: &BoundPod| !input.existing[b.node].leaving;
-        let bound_index = self.bound_index;
+        let simulation_index = self.simulation_index;
         let mut own_groups: Vec<(usize, PodGroups)> = Vec::new();
-        for (i, b) in bound_index.anti_affinity_staying(input) {
+        for (i, b) in simulation_index.anti_affinity_staying(input) {
             let anti = b.anti_affinity.iter().map(|t| (t.clone(), true));
             own_groups.push((
                 i,
@@ -505,7 +513,7 @@ impl<'a> Scheduler<'a> {
         let pod = &self.input.pods[p];
         let reqs = self.relax[p].requirements(pod);
 
-        let (cpu_ceiling, memory_ceiling) = self.existing_ceiling;
+        let (cpu_ceiling, memory_ceiling) = self.simulation_index.existing_ceiling;
         if pod.requests.cpu() <= cpu_ceiling && pod.requests.memory() <= memory_ceiling {
             for n in 0..self.input.existing.len() {
                 if self.try_existing(p, n, &reqs) {

@@ -29,7 +29,7 @@ use crate::{
     instance_type::{self, InstanceType},
     requirements::{LabelInterner, Symbol},
     resources::ResourceTable,
-    scheduling::{BoundPodIndex, Pod},
+    scheduling::{Pod, SimulationIndex},
 };
 
 use super::{
@@ -95,8 +95,9 @@ pub struct DisruptionInputs {
     /// The scheduling input of the cluster as it is (existing nodes incl. the candidates, bound pods, templates,
     /// NO pending pods).
     pub base: ScheduleInputs,
-    /// The index of `base.input.bound_pods` every re-simulation shares (they do not change during a pass).
-    pub bound_index: BoundPodIndex,
+    /// The index of `base.input`'s bound pods and existing nodes every re-simulation shares (a pass changes
+    /// only the nodes' flags).
+    pub simulation_index: SimulationIndex,
     /// Per view node: its index in `base.input.existing` (`None` when the node is not there, e.g. deleting).
     pub existing_of: Vec<Option<usize>>,
     /// Per node of `base.input.existing`: the view node it is (the last whose `existing_of` names it), so a
@@ -155,7 +156,7 @@ pub fn build_disruption_inputs(
         view,
         pools,
         claims,
-        bound_index: BoundPodIndex::new(&base.input.bound_pods),
+        simulation_index: SimulationIndex::new(&base.input),
         base,
         existing_of,
         view_of_existing,
