@@ -188,9 +188,10 @@ pub fn schedule(
     schedule_indexed(input, &SimulationIndex::new(input), interner, table)
 }
 
-/// [`schedule`] with the bound pods' index built beforehand: re-simulations of one cluster share it, so none of
-/// them walks every bound pod of the cluster to find the few with anti-affinity. `index` must have been built
-/// from `input.bound_pods` as they are now.
+/// [`schedule`] with its [`SimulationIndex`] built beforehand: re-simulations of one cluster share it, so none of
+/// them walks every bound pod to find the few with anti-affinity, or every node for the most room any has.
+/// `index` must have been built from `input` with its bound pods and its nodes' free resources as they are now
+/// (only the nodes' `schedulable` and `leaving` flags may have changed since).
 pub fn schedule_indexed(
     input: &SchedulingInput,
     index: &SimulationIndex,
