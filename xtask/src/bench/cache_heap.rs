@@ -30,7 +30,7 @@ impl CacheHeap {
 /// Syncs a cache on `api` until it holds `pods` pods, stops its watches and measures what each kind frees.
 pub async fn measure(api: &ApiServer, pods: usize, timeout: Duration) -> Result<CacheHeap> {
     let before = crate::heap::allocated_bytes();
-    let state = ClusterState::new(Watched::default());
+    let mut state = ClusterState::new(Watched::default());
     let watch = tokio::spawn({
         let (state, client) = (state.clone(), api.client());
         async move { state.watch(client).await }
@@ -53,7 +53,6 @@ pub async fn measure(api: &ApiServer, pods: usize, timeout: Duration) -> Result<
         drop_it();
         at.saturating_sub(crate::heap::allocated_bytes())
     };
-    let mut state = state;
     let pods = freed_by(&mut || drop(std::mem::take(&mut state.pods)));
     let nodes = freed_by(&mut || drop(std::mem::take(&mut state.nodes)));
     let node_claims = freed_by(&mut || drop(std::mem::take(&mut state.node_claims)));

@@ -209,7 +209,9 @@ pub fn schedule_indexed(
 /// What a simulation needs to know about the bound pods and the existing nodes that does not change while only
 /// the pending pods and the nodes' `schedulable` and `leaving` flags do (what a disruption pass changes between
 /// re-simulations): built once per pass, so no re-simulation walks every bound pod or every node of the cluster.
-#[derive(Debug, Clone, Default)]
+///
+/// Built only by [`SimulationIndex::new`]: an empty index's ceiling would let no pod onto any node.
+#[derive(Debug, Clone)]
 pub struct SimulationIndex {
     /// How many bound pods and existing nodes it was built from (to catch an index used with other ones).
     bound_pods: usize,
