@@ -362,7 +362,8 @@ fn claim_conditions(at: &str) -> Value {
         c("Registered"),
         c("Initialized"),
         c("Ready"),
-        c("Consolidatable")
+        c("Consolidatable"),
+        c("ConsistentStateFound")
     ])
 }
 
