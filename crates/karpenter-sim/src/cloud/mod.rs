@@ -213,7 +213,7 @@ struct CloudState {
 }
 
 struct CloudShared {
-    source: CatalogFile,
+    source: Arc<CatalogFile>,
     clock: Arc<dyn Clock>,
     options: SimCloudOptions,
     state: Mutex<CloudState>,
@@ -278,8 +278,9 @@ fn claim_name(claim: &NodeClaim) -> String {
 impl SimCloudProvider {
     pub fn new(catalog: CatalogFile, clock: Arc<dyn Clock>, options: SimCloudOptions) -> Self {
         let (events, _) = broadcast::channel(4096);
+        let catalog = Arc::new(catalog);
         let state = CloudState {
-            catalog: CompiledCatalog::new(&catalog),
+            catalog: CompiledCatalog::new(Arc::clone(&catalog)),
             rng: Rng::seeded(options.seed),
             instances: Vec::new(),
             by_provider_id: BTreeMap::new(),
@@ -545,7 +546,7 @@ impl SimCloudProvider {
         let mut unavailable = Vec::new();
         let mut chosen = None;
         for c in &candidates {
-            let ty = &state.catalog.types[c.type_index].source;
+            let ty = state.catalog.source_type(c.type_index);
             let o = state.catalog.offering(c);
             let key = OfferingKey::new(&ty.name, &o.zone, &o.capacity_type);
             let reservation_full = o
@@ -599,7 +600,7 @@ impl SimCloudProvider {
 
         let offering = state.catalog.offering(&candidate).clone();
         let ty = &state.catalog.types[candidate.type_index];
-        let capacity = quantities_to_list(&ty.source.capacity);
+        let capacity = quantities_to_list(&state.catalog.source_type(candidate.type_index).capacity);
         let allocatable = quantities_to_list(&ty.allocatable);
         let mut node_labels = state.catalog.type_labels(candidate.type_index);
         let seq = state.instances.len() + 1;

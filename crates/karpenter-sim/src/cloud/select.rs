@@ -6,7 +6,7 @@
 //! over any key; a key the instance type does not declare constrains nothing, as in upstream's launch path), and
 //! when the type's allocatable covers the claim's `spec.resources.requests`.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use karpenter_api::{labels, nodeclaim::NodeClaim};
 use karpenter_core::{
@@ -18,6 +18,9 @@ use karpenter_core::{
 
 /// The catalog with each instance type's requirements compiled.
 pub(super) struct CompiledCatalog {
+    /// The catalog as the cloud was given it, shared with the cloud rather than copied per type (the us-east-1
+    /// catalog is megabytes).
+    source: Arc<CatalogFile>,
     pub interner: LabelInterner,
     pub types: Vec<CompiledType>,
     zone_key: Symbol,
@@ -25,7 +28,8 @@ pub(super) struct CompiledCatalog {
 }
 
 pub(super) struct CompiledType {
-    pub source: CatalogInstanceType,
+    /// Index into the source catalog's instance types.
+    source_index: usize,
     pub requirements: Requirements,
     pub allocatable: Quantities,
 }
@@ -40,14 +44,14 @@ pub(super) struct Candidate {
 
 impl CompiledCatalog {
     /// Compiles every instance type; one whose requirements do not parse is left out with a warning.
-    pub fn new(catalog: &CatalogFile) -> Self {
+    pub fn new(catalog: Arc<CatalogFile>) -> Self {
         let mut interner = LabelInterner::new();
         let mut table = ResourceTable::default();
         let mut types = Vec::with_capacity(catalog.instance_types.len());
-        for it in &catalog.instance_types {
+        for (source_index, it) in catalog.instance_types.iter().enumerate() {
             match instance_type::from_catalog(it, &mut interner, &mut table) {
                 Ok(compiled) => types.push(CompiledType {
-                    source: it.clone(),
+                    source_index,
                     requirements: compiled.requirements,
                     allocatable: it.allocatable(),
                 }),
@@ -57,6 +61,7 @@ impl CompiledCatalog {
         let zone_key = interner.intern_key(labels::ZONE_LABEL);
         let capacity_type_key = interner.intern_key(labels::CAPACITY_TYPE_LABEL);
         Self {
+            source: catalog,
             interner,
             types,
             zone_key,
@@ -77,7 +82,11 @@ impl CompiledCatalog {
             if !fits(requests, &ty.allocatable) {
                 continue;
             }
-            for (offering_index, o) in ty.source.offerings.iter().enumerate() {
+            for (offering_index, o) in self.source.instance_types[ty.source_index]
+                .offerings
+                .iter()
+                .enumerate()
+            {
                 let mut offer = ty.requirements.clone();
                 offer.add(Requirement::in_values(
                     self.zone_key,
@@ -99,10 +108,9 @@ impl CompiledCatalog {
         out.sort_by(|a, b| {
             a.price.total_cmp(&b.price).then_with(|| {
                 let (oa, ob) = (self.offering(a), self.offering(b));
-                self.types[a.type_index]
-                    .source
+                self.source_type(a.type_index)
                     .name
-                    .cmp(&self.types[b.type_index].source.name)
+                    .cmp(&self.source_type(b.type_index).name)
                     .then_with(|| oa.zone.cmp(&ob.zone))
                     .then_with(|| oa.capacity_type.cmp(&ob.capacity_type))
             })
@@ -111,7 +119,12 @@ impl CompiledCatalog {
     }
 
     pub fn offering(&self, c: &Candidate) -> &CatalogOffering {
-        &self.types[c.type_index].source.offerings[c.offering_index]
+        &self.source_type(c.type_index).offerings[c.offering_index]
+    }
+
+    /// The catalog entry of compiled type `type_index`.
+    pub fn source_type(&self, type_index: usize) -> &CatalogInstanceType {
+        &self.source.instance_types[self.types[type_index].source_index]
     }
 
     /// The labels a node of this type carries from the type itself: every single-valued requirement.
