@@ -14,7 +14,7 @@ use karpenter_core::catalog::{CatalogFile, CatalogInstanceType, CatalogOffering,
 
 use crate::AwsCatalogError;
 use crate::capacity::{AmiFamily, AwsCapacitySettings, ResolvedCapacitySettings, capacity_and_overhead};
-use crate::data::{AwsInstanceTypeData, AwsRegionData, aws_catalog_data};
+use crate::data::{AWS_CATALOG_JSON, AwsCatalogData, AwsInstanceTypeData, AwsRegionData, aws_catalog_data};
 
 /// The regions the embedded catalog covers.
 pub const AWS_CATALOG_REGIONS: [&str; 3] = ["us-east-1", "us-west-2", "eu-west-1"];
@@ -100,7 +100,24 @@ pub fn synthetic_spot_price(instance_type: &str, zone: &str, on_demand_price: f6
 /// The embedded AWS catalog for `region` (one of [`AWS_CATALOG_REGIONS`]) under `settings`: every type the
 /// region offers in some zone, in the data's order (family, then size).
 pub fn aws_catalog(region: &str, settings: &AwsCapacitySettings) -> Result<CatalogFile, AwsCatalogError> {
-    let data = aws_catalog_data()?;
+    catalog_of(aws_catalog_data()?, region, settings)
+}
+
+/// [`aws_catalog`] from facts parsed for this call alone: for a process that builds its catalog once (the
+/// controller with `--cloud-provider kwok`), since the shared parse is kept for the life of the process (5.5 MiB
+/// of facts nothing reads again).
+pub fn aws_catalog_once(
+    region: &str,
+    settings: &AwsCapacitySettings,
+) -> Result<CatalogFile, AwsCatalogError> {
+    catalog_of(&AwsCatalogData::parse(AWS_CATALOG_JSON)?, region, settings)
+}
+
+fn catalog_of(
+    data: &AwsCatalogData,
+    region: &str,
+    settings: &AwsCapacitySettings,
+) -> Result<CatalogFile, AwsCatalogError> {
     let Some(region_data) = data.regions.get(region) else {
         return Err(AwsCatalogError::UnknownRegion {
             region: region.to_string(),
@@ -240,6 +257,19 @@ mod tests {
 
     fn us_east_1() -> CatalogFile {
         aws_catalog("us-east-1", &AwsCapacitySettings::default()).unwrap()
+    }
+
+    #[test]
+    fn a_catalog_built_once_is_the_shared_one() {
+        let settings = AwsCapacitySettings::default();
+        for region in AWS_CATALOG_REGIONS {
+            assert_eq!(
+                aws_catalog_once(region, &settings).unwrap(),
+                aws_catalog(region, &settings).unwrap(),
+                "{region}"
+            );
+        }
+        assert!(aws_catalog_once("ap-south-1", &settings).is_err());
     }
 
     fn requirement<'a>(t: &'a CatalogInstanceType, key: &str) -> &'a CatalogRequirement {

@@ -15,7 +15,8 @@ pub mod data;
 
 pub use capacity::{AmiFamily, AwsCapacitySettings, ResolvedCapacitySettings};
 pub use catalog::{
-    AWS_CATALOG_REGIONS, aws_catalog, aws_instance_type, aws_well_known_labels, synthetic_spot_price,
+    AWS_CATALOG_REGIONS, aws_catalog, aws_catalog_once, aws_instance_type, aws_well_known_labels,
+    synthetic_spot_price,
 };
 pub use data::{AwsCatalogData, AwsInstanceTypeData, aws_catalog_data};
 

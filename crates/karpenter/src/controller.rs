@@ -7,7 +7,7 @@ use std::{path::PathBuf, sync::Arc};
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, ValueEnum};
 use karpenter_api::label_policy::LabelPolicy;
-use karpenter_aws_catalog::aws_catalog;
+use karpenter_aws_catalog::aws_catalog_once;
 use karpenter_core::{
     catalog::CatalogFile,
     clock::{Clock, SystemClock},
@@ -81,7 +81,9 @@ fn catalog(path: Option<&PathBuf>) -> Result<CatalogFile> {
             CatalogFile::from_json_str(&text)
                 .map_err(|e| anyhow!("INSTANCE_TYPES_FILE_PATH {}: {e}", path.display()))
         }
-        None => aws_catalog("us-east-1", &Default::default()).map_err(|e| anyhow!("embedded catalog: {e}")),
+        None => {
+            aws_catalog_once("us-east-1", &Default::default()).map_err(|e| anyhow!("embedded catalog: {e}"))
+        }
     }
 }
 
