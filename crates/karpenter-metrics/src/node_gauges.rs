@@ -31,10 +31,10 @@ pub const NODE_LABEL_NAMES: [&str; 10] = [
 ];
 
 /// One node's series: the node's label values (the first nine of [`NODE_LABEL_NAMES`]) and a value per
-/// resource type.
+/// resource type. The label values are shared: a node has the same ones in each of the three node gauges.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSeries {
-    pub labels: [Arc<str>; 9],
+    pub labels: Arc<[Arc<str>; 9]>,
     pub values: Vec<(Arc<str>, f64)>,
 }
 
@@ -164,7 +164,7 @@ mod tests {
     fn series(node: &str, values: &[(&str, f64)]) -> NodeSeries {
         let s = |v: &str| Arc::<str>::from(v);
         NodeSeries {
-            labels: [
+            labels: Arc::new([
                 s(node),
                 s("default"),
                 s("us-east-1a"),
@@ -174,7 +174,7 @@ mod tests {
                 s("linux"),
                 s("Ready"),
                 s("true"),
-            ],
+            ]),
             values: values.iter().map(|(r, v)| (s(r), *v)).collect(),
         }
     }
@@ -263,7 +263,7 @@ mod tests {
                 )
             })
             .collect();
-        nodes[1].labels[2] = Arc::from("quote\" back\\slash new\nline");
+        Arc::make_mut(&mut nodes[1].labels)[2] = Arc::from("quote\" back\\slash new\nline");
         gauge.replace(nodes);
         let chunks: Vec<String> = gauge
             .text("karpenter_nodes_allocatable", "Node allocatable.")

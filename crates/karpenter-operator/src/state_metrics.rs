@@ -140,7 +140,7 @@ pub fn refresh(state: &ClusterState) {
             managed_requests.add_assign(&daemons);
         }
         let mut label = |key: &str| shared.get(labels.get(key).map_or("", String::as_str));
-        let node_labels = [
+        let node_labels = Arc::new([
             Arc::<str>::from(name),
             label(NODEPOOL_LABEL),
             label(ZONE_LABEL),
@@ -150,7 +150,7 @@ pub fn refresh(state: &ClusterState) {
             label(OS_LABEL),
             shared.get(phase(node)),
             shared.get(if nodepool.is_empty() { "false" } else { "true" }),
-        ];
+        ]);
         let mut values = |resources: &Resources| -> Vec<(Arc<str>, f64)> {
             resources
                 .iter()
