@@ -16,7 +16,7 @@ use jiff::Timestamp;
 
 use crate::{requirements::Symbol, scheduling::Labels, snapshot::CompactPod};
 
-use super::protection::{DoNotDisrupt, PdbLimits, PdbView};
+use super::protection::{PdbLimits, PdbView, PodDoNotDisrupt};
 
 /// The disruption-relevant projection of a pod bound to a node.
 #[derive(Debug, Clone)]
@@ -26,8 +26,8 @@ pub struct PodView {
     pub pod: Arc<CompactPod>,
     pub namespace: Symbol,
     pub labels: Labels,
-    /// Index into `ClusterView::nodes`.
-    pub node: usize,
+    /// Index into `ClusterView::nodes` (32 bits: one view per pod of the cluster, so its size counts).
+    pub node: u32,
     /// Owned by a DaemonSet, or a static (mirror) pod: needs no new place when its node goes.
     pub daemon_or_mirror: bool,
     /// A static (mirror) pod: the API server cannot evict it.
@@ -38,7 +38,7 @@ pub struct PodView {
     pub terminating: bool,
     /// The Ready condition is True (a PDB with AlwaysAllow lets an unready pod go).
     pub ready: bool,
-    pub do_not_disrupt: DoNotDisrupt,
+    pub do_not_disrupt: PodDoNotDisrupt,
     /// Tolerates `karpenter.sh/disrupted:NoSchedule`: stays on the node while it drains.
     pub tolerates_disrupted: bool,
 }
@@ -164,10 +164,29 @@ pub fn is_empty(view: &ClusterView, node: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::disruption::protection::DoNotDisrupt;
     use crate::{
         requirements::LabelInterner,
         scheduling::{LabelSelector, SelectorExpression, SelectorOperator},
     };
+
+    #[test]
+    fn a_pod_view_stays_six_words() {
+        // One view per pod of the cluster each pass: at 600,000 pods every word is 4.6 MiB.
+        assert!(size_of::<PodView>() <= 48, "{}", size_of::<PodView>());
+        assert_eq!(size_of::<PodDoNotDisrupt>(), 8);
+    }
+
+    #[test]
+    fn a_pod_without_do_not_disrupt_reads_as_no() {
+        assert_eq!(*PodDoNotDisrupt::default(), DoNotDisrupt::No);
+        assert_eq!(
+            PodDoNotDisrupt::from(DoNotDisrupt::No),
+            PodDoNotDisrupt::default()
+        );
+        let always = PodDoNotDisrupt::from(DoNotDisrupt::Always);
+        assert!(always.blocks(at("2026-12-02T11:00:00Z")));
+    }
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
@@ -216,7 +235,7 @@ mod tests {
                 terminal: false,
                 terminating: false,
                 ready: true,
-                do_not_disrupt: DoNotDisrupt::No,
+                do_not_disrupt: DoNotDisrupt::No.into(),
                 tolerates_disrupted: false,
             };
             self.view.pods.push(pod);
@@ -279,7 +298,7 @@ mod tests {
     fn a_do_not_disrupt_pod_blocks_until_its_duration_ends() {
         let mut fx = Fx::new();
         let p = fx.pod("batch");
-        fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Until(at("2026-12-02T11:00:00Z"));
+        fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Until(at("2026-12-02T11:00:00Z")).into();
         let why = blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)).unwrap();
         assert_eq!(why, "pod default/batch has karpenter.sh/do-not-disrupt");
         assert_eq!(
@@ -310,7 +329,7 @@ mod tests {
             p.terminating = true
         }] {
             let p = fx.pod("x");
-            fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Always;
+            fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Always.into();
             edit(&mut fx.view.pods[p]);
         }
         assert_eq!(blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)), None);
@@ -332,7 +351,7 @@ mod tests {
             edit(&mut fx.view.pods[p]);
             assert!(is_empty(&fx.view, 0), "the pod needs no new place");
             assert_eq!(blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)), None);
-            fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Always;
+            fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Always.into();
             assert_eq!(
                 blocked_reason(&fx.view, 0, MethodClass::Graceful, at(NOW)).as_deref(),
                 Some("pod default/agent has karpenter.sh/do-not-disrupt"),
@@ -364,7 +383,7 @@ mod tests {
     fn eventual_methods_proceed_past_blocking_pods_with_a_termination_grace_period() {
         let mut fx = Fx::new();
         let p = fx.pod("batch");
-        fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Always;
+        fx.view.pods[p].do_not_disrupt = DoNotDisrupt::Always.into();
         assert!(
             blocked_reason(&fx.view, 0, MethodClass::Eventual, at(NOW)).is_some(),
             "no grace period: blocked"

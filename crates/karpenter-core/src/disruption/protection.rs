@@ -59,6 +59,30 @@ impl DoNotDisrupt {
     }
 }
 
+/// A pod's [`DoNotDisrupt`] in one word, as the disruption view keeps it for every pod of the cluster: most
+/// pods have no annotation, and the two-word enum made each pod's view 8 bytes larger (1.2 MiB a pass at
+/// 150,000 pods). Reads as the [`DoNotDisrupt`] it holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodDoNotDisrupt(Option<Box<DoNotDisrupt>>);
+
+impl From<DoNotDisrupt> for PodDoNotDisrupt {
+    fn from(value: DoNotDisrupt) -> Self {
+        match value {
+            DoNotDisrupt::No => Self(None),
+            other => Self(Some(Box::new(other))),
+        }
+    }
+}
+
+impl std::ops::Deref for PodDoNotDisrupt {
+    type Target = DoNotDisrupt;
+
+    fn deref(&self) -> &DoNotDisrupt {
+        static NO: DoNotDisrupt = DoNotDisrupt::No;
+        self.0.as_deref().unwrap_or(&NO)
+    }
+}
+
 /// A PodDisruptionBudget as eviction sees it.
 #[derive(Debug, Clone)]
 pub struct PdbView {

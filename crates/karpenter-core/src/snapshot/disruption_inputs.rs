@@ -215,7 +215,7 @@ fn reschedulable_pods(
         if !pod_view.is_reschedulable() {
             continue;
         }
-        let node = pod_view.node;
+        let node = pod_view.node as usize;
         let pod: &CompactPod = &pod_view.pod;
         let notes_before = cx.notes.len();
         match converter.convert_pending(&mut cx, pod) {

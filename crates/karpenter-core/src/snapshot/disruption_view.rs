@@ -166,7 +166,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             pod: std::sync::Arc::clone(pod),
             namespace: interner.intern(meta.namespace.as_deref().unwrap_or("default")),
             labels: pod_labels,
-            node,
+            node: u32::try_from(node).unwrap_or(u32::MAX),
             daemon_or_mirror: daemon_set_owner(pod).is_some() || is_mirror(pod),
             mirror: is_mirror(pod),
             terminal: is_terminal(pod),
@@ -175,7 +175,8 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
             do_not_disrupt: DoNotDisrupt::for_pod(
                 annotation(meta.annotations.as_ref(), labels::DO_NOT_DISRUPT_ANNOTATION),
                 started,
-            ),
+            )
+            .into(),
             tolerates_disrupted: tols.iter().any(|t| t.tolerates(&disrupted)),
         });
     }
