@@ -11,10 +11,7 @@
 //! Pure: the claim, the Node (and for termination its pods and the budgets) in, the issues (human-readable,
 //! upstream's wording) out.
 
-use k8s_openapi::{
-    api::{core::v1::Node, policy::v1::PodDisruptionBudget},
-    apimachinery::pkg::apis::meta::v1::LabelSelector,
-};
+use k8s_openapi::{api::policy::v1::PodDisruptionBudget, apimachinery::pkg::apis::meta::v1::LabelSelector};
 use karpenter_api::{
     common::{ConditionStatus, find_condition},
     nodeclaim::{NodeClaim, conditions},
@@ -22,7 +19,7 @@ use karpenter_api::{
 };
 
 use crate::snapshot::{
-    CompactPod,
+    CompactNode, CompactPod,
     pods::{is_mirror, is_terminal, is_terminating, node_name},
 };
 
@@ -41,7 +38,7 @@ pub const NODE_SHAPE_MIN_FRACTION: f64 = 0.90;
 /// empty when they agree.
 pub fn consistency_issues(
     claim: &NodeClaim,
-    node: &Node,
+    node: &CompactNode,
     pods: &[std::sync::Arc<CompactPod>],
     pdbs: &[std::sync::Arc<PodDisruptionBudget>],
 ) -> Vec<String> {
@@ -54,7 +51,7 @@ pub fn consistency_issues(
 /// evictable pod on its Node.
 pub fn termination_issues(
     claim: &NodeClaim,
-    node: &Node,
+    node: &CompactNode,
     pods: &[std::sync::Arc<CompactPod>],
     pdbs: &[std::sync::Arc<PodDisruptionBudget>],
 ) -> Vec<String> {
@@ -113,7 +110,7 @@ fn selects(selector: Option<&LabelSelector>, labels: &std::collections::BTreeMap
 
 /// The node-shape check: for each resource the claim requested, the Node's capacity against the capacity the
 /// launch recorded on the claim.
-pub fn node_shape_issues(claim: &NodeClaim, node: &Node) -> Vec<String> {
+pub fn node_shape_issues(claim: &NodeClaim, node: &CompactNode) -> Vec<String> {
     if claim.metadata.deletion_timestamp.is_some() {
         return Vec::new();
     }
@@ -167,9 +164,12 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn node(capacity: serde_json::Value) -> Node {
-        serde_json::from_value(json!({"metadata": {"name": "n"}, "status": {"capacity": capacity}}))
-            .unwrap_or_else(|e| panic!("{e}"))
+    fn node(capacity: serde_json::Value) -> CompactNode {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Node>(
+            json!({"metadata": {"name": "n"}, "status": {"capacity": capacity}}),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into()
     }
 
     #[test]

@@ -231,7 +231,7 @@ impl DisruptionController {
                 .is_some_and(|ts| ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY));
             if tainted && node.metadata.deletion_timestamp.is_none() && !deleting.contains(&node.name_any()) {
                 tracing::info!(node = %node.name_any(), "removing the disrupted taint a previous controller left");
-                remove_disrupted_taint(&self.cx.client, &node).await?;
+                remove_disrupted_taint(&self.cx.client, &node.to_node()).await?;
             }
         }
         let stale: Vec<String> = self
@@ -436,7 +436,7 @@ impl DisruptionController {
         self.tell_balanced_approved(inputs, result).await;
         for (claim, node) in &command.candidates {
             if let Some(node) = self.cx.state.nodes.get(node) {
-                add_disrupted_taint(&self.cx.client, &node).await?;
+                add_disrupted_taint(&self.cx.client, &node.to_node()).await?;
             }
             let reason = command.reason.clone();
             self.update_claim_conditions(claim, |c| with_disruption_reason(c, &reason, now))
@@ -562,7 +562,7 @@ impl DisruptionController {
                 let candidate = candidate_message(c.method.as_str(), c.savings_per_hour);
                 let approved = approved_message(&view.name, c.savings_per_hour);
                 if let Some(node) = self.cx.state.nodes.get(&view.name) {
-                    let node = Node::object_ref(&node, &());
+                    let node = Node::object_ref(&node.to_node(), &());
                     self.events
                         .normal(&node, CONSOLIDATION_CANDIDATE, &candidate)
                         .await;
@@ -635,7 +635,7 @@ impl DisruptionController {
             if let Some(node) = self.cx.state.nodes.get(&view.name)
                 && self
                     .events
-                    .normal(&Node::object_ref(&node, &()), reason, &message)
+                    .normal(&Node::object_ref(&node.to_node(), &()), reason, &message)
                     .await
             {
                 published += 1;
@@ -682,7 +682,7 @@ impl DisruptionController {
         if let Some(why) = why {
             for (claim, node) in &command.candidates {
                 if let Some(node) = self.cx.state.nodes.get(node) {
-                    remove_disrupted_taint(&self.cx.client, &node).await?;
+                    remove_disrupted_taint(&self.cx.client, &node.to_node()).await?;
                 }
                 self.update_claim_conditions(claim, without_disruption_reason)
                     .await?;
@@ -721,7 +721,7 @@ impl DisruptionController {
             if let Some(node) = self.cx.state.nodes.get(node) {
                 self.events
                     .normal(
-                        &Node::object_ref(&node, &()),
+                        &Node::object_ref(&node.to_node(), &()),
                         DISRUPTION_TERMINATING,
                         &terminating_message("Node", &command.reason),
                     )

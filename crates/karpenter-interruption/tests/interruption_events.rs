@@ -58,7 +58,7 @@ async fn registered_claim(
         .create(&PostParams::default(), &node)
         .await?;
     state.node_claims.apply(claim.clone());
-    state.nodes.apply(node.clone());
+    state.nodes.apply(node.clone().into());
     Ok((claim, node))
 }
 

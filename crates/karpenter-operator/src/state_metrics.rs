@@ -10,10 +10,9 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::core::v1::Node;
 use karpenter_core::resources::{ResourceId, ResourceTable, Resources};
-use karpenter_core::snapshot::CompactPod;
 use karpenter_core::snapshot::pod_requests::pod_requests;
+use karpenter_core::snapshot::{CompactNode, CompactPod};
 use karpenter_metrics::{
     NodePoolResourceLabels, NodeSeries, PodEntry, PodNodeLabels, PodRows, PodSource, ResourceTypeLabels,
     metrics,
@@ -28,7 +27,7 @@ fn resource_value(table: &ResourceTable, id: ResourceId, milli: i64) -> (String,
     (name, milli as f64 / 1000.0)
 }
 
-fn phase(node: &Node) -> &'static str {
+fn phase(node: &CompactNode) -> &'static str {
     let ready = node
         .status
         .as_ref()
@@ -119,8 +118,8 @@ pub fn refresh(state: &ClusterState) {
                 list.and_then(|l| Resources::from_resource_list(l, table).ok())
                     .unwrap_or_else(Resources::zero)
             };
-        let allocatable = read(status.and_then(|s| s.allocatable.as_ref()), &mut table);
-        let capacity = read(status.and_then(|s| s.capacity.as_ref()), &mut table);
+        let allocatable = read(status.and_then(|s| s.allocatable.as_deref()), &mut table);
+        let capacity = read(status.and_then(|s| s.capacity.as_deref()), &mut table);
         let name = node.name_any();
         let used = requests
             .get(name.as_str())

@@ -16,10 +16,7 @@ use std::{
 };
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::{
-    api::core::v1::{Node, ObjectReference},
-    apimachinery::pkg::apis::meta::v1::Time,
-};
+use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time};
 use karpenter_api::{
     common::{Condition, ConditionStatus, find_condition},
     nodeclaim::NodeClaim,
@@ -30,6 +27,7 @@ use karpenter_core::{
         CONSISTENCY_CHECK_FAILED, CONSISTENCY_CHECK_FAILED_MESSAGE, CONSISTENT_STATE_FOUND,
         FAILED_CONSISTENCY_CHECK, consistency_issues,
     },
+    snapshot::CompactNode,
 };
 use karpenter_state::api_errors::ignore_not_found;
 use karpenter_state::{ControllerContext, events::DedupedRecorder, periodic::run_synced};
@@ -86,7 +84,7 @@ impl ConsistencyController {
     pub async fn pass(&self) -> ConsistencyPass {
         let now = self.cx.clock.now();
         let mut done = ConsistencyPass::default();
-        let nodes: HashMap<String, Arc<Node>> = self
+        let nodes: HashMap<String, Arc<CompactNode>> = self
             .cx
             .state
             .nodes

@@ -49,6 +49,7 @@ use karpenter_api::{
 use karpenter_core::{
     clock::Clock,
     cloudprovider::{CloudProvider, CloudProviderError},
+    snapshot::CompactNode,
 };
 use karpenter_state::api_errors::ignore_not_found;
 use karpenter_state::{
@@ -176,7 +177,7 @@ impl Lifecycle {
     pub async fn pass(&self) -> LifecyclePass {
         let mut done = LifecyclePass::default();
         // Nodes by provider ID, once per pass (a lookup per claim over every node would be quadratic).
-        let nodes: HashMap<String, Arc<Node>> = self
+        let nodes: HashMap<String, Arc<CompactNode>> = self
             .cx
             .state
             .nodes
@@ -221,7 +222,7 @@ impl Lifecycle {
     async fn step(
         &self,
         claim: &NodeClaim,
-        nodes: &HashMap<String, Arc<Node>>,
+        nodes: &HashMap<String, Arc<CompactNode>>,
         done: &mut LifecyclePass,
     ) -> Result<(), ProvisionerError> {
         let name = claim.name_any();
@@ -267,7 +268,8 @@ impl Lifecycle {
             return Ok(());
         };
         if !is_true(conditions::REGISTERED) {
-            self.register(claim, &node).await?;
+            // Once per claim: the Node as written back is cheap to make here.
+            self.register(claim, &node.to_node()).await?;
             self.report(claim, Outcome::Registered);
             let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
             karpenter_metrics::metrics()
@@ -280,13 +282,13 @@ impl Lifecycle {
             done.registered.push(name);
             return Ok(());
         }
-        if needs_finalizer(&node) {
-            self.add_node_finalizer(&node).await?;
+        if needs_finalizer(node.metadata.deletion_timestamp.is_some(), node.finalizers()) {
+            self.add_node_finalizer(&node.to_node()).await?;
         }
         if is_true(conditions::INITIALIZED) {
             return Ok(());
         }
-        if let Some(waiting) = awaiting_initialization(claim, &node) {
+        if let Some(waiting) = awaiting_initialization(claim, &node.to_node()) {
             let current = find_condition(&status.conditions, conditions::INITIALIZED);
             // Written only when it changes: a node waits through many passes.
             if current.is_none_or(|c| {
@@ -513,7 +515,7 @@ impl Lifecycle {
         nodes
             .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch))
             .await?;
-        if needs_finalizer(node) {
+        if needs_finalizer(node.metadata.deletion_timestamp.is_some(), node.finalizers()) {
             self.add_node_finalizer(node).await?;
         }
         let existing = claim
@@ -565,8 +567,6 @@ fn launch_failure(error: &CloudProviderError) -> (String, String) {
     }
 }
 
-/// The Node lacks the finalizer and can still take it: the API server refuses new finalizers on an object being
-/// deleted (such a Node, deleted before it registered, goes without draining, as it would without Karpenter).
 /// Deletes a claim; one already gone is what was wanted.
 async fn delete_ignoring_gone(api: &Api<NodeClaim>, name: &str) -> Result<(), ProvisionerError> {
     ignore_not_found(api.delete(name, &DeleteParams::default()).await)?;
@@ -584,12 +584,11 @@ fn unregistered_taint_missing(node: &Node) -> bool {
     !tainted && !node.labels().contains_key(labels::REGISTERED_LABEL)
 }
 
-fn needs_finalizer(node: &Node) -> bool {
-    node.metadata.deletion_timestamp.is_none()
-        && !node
-            .finalizers()
-            .iter()
-            .any(|f| f == labels::TERMINATION_FINALIZER)
+/// A Node (being deleted or not, with these finalizers) lacks the finalizer and can still take it: the API
+/// server refuses new finalizers on an object being deleted (such a Node, deleted before it registered, goes
+/// without draining, as it would without Karpenter).
+fn needs_finalizer(deleted: bool, finalizers: &[String]) -> bool {
+    !deleted && !finalizers.iter().any(|f| f == labels::TERMINATION_FINALIZER)
 }
 
 /// `existing` with each `(type, status, reason)` set and its message cleared; the transition time moves only
@@ -702,7 +701,7 @@ mod tests {
             .create(&PostParams::default(), &serde_json::from_value(node)?)
             .await?;
         state.node_claims.apply(claim);
-        state.nodes.apply(node);
+        state.nodes.apply(node.into());
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let cloud = SimCloudProvider::new(
             CatalogFile::from_json_str(CATALOG)?,
@@ -751,7 +750,7 @@ mod tests {
         let node = nodes
             .patch("node-tainted", &PatchParams::default(), &Patch::Merge(taint))
             .await?;
-        lifecycle.cx.state.nodes.apply(node);
+        lifecycle.cx.state.nodes.apply(node.into());
         assert_eq!(lifecycle.pass().await.registered, ["tainted"]);
         assert!(event_reasons(&lifecycle, "tainted").await?.is_empty());
         // And the taint is gone once registered.
@@ -809,7 +808,7 @@ mod tests {
             )
             .await?;
         let stale = lifecycle.cx.state.nodes.get("node-c").ok_or("no node")?;
-        lifecycle.add_node_finalizer(&stale).await?;
+        lifecycle.add_node_finalizer(&stale.to_node()).await?;
         assert_eq!(
             node_finalizers(&lifecycle, "node-c").await?,
             ["example.com/other", labels::TERMINATION_FINALIZER]
@@ -843,7 +842,7 @@ mod tests {
         let claim = Api::<NodeClaim>::all(client.clone()).get(name).await?;
         lifecycle.cx.state.node_claims.apply(claim);
         let node = Api::<Node>::all(client).get(&format!("node-{name}")).await?;
-        lifecycle.cx.state.nodes.apply(node);
+        lifecycle.cx.state.nodes.apply(node.into());
         Ok(())
     }
 

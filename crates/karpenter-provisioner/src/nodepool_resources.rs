@@ -9,13 +9,14 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::api::resource::Quantity};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_api::{
     common::ResourceList,
     labels,
     nodeclaim::NodeClaim,
     quantity::{format_milli, parse_milli},
 };
+use karpenter_core::snapshot::{CompactNode, LabelLookup};
 use kube::ResourceExt;
 
 /// The sum of the capacity of a NodePool's nodes, with the pseudo-resource `nodes`, and the node count.
@@ -41,20 +42,20 @@ fn add(total: &mut BTreeMap<String, i64>, capacity: BTreeMap<String, i64>) {
     }
 }
 
-fn is_initialized(node: &Node) -> bool {
+fn is_initialized(node: &CompactNode) -> bool {
     node.labels()
         .get(labels::INITIALIZED_LABEL)
         .is_some_and(|v| v == "true")
 }
 
-fn in_pool(labels_: &BTreeMap<String, String>, pool: &str) -> bool {
-    labels_.get(labels::NODEPOOL_LABEL).is_some_and(|p| p == pool)
+fn in_pool(labels_: &impl LabelLookup, pool: &str) -> bool {
+    labels_.label(labels::NODEPOOL_LABEL) == Some(pool)
 }
 
 /// Counts the nodes of NodePool `pool`.
 pub fn pool_resources<'a>(
     pool: &str,
-    nodes: impl IntoIterator<Item = &'a Node>,
+    nodes: impl IntoIterator<Item = &'a CompactNode>,
     claims: impl IntoIterator<Item = &'a NodeClaim>,
 ) -> PoolResources {
     let claims: Vec<&NodeClaim> = claims.into_iter().collect();
@@ -74,7 +75,7 @@ pub fn pool_resources<'a>(
             continue;
         }
         count += 1;
-        let mut capacity = milli_units(node.status.as_ref().and_then(|s| s.capacity.as_ref()));
+        let mut capacity = milli_units(node.status.as_ref().and_then(|s| s.capacity.as_deref()));
         let claim = provider_id
             .and_then(|id| claims_by_provider_id.get(id))
             .filter(|_| !is_initialized(node));
@@ -122,13 +123,14 @@ mod tests {
 
     use super::*;
 
-    fn node(name: &str, pool: &str, cpu: &str) -> Node {
-        serde_json::from_value(json!({
+    fn node(name: &str, pool: &str, cpu: &str) -> CompactNode {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Node>(json!({
             "metadata": {"name": name, "labels": {labels::NODEPOOL_LABEL: pool}},
             "spec": {"providerID": format!("sim:///{name}")},
             "status": {"capacity": {"cpu": cpu, "memory": "4Gi", "pods": "10", "ephemeral-storage": "20Gi"}}
         }))
         .unwrap()
+        .into()
     }
 
     fn claim(name: &str, pool: &str, provider_id: Option<&str>) -> NodeClaim {
@@ -189,17 +191,18 @@ mod tests {
 
     #[test]
     fn a_gpu_not_registered_yet_counts_at_the_claims_capacity_until_the_node_is_initialized() {
-        let gpu_node = |gpus: &str, initialized: bool| -> Node {
+        let gpu_node = |gpus: &str, initialized: bool| -> CompactNode {
             let mut node_labels = json!({labels::NODEPOOL_LABEL: "p"});
             if initialized {
                 node_labels[labels::INITIALIZED_LABEL] = json!("true");
             }
-            serde_json::from_value(json!({
+            serde_json::from_value::<k8s_openapi::api::core::v1::Node>(json!({
                 "metadata": {"name": "g", "labels": node_labels},
                 "spec": {"providerID": "sim:///g"},
                 "status": {"capacity": {"cpu": "8", "nvidia.com/gpu": gpus}}
             }))
             .unwrap()
+            .into()
         };
         let mut gpu_claim = claim("cg", "p", Some("sim:///g"));
         if let Some(status) = gpu_claim.status.as_mut() {

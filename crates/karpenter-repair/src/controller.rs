@@ -183,7 +183,7 @@ impl NodeRepairController {
         }
         for held in &group.held {
             if let Some(node) = self.cx.state.nodes.get(&held.node) {
-                let reference = Node::object_ref(&node, &());
+                let reference = Node::object_ref(&node.to_node(), &());
                 self.events.warn(&reference, NODE_REPAIR_BLOCKED, &message).await;
             }
         }

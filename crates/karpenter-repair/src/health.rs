@@ -6,8 +6,8 @@
 //! the status stays the same).
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Node;
 use karpenter_core::cloudprovider::RepairPolicy;
+use karpenter_core::snapshot::CompactNode;
 
 /// The condition that makes a node unhealthy, and when its toleration runs out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub struct Unhealthy {
 /// The node's unhealthy condition that runs out of toleration first, if any matches a policy. A matching
 /// condition without a parseable transition time counts as having changed now, so the toleration starts over
 /// rather than the node being replaced at once on bad data.
-pub fn unhealthy(node: &Node, policies: &[RepairPolicy], now: Timestamp) -> Option<Unhealthy> {
+pub fn unhealthy(node: &CompactNode, policies: &[RepairPolicy], now: Timestamp) -> Option<Unhealthy> {
     let conditions = node.status.as_ref()?.conditions.as_ref()?;
     let mut worst: Option<Unhealthy> = None;
     for condition in conditions {
@@ -58,9 +58,12 @@ mod tests {
         s.parse().unwrap_or(Timestamp::UNIX_EPOCH)
     }
 
-    fn node(conditions: serde_json::Value) -> Node {
-        serde_json::from_value(json!({"metadata": {"name": "n"}, "status": {"conditions": conditions}}))
-            .unwrap_or_default()
+    fn node(conditions: serde_json::Value) -> CompactNode {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Node>(
+            json!({"metadata": {"name": "n"}, "status": {"conditions": conditions}}),
+        )
+        .unwrap_or_default()
+        .into()
     }
 
     fn policies() -> Vec<RepairPolicy> {

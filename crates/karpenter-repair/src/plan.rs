@@ -16,12 +16,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{
     labels,
     nodeclaim::NodeClaim,
     nodepool::{Budget, DisruptionReason},
 };
+use karpenter_core::snapshot::CompactNode;
 use karpenter_core::{cloudprovider::RepairPolicy, disruption::budgets::allowed_disruptions};
 use kube::ResourceExt;
 
@@ -106,7 +106,7 @@ struct Group {
 /// Decides the repairs at `now`. Only nodes with a NodeClaim (found by `status.nodeName` or provider ID) are
 /// repaired; a NodeClaim already being deleted is left to its termination.
 pub fn plan_repairs<'a>(
-    nodes: impl IntoIterator<Item = &'a Node>,
+    nodes: impl IntoIterator<Item = &'a CompactNode>,
     claims: impl IntoIterator<Item = &'a NodeClaim>,
     budgets: &HashMap<String, Option<Vec<Budget>>>,
     policies: &[RepairPolicy],
@@ -240,7 +240,7 @@ mod tests {
         }]
     }
 
-    fn node(name: &str, pool: Option<&str>, ready: &str) -> Node {
+    fn node(name: &str, pool: Option<&str>, ready: &str) -> CompactNode {
         let mut labels = json!({});
         if let Some(pool) = pool {
             labels[labels::NODEPOOL_LABEL] = json!(pool);
@@ -250,6 +250,7 @@ mod tests {
             "spec": {"providerID": format!("sim:///{name}")},
             "status": {"conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": T0}]}
         }))
+        .map(|n: k8s_openapi::api::core::v1::Node| n.into())
         .unwrap()
     }
 
@@ -265,7 +266,7 @@ mod tests {
     }
 
     /// `n` nodes in pool `p`, the first `bad` of them NotReady since T0, each with a claim.
-    fn pool(p: &str, n: usize, bad: usize) -> (Vec<Node>, Vec<NodeClaim>) {
+    fn pool(p: &str, n: usize, bad: usize) -> (Vec<CompactNode>, Vec<NodeClaim>) {
         (0..n)
             .map(|i| {
                 let name = format!("{p}-{i}");

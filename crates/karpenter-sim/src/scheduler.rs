@@ -159,7 +159,7 @@ impl KubeScheduler {
             nodes: node_values
                 .iter()
                 .filter_map(|n| scheduler_view(n))
-                .map(Arc::new)
+                .map(|n| Arc::new(n.into()))
                 .collect(),
             pvcs: decode::<PersistentVolumeClaim>(&self.api, &ResourceId::core("persistentvolumeclaims")),
             pvs: decode::<PersistentVolume>(&self.api, &ResourceId::core("persistentvolumes")),

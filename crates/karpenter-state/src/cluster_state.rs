@@ -12,7 +12,7 @@ use futures::future::join_all;
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet},
     core::v1::{
-        Container, Namespace, Node, NodeStatus, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+        Container, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
         PodTemplateSpec,
     },
     policy::v1::PodDisruptionBudget,
@@ -23,7 +23,7 @@ use karpenter_api::{
     capacitybuffer::CapacityBuffer, ec2nodeclass::EC2NodeClass, nodeclaim::NodeClaim,
     nodeoverlay::NodeOverlay, nodepool::NodePool,
 };
-use karpenter_core::snapshot::{CompactPod, PodSharing, Snapshot};
+use karpenter_core::snapshot::{CompactNode, CompactPod, NodeSharing, PodSharing, Snapshot};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -43,7 +43,7 @@ pub struct Watched {
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
     pub pods: ProjectedStore<CompactPod>,
-    pub nodes: ProjectedStore<Node>,
+    pub nodes: ProjectedStore<CompactNode>,
     pub node_claims: ProjectedStore<NodeClaim>,
     pub node_pools: ProjectedStore<NodePool>,
     pub daemon_sets: ProjectedStore<DaemonSet>,
@@ -111,22 +111,13 @@ fn repack_metadata(meta: &mut ObjectMeta) {
     meta.annotations = repacked(meta.annotations.take());
 }
 
-/// A watched Node as the cache keeps it: of its status only what decisions and metrics read (capacity,
-/// allocatable, conditions, phase), with its maps repacked. Its image list, addresses, node info, daemon
-/// endpoints and attached volumes are a kilobyte or more per node that nothing here reads; writes to Nodes are
-/// patches, never the cached object sent back.
-fn project_node(node: Node) -> Node {
-    let mut node = without_managed_fields(node);
-    repack_metadata(&mut node.metadata);
-    if let Some(status) = node.status.take() {
-        node.status = Some(NodeStatus {
-            allocatable: repacked(status.allocatable),
-            capacity: repacked(status.capacity),
-            conditions: status.conditions,
-            phase: status.phase,
-            ..NodeStatus::default()
-        });
-    }
+/// A watched Node as the cache keeps it: compact ([`CompactNode`]: of its status only what decisions and
+/// metrics read), with the labels it shares with other nodes (its instance type's, zone's, NodePool's) held
+/// once for all of them. Writes to Nodes are patches, never the cached object sent back.
+fn project_node(node: Node) -> CompactNode {
+    static SHARING: LazyLock<Mutex<NodeSharing>> = LazyLock::new(Mutex::default);
+    let mut node = CompactNode::from(node);
+    node.share(&mut SHARING.lock().unwrap_or_else(PoisonError::into_inner));
     node
 }
 

@@ -54,7 +54,7 @@ mod tests {
         let cx = ControllerContext::new(server.client(), ClusterState::default(), Arc::new(clock));
         let copy = cx.clone();
         let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}})).unwrap();
-        cx.state.nodes.apply(node);
+        cx.state.nodes.apply(node.into());
         assert!(copy.state.nodes.get("n1").is_some());
         assert_eq!(copy.clock.now(), start);
 

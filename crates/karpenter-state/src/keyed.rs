@@ -11,7 +11,7 @@ use karpenter_api::{
     capacitybuffer::CapacityBuffer, ec2nodeclass::EC2NodeClass, nodeclaim::NodeClaim,
     nodeoverlay::NodeOverlay, nodepool::NodePool,
 };
-use karpenter_core::snapshot::CompactPod;
+use karpenter_core::snapshot::{CompactNode, CompactPod};
 
 use crate::projected_store::Keyed;
 
@@ -49,6 +49,16 @@ keyed_by_metadata!(
     StatefulSet,
     ReplicaSet,
 );
+
+impl Keyed for CompactNode {
+    fn key_namespace(&self) -> Option<&str> {
+        None
+    }
+
+    fn key_name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+}
 
 impl Keyed for CompactPod {
     fn key_namespace(&self) -> Option<&str> {

@@ -11,13 +11,11 @@
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::labels;
 use karpenter_state::finalizers::remove_finalizer;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 
 /// Whether the Node carries the finalizer.
-pub fn has_finalizer(node: &Node) -> bool {
-    node.finalizers()
-        .iter()
-        .any(|f| f == labels::TERMINATION_FINALIZER)
+pub fn has_finalizer(finalizers: &[String]) -> bool {
+    finalizers.iter().any(|f| f == labels::TERMINATION_FINALIZER)
 }
 
 /// Removes the finalizer from `node` (as read from the cache); `true` when this call took it off. A Node already
@@ -33,6 +31,7 @@ pub async fn remove_node_finalizer(client: &Client, node: &Node) -> Result<bool,
 mod tests {
     use super::*;
     use karpenter_sim::{ApiServer, SystemClock};
+    use kube::ResourceExt;
     use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
     use serde_json::json;
 

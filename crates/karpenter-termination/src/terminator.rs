@@ -199,7 +199,7 @@ impl Terminator {
             .cx
             .state
             .nodes
-            .filter(|n| n.metadata.deletion_timestamp.is_some() && has_finalizer(n));
+            .filter(|n| n.metadata.deletion_timestamp.is_some() && has_finalizer(n.finalizers()));
         if !deleted_nodes.is_empty() {
             let by_provider_id: HashMap<String, Arc<NodeClaim>> = self
                 .cx
@@ -211,6 +211,8 @@ impl Terminator {
                 .collect();
             let by_provider_id = &by_provider_id;
             let steps = deleted_nodes.into_iter().enumerate().map(|(at, node)| async move {
+                // The Node as written back: a few per pass, so the copy is cheap.
+                let node = node.to_node();
                 let mut one = TerminationPass::default();
                 if let Err(error) = self.node_step(&node, by_provider_id, &mut one).await {
                     tracing::warn!(node = %node.name_any(), category = error.category(), %error, "node termination step failed");
@@ -311,7 +313,10 @@ impl Terminator {
 
     async fn step(&self, claim: &NodeClaim, done: &mut TerminationPass) -> Result<(), TerminationError> {
         let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
-        let node = node_name.as_deref().and_then(|n| self.cx.state.nodes.get(n));
+        let node = node_name
+            .as_deref()
+            .and_then(|n| self.cx.state.nodes.get(n))
+            .map(|n| n.to_node());
         // A Node whose kubelet stopped reporting and whose instance the provider no longer has cannot be
         // drained (no kubelet will finish its pods' deletions): it goes without draining, its pods then removed
         // by the pod garbage collector, as upstream does and kube-controller-manager's node lifecycle would.
@@ -770,7 +775,7 @@ mod tests {
         /// The cache catches up with the API server on these objects.
         async fn refresh(&self, node: &str, claim: &str) -> Result<(), kube::Error> {
             match Api::<Node>::all(self.client.clone()).get_opt(node).await? {
-                Some(n) => self.state.nodes.apply(n),
+                Some(n) => self.state.nodes.apply(n.into()),
                 None => self.state.nodes.delete(node),
             }
             match Api::<NodeClaim>::all(self.client.clone()).get_opt(claim).await? {
@@ -989,15 +994,18 @@ mod tests {
             .unwrap_or_default();
         f.deleted_node("node-unseen", &provider_id, Some(&claim)).await?;
         // Only the Node is in the cache: the owner reference leads to the claim in the API server.
-        f.state
-            .nodes
-            .apply(Api::<Node>::all(f.client.clone()).get("node-unseen").await?);
+        f.state.nodes.apply(
+            Api::<Node>::all(f.client.clone())
+                .get("node-unseen")
+                .await?
+                .into(),
+        );
 
         let pass = f.terminator.pass().await;
         assert_eq!(pass.deleted_for_node, ["unseen"]);
         assert!(pass.released_nodes.is_empty());
         let node = Api::<Node>::all(f.client.clone()).get("node-unseen").await?;
-        assert!(has_finalizer(&node));
+        assert!(has_finalizer(node.finalizers()));
         Ok(())
     }
 

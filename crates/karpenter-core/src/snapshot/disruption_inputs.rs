@@ -3,10 +3,7 @@
 //! expired or may be consolidated, and the scheduling input of the cluster as it is, with each node's
 //! reschedulable pods ready to be placed elsewhere (see `disruption::resimulate`).
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-};
+use std::{collections::HashMap, sync::Arc};
 
 use super::compact_pod::CompactPod;
 use jiff::Timestamp;
@@ -33,7 +30,8 @@ use crate::{
 };
 
 use super::{
-    BuildOptions, ScheduleInputs, Snapshot, SnapshotNote, build_cluster_view, build_schedule_inputs,
+    BuildOptions, CompactNode, LabelLookup, ScheduleInputs, Snapshot, SnapshotNote, build_cluster_view,
+    build_schedule_inputs,
     context::{Context, Keys, describe},
     pods::PodConverter,
     selectors::NamespaceIndex,
@@ -290,7 +288,7 @@ impl ClaimReader<'_> {
     /// missing.
     fn read_all(&self, base: &mut ScheduleInputs, notes: &mut Vec<SnapshotNote>) -> Vec<Option<ClaimInfo>> {
         // View nodes are the snapshot's named Nodes, in order.
-        let nodes: Vec<&k8s_openapi::api::core::v1::Node> = self
+        let nodes: Vec<&CompactNode> = self
             .snapshot
             .nodes
             .iter()
@@ -329,7 +327,7 @@ impl ClaimReader<'_> {
     fn read(
         &self,
         i: usize,
-        node: Option<&k8s_openapi::api::core::v1::Node>,
+        node: Option<&CompactNode>,
         claim: &NodeClaim,
         pool: usize,
         base: &mut ScheduleInputs,
@@ -500,8 +498,8 @@ impl OfferingLabels<'_> {
     }
 }
 
-fn get<'a>(labels: Option<&'a BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
-    labels.and_then(|l| l.get(key)).map(String::as_str)
+fn get<'a, L: LabelLookup>(labels: Option<&'a L>, key: &str) -> Option<&'a str> {
+    labels.and_then(|l| l.label(key))
 }
 
 /// A conversion context over the base's interner and table (moved in; see [`restore`]).

@@ -15,15 +15,15 @@ use crate::{
 };
 
 use super::{
-    Snapshot,
+    LabelLookup, Snapshot,
     nodes::is_deleting,
     pods::{daemon_set_owner, is_mirror, is_terminal, is_terminating, node_name, pod_id},
     selectors::label_selector,
     taints::tolerations,
 };
 
-fn label<'a>(labels: Option<&'a std::collections::BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
-    labels.and_then(|l| l.get(key)).map(String::as_str)
+fn label<'a, L: LabelLookup>(labels: Option<&'a L>, key: &str) -> Option<&'a str> {
+    labels.and_then(|l| l.label(key))
 }
 
 fn annotation<'a>(

@@ -69,7 +69,9 @@ impl Snapshot {
             "Pod" => self
                 .pods
                 .extend(decode::<CompactPod>(v, false, notes).map(Arc::new)),
-            "Node" => self.nodes.extend(decode(v, false, notes).map(Arc::new)),
+            "Node" => self.nodes.extend(
+                decode::<k8s_openapi::api::core::v1::Node>(v, false, notes).map(|n| Arc::new(n.into())),
+            ),
             "NodeClaim" => self.node_claims.extend(decode(v, true, notes).map(Arc::new)),
             "NodePool" => decode_into(v, &mut self.node_pools, true, notes),
             "DaemonSet" => decode_into(v, &mut self.daemon_sets, false, notes),
@@ -194,12 +196,14 @@ mod tests {
         let notes = snap.add_text(
             r#"{"apiVersion": "v1", "kind": "List", "items": [
                 {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "managedFields": [{"manager": "x"}]}},
+                {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv1", "managedFields": [{"manager": "x"}]}},
                 {"apiVersion": "v1", "kind": "NodeList", "items": [{"kind": "Node", "metadata": {"name": "n2"}}]}]}"#,
             "nodes.json",
         );
         assert!(notes.is_empty(), "{notes:?}");
-        assert_eq!(snap.nodes.len(), 2);
-        assert!(snap.nodes[0].metadata.managed_fields.is_none());
+        let names: Vec<_> = snap.nodes.iter().map(|n| n.name_any()).collect();
+        assert_eq!(names, ["n1", "n2"]);
+        assert!(snap.pvs[0].metadata.managed_fields.is_none());
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! snapshot's size.
 
 mod buffers;
+pub mod compact_node;
 pub mod compact_pod;
 mod context;
 mod daemonsets;
@@ -46,7 +47,7 @@ use std::{collections::HashMap, fmt, sync::Arc};
 
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet},
-    core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate, Service},
+    core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, PodTemplate, Service},
     policy::v1::PodDisruptionBudget,
     storage::v1::{CSINode, StorageClass},
 };
@@ -66,6 +67,9 @@ use crate::{
 use context::Context;
 
 pub use buffers::{BufferPods, BufferResolution, ResolvedBuffer, UnresolvedBuffer, resolve_buffers};
+pub use compact_node::{
+    CompactNode, CompactNodeMeta, CompactNodeStatus, LabelLookup, NodeLabels, NodeSharing,
+};
 pub use compact_pod::{CompactPod, CompactPodTemplate, PodSharing};
 
 pub use disruption_inputs::{ClaimInfo, DisruptionInputs, PoolInfo, build_disruption_inputs};
@@ -81,7 +85,7 @@ pub struct Snapshot {
     pub pods: Vec<Arc<CompactPod>>,
     /// Shared for the same reason: a decision reads its nodes and NodeClaims, it never changes them, and a cache
     /// of 5,000 of each would otherwise be copied (tens of MB) for every decision.
-    pub nodes: Vec<Arc<Node>>,
+    pub nodes: Vec<Arc<CompactNode>>,
     pub node_claims: Vec<Arc<NodeClaim>>,
     pub node_pools: Vec<NodePool>,
     pub daemon_sets: Vec<DaemonSet>,

@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::api::resource::Quantity};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::CompactNode;
 use karpenter_api::{labels, nodeclaim::NodeClaim};
 
 use crate::resources::Resources;
@@ -33,7 +35,7 @@ impl ResourceField {
 }
 
 /// Whether Karpenter has labelled the Node initialized.
-pub(super) fn is_initialized(node: &Node) -> bool {
+pub(super) fn is_initialized(node: &CompactNode) -> bool {
     node.metadata
         .labels
         .as_ref()
@@ -45,14 +47,14 @@ pub(super) fn is_initialized(node: &Node) -> bool {
 /// when neither has it (a quantity that does not parse is noted, and its list left out).
 pub(super) fn node_resources(
     cx: &mut Context,
-    node: &Node,
+    node: &CompactNode,
     claim: Option<&NodeClaim>,
     field: ResourceField,
 ) -> Option<Resources> {
     let status = node.status.as_ref();
     let list = match field {
-        ResourceField::Capacity => status.and_then(|s| s.capacity.as_ref()),
-        ResourceField::Allocatable => status.and_then(|s| s.allocatable.as_ref()),
+        ResourceField::Capacity => status.and_then(|s| s.capacity.as_deref()),
+        ResourceField::Allocatable => status.and_then(|s| s.allocatable.as_deref()),
     };
     let node_object = describe("Node", None, node.metadata.name.as_deref());
     let reported = resource_list(cx, &node_object, field, list);

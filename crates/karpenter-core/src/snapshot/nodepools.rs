@@ -60,10 +60,6 @@ pub(super) fn pool_usage(
     types: &HashMap<&str, &Arc<InstanceType>>,
 ) -> HashMap<String, PoolUsage> {
     let mut usage: HashMap<String, PoolUsage> = HashMap::new();
-    let instance_type = |l: Option<&std::collections::BTreeMap<String, String>>| {
-        l.and_then(|l| l.get(labels::INSTANCE_TYPE_LABEL))
-            .and_then(|n| types.get(n.as_str()))
-    };
     for node in &snapshot.nodes {
         let node_labels = node.metadata.labels.as_ref();
         let Some(pool) = node_labels.and_then(|l| l.get(labels::NODEPOOL_LABEL)) else {
@@ -73,7 +69,7 @@ pub(super) fn pool_usage(
         let claim = node.metadata.name.as_deref().and_then(|n| nodes.claim_of(n));
         let capacity = node_resources(cx, node, claim, ResourceField::Capacity)
             .or_else(|| node_resources(cx, node, claim, ResourceField::Allocatable))
-            .or_else(|| instance_type(node_labels).map(|it| it.capacity.clone()))
+            .or_else(|| super::nodes::instance_type_of(node_labels, types).map(|it| it.capacity.clone()))
             .unwrap_or_default();
         let u = usage.entry(pool.clone()).or_default();
         u.capacity.add_assign(&capacity);
@@ -93,7 +89,7 @@ pub(super) fn pool_usage(
             .and_then(|s| s.capacity.as_ref())
             .filter(|c| !c.is_empty())
             .and_then(|l| Resources::from_resource_list(l, &mut cx.table).ok())
-            .or_else(|| instance_type(claim_labels).map(|it| it.capacity.clone()))
+            .or_else(|| super::nodes::instance_type_of(claim_labels, types).map(|it| it.capacity.clone()))
             .unwrap_or_default();
         let u = usage.entry(pool.clone()).or_default();
         u.capacity.add_assign(&capacity);

@@ -13,9 +13,8 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::core::v1::Node;
-
 use super::compact_pod::CompactPod;
+use super::{CompactNode, LabelLookup};
 use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
 
 use crate::{
@@ -35,7 +34,7 @@ use super::{
 };
 
 /// Whether a Node is going away: deleted, or tainted by Karpenter's disruption.
-pub(super) fn is_deleting(node: &Node) -> bool {
+pub(super) fn is_deleting(node: &CompactNode) -> bool {
     node.metadata.deletion_timestamp.is_some()
         || node
             .spec
@@ -45,13 +44,13 @@ pub(super) fn is_deleting(node: &Node) -> bool {
 }
 
 /// The instance type a Node or NodeClaim carries in its labels.
-fn instance_type_of<'t>(
-    labels: Option<&std::collections::BTreeMap<String, String>>,
+pub(super) fn instance_type_of<'t, L: LabelLookup>(
+    labels: Option<&L>,
     types: &HashMap<&str, &'t Arc<InstanceType>>,
 ) -> Option<&'t Arc<InstanceType>> {
     labels
-        .and_then(|l| l.get(labels::INSTANCE_TYPE_LABEL))
-        .and_then(|n| types.get(n.as_str()).copied())
+        .and_then(|l| l.label(labels::INSTANCE_TYPE_LABEL))
+        .and_then(|n| types.get(n).copied())
 }
 
 /// What a NodeClaim not launched yet is sure to offer: the smallest allocatable, resource by resource, of the
@@ -355,7 +354,7 @@ impl<'s> NodeSet<'s> {
     }
 }
 
-fn name_pool(node: &Node) -> Option<&str> {
+fn name_pool(node: &CompactNode) -> Option<&str> {
     node.metadata
         .labels
         .as_ref()
@@ -365,7 +364,7 @@ fn name_pool(node: &Node) -> Option<&str> {
 
 fn existing_node(
     cx: &mut Context,
-    node: &Node,
+    node: &CompactNode,
     name: &str,
     pool: Option<&NodePool>,
     claim: Option<&NodeClaim>,
