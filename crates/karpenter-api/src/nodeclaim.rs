@@ -1,7 +1,7 @@
 //! NodeClaim (karpenter.sh/v1): one node Karpenter launched or is launching, with the requirements it was
 //! launched against. Its spec is immutable; its status tracks the instance and the node's lifecycle.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
@@ -104,9 +104,10 @@ pub struct NodeClaimSpec {
     /// Taints expected at startup and removed by a DaemonSet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub startup_taints: Vec<Taint>,
+    // Shared (`Arc`): the state cache holds the claims launched alike with one list.
     /// The requirements the launched instance must satisfy.
     #[schemars(length(max = 100))]
-    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    pub requirements: Arc<Vec<NodeSelectorRequirementWithMinValues>>,
     /// The resources the pods scheduled to this claim need.
     #[serde(default, skip_serializing_if = "ResourceRequirements::is_empty")]
     pub resources: ResourceRequirements,
@@ -148,12 +149,14 @@ pub struct NodeClaimStatus {
     /// The image the instance runs.
     #[serde(default, rename = "imageID", skip_serializing_if = "Option::is_none")]
     pub image_id: Option<String>,
+    // Capacity and allocatable are shared (`Arc`): the state cache holds one list per distinct value, not one per
+    // claim of an instance type.
     /// The instance's capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capacity: Option<ResourceList>,
+    pub capacity: Option<Arc<ResourceList>>,
     /// The capacity left for pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allocatable: Option<ResourceList>,
+    pub allocatable: Option<Arc<ResourceList>>,
     /// Launched, Registered, Initialized, Ready, Consolidatable, Drifted and the termination conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

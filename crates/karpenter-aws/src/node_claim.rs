@@ -7,7 +7,7 @@
 //! timestamp when the instance is shutting down; provider ID and image. Garbage collection reads only an
 //! instance's summary ([`instance_summary`]): provider ID, NodeClaim tag, launch time.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -95,8 +95,8 @@ pub fn instance_to_node_claim(
     claim.status = Some(NodeClaimStatus {
         provider_id: Some(instance.provider_id()),
         image_id: instance.image_id.clone(),
-        capacity: instance_type.map(|t| resource_list(&t.capacity)),
-        allocatable: instance_type.map(|t| resource_list(&t.allocatable())),
+        capacity: instance_type.map(|t| Arc::new(resource_list(&t.capacity))),
+        allocatable: instance_type.map(|t| Arc::new(resource_list(&t.allocatable()))),
         ..Default::default()
     });
     claim

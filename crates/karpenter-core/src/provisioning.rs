@@ -88,7 +88,7 @@ pub fn node_claim_object(cx: &ClaimContext<'_>, claim: &NewNodeClaim) -> NodeCla
         );
     }
 
-    let requirements = claim
+    let requirements: Vec<_> = claim
         .requirements
         .to_specs(interner)
         .into_iter()
@@ -131,7 +131,7 @@ pub fn node_claim_object(cx: &ClaimContext<'_>, claim: &NewNodeClaim) -> NodeCla
                 .iter()
                 .map(|t| api_taint(interner, t))
                 .collect(),
-            requirements,
+            requirements: std::sync::Arc::new(requirements),
             resources: ResourceRequirements {
                 requests: (!requests.is_empty()).then_some(requests),
             },

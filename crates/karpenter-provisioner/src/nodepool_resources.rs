@@ -80,7 +80,7 @@ pub fn pool_resources<'a>(
             .and_then(|id| claims_by_provider_id.get(id))
             .filter(|_| !is_initialized(node));
         if let Some(claim) = claim {
-            let promised = milli_units(claim.status.as_ref().and_then(|s| s.capacity.as_ref()));
+            let promised = milli_units(claim.status.as_ref().and_then(|s| s.capacity.as_deref()));
             for (name, amount) in promised {
                 let reported = capacity.entry(name).or_default();
                 if *reported == 0 {
@@ -101,7 +101,7 @@ pub fn pool_resources<'a>(
             continue;
         }
         count += 1;
-        add(&mut milli, milli_units(status.capacity.as_ref()));
+        add(&mut milli, milli_units(status.capacity.as_deref()));
     }
     let mut resources: ResourceList = milli
         .into_iter()
@@ -119,6 +119,8 @@ pub fn pool_resources<'a>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use serde_json::json;
 
     use super::*;
@@ -206,9 +208,7 @@ mod tests {
         };
         let mut gpu_claim = claim("cg", "p", Some("sim:///g"));
         if let Some(status) = gpu_claim.status.as_mut() {
-            status
-                .capacity
-                .get_or_insert_with(Default::default)
+            Arc::make_mut(status.capacity.get_or_insert_with(Default::default))
                 .insert("nvidia.com/gpu".into(), Quantity("4".into()));
         }
         let claims = [gpu_claim];

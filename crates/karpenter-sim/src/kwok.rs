@@ -68,8 +68,8 @@ fn as_claim(node: &Node) -> Result<NodeClaim, CloudProviderError> {
     claim.status = Some(NodeClaimStatus {
         provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
         node_name: Some(node.name_any()),
-        capacity: status.and_then(|s| s.capacity.clone()),
-        allocatable: status.and_then(|s| s.allocatable.clone()),
+        capacity: status.and_then(|s| s.capacity.clone()).map(Arc::new),
+        allocatable: status.and_then(|s| s.allocatable.clone()).map(Arc::new),
         ..NodeClaimStatus::default()
     });
     Ok(claim)
@@ -195,8 +195,8 @@ impl CloudProvider for KwokCloudProvider {
                 ..NodeSpec::default()
             }),
             status: Some(NodeStatus {
-                capacity: status.capacity.clone(),
-                allocatable: status.allocatable.clone(),
+                capacity: status.capacity.as_deref().cloned(),
+                allocatable: status.allocatable.as_deref().cloned(),
                 conditions: Some(vec![NodeCondition {
                     type_: "Ready".into(),
                     status: "True".into(),

@@ -19,10 +19,12 @@ use k8s_openapi::api::{
     storage::v1::{CSINode, StorageClass, VolumeAttachment},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_api::common::{NodeSelectorRequirementWithMinValues, ResourceList};
 use karpenter_api::{
     capacitybuffer::CapacityBuffer, ec2nodeclass::EC2NodeClass, nodeclaim::NodeClaim,
     nodeoverlay::NodeOverlay, nodepool::NodePool,
 };
+use karpenter_core::sharing::ShareCache;
 use karpenter_core::snapshot::{CompactNode, CompactPod, NodeSharing, PodSharing, Snapshot};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -121,14 +123,28 @@ fn project_node(node: Node) -> CompactNode {
     node
 }
 
-/// A watched NodeClaim as the cache keeps it: whole, but without managedFields and with its maps repacked
-/// (see [`repacked`]).
+/// A watched NodeClaim as the cache keeps it: whole, but without managedFields, with its maps repacked (see
+/// [`repacked`]), and its requirements, capacity and allocatable shared with the claims that have the same
+/// (those launched alike, those of one instance type).
 fn project_node_claim(claim: NodeClaim) -> NodeClaim {
+    static RESOURCES: LazyLock<Mutex<ShareCache<ResourceList>>> = LazyLock::new(Mutex::default);
+    static REQUIREMENTS: LazyLock<Mutex<ShareCache<Vec<NodeSelectorRequirementWithMinValues>>>> =
+        LazyLock::new(Mutex::default);
     let mut claim = without_managed_fields(claim);
     repack_metadata(&mut claim.metadata);
+    claim.spec.requirements = REQUIREMENTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .share(Arc::clone(&claim.spec.requirements));
     if let Some(status) = claim.status.as_mut() {
-        status.capacity = repacked(status.capacity.take());
-        status.allocatable = repacked(status.allocatable.take());
+        let mut shared = RESOURCES.lock().unwrap_or_else(PoisonError::into_inner);
+        for list in [&mut status.capacity, &mut status.allocatable]
+            .into_iter()
+            .flatten()
+        {
+            let packed = Arc::new(list.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+            *list = shared.share(packed);
+        }
     }
     claim
 }
@@ -386,6 +402,53 @@ impl ClusterState {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn nodes_and_claims_of_one_instance_type_share_what_they_have_in_common() {
+        let node = |name: &str| -> Node {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {
+                    "kubernetes.io/hostname": name, "node.kubernetes.io/instance-type": "m5.large"}},
+                "status": {"capacity": {"cpu": "2", "memory": "8Gi"}, "allocatable": {"cpu": "1930m"}}
+            }))
+            .unwrap()
+        };
+        let (a, b) = (project_node(node("a")), project_node(node("b")));
+        let capacity = |n: &CompactNode| n.status.as_ref().and_then(|s| s.capacity.clone());
+        assert!(Arc::ptr_eq(&capacity(&a).unwrap(), &capacity(&b).unwrap()));
+        assert_eq!(
+            b.labels().get("kubernetes.io/hostname").map(String::as_str),
+            Some("b")
+        );
+        assert_eq!(
+            a.labels()
+                .get("node.kubernetes.io/instance-type")
+                .map(String::as_str),
+            Some("m5.large")
+        );
+
+        let claim = |name: &str| -> NodeClaim {
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": name},
+                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                         "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                           "values": ["m5.large"]}]},
+                "status": {"capacity": {"cpu": "2", "memory": "8Gi"}, "allocatable": {"cpu": "1930m"}}
+            }))
+            .unwrap()
+        };
+        let (c, d) = (project_node_claim(claim("c")), project_node_claim(claim("d")));
+        let allocatable = |c: &NodeClaim| c.status.as_ref().and_then(|s| s.allocatable.clone());
+        assert!(Arc::ptr_eq(&allocatable(&c).unwrap(), &allocatable(&d).unwrap()));
+        assert!(Arc::ptr_eq(&c.spec.requirements, &d.spec.requirements));
+        assert_eq!(c.spec.requirements[0].values, ["m5.large"]);
+        assert_eq!(
+            allocatable(&c).unwrap().get("cpu"),
+            Some(&k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                "1930m".into()
+            ))
+        );
+    }
 
     #[test]
     fn a_workload_is_kept_with_what_buffers_read_of_it() {

@@ -501,8 +501,8 @@ impl AwsCloudProvider {
         let claim_status = hydrated.status.get_or_insert_with(NodeClaimStatus::default);
         claim_status.provider_id = Some(instance.provider_id());
         claim_status.image_id = instance.image_id.clone();
-        claim_status.capacity = entry.map(|t| resource_list(&t.capacity));
-        claim_status.allocatable = entry.map(|t| resource_list(&t.allocatable()));
+        claim_status.capacity = entry.map(|t| Arc::new(resource_list(&t.capacity)));
+        claim_status.allocatable = entry.map(|t| Arc::new(resource_list(&t.allocatable())));
         hydrated
     }
 }

@@ -62,8 +62,8 @@ pub(super) fn node_resources(
         Some(c) => {
             let status = c.status.as_ref();
             let list = match field {
-                ResourceField::Capacity => status.and_then(|s| s.capacity.as_ref()),
-                ResourceField::Allocatable => status.and_then(|s| s.allocatable.as_ref()),
+                ResourceField::Capacity => status.and_then(|s| s.capacity.as_deref()),
+                ResourceField::Allocatable => status.and_then(|s| s.allocatable.as_deref()),
             };
             let claim_object = describe("NodeClaim", None, c.metadata.name.as_deref());
             resource_list(cx, &claim_object, field, list)

@@ -279,7 +279,7 @@ impl<'s> NodeSet<'s> {
                     .map(|(k, v)| (k.as_str(), v.as_str())),
                 &mut cx.interner,
             );
-            for r in &claim.spec.requirements {
+            for r in claim.spec.requirements.iter() {
                 match Requirement::from_api(r, &mut cx.interner) {
                     Ok(r) => {
                         if let Some(v) = r.single_value() {

@@ -619,8 +619,8 @@ impl SimCloudProvider {
         let status = hydrated.status.get_or_insert_with(NodeClaimStatus::default);
         status.provider_id = Some(provider_id.clone());
         status.image_id = Some(SIM_IMAGE_ID.into());
-        status.capacity = Some(capacity);
-        status.allocatable = Some(allocatable);
+        status.capacity = Some(Arc::new(capacity));
+        status.allocatable = Some(Arc::new(allocatable));
 
         let instance = Instance {
             provider_id: provider_id.clone(),

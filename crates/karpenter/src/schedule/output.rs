@@ -227,8 +227,7 @@ pub(crate) fn node_claim(
     NodeClaimOutput {
         node_pool: template.name.clone(),
         instance_types: claim.instance_types.iter().map(|it| it.name.clone()).collect(),
-        requirements: spec
-            .requirements
+        requirements: std::sync::Arc::unwrap_or_clone(spec.requirements)
             .into_iter()
             .map(|r| RequirementOutput {
                 key: r.key,
