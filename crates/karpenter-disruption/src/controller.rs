@@ -4,7 +4,6 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use futures::{StreamExt, stream};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{
     common::{Condition, ConditionStatus, find_condition},
     label_policy::LabelPolicy,
@@ -562,7 +561,7 @@ impl DisruptionController {
                 let candidate = candidate_message(c.method.as_str(), c.savings_per_hour);
                 let approved = approved_message(&view.name, c.savings_per_hour);
                 if let Some(node) = self.cx.state.nodes.get(&view.name) {
-                    let node = Node::object_ref(&node.to_node(), &());
+                    let node = node.object_ref();
                     self.events
                         .normal(&node, CONSOLIDATION_CANDIDATE, &candidate)
                         .await;
@@ -633,10 +632,7 @@ impl DisruptionController {
                 _ => format!("Cannot consolidate: {why}"),
             };
             if let Some(node) = self.cx.state.nodes.get(&view.name)
-                && self
-                    .events
-                    .normal(&Node::object_ref(&node.to_node(), &()), reason, &message)
-                    .await
+                && self.events.normal(&node.object_ref(), reason, &message).await
             {
                 published += 1;
             }
@@ -721,7 +717,7 @@ impl DisruptionController {
             if let Some(node) = self.cx.state.nodes.get(node) {
                 self.events
                     .normal(
-                        &Node::object_ref(&node.to_node(), &()),
+                        &node.object_ref(),
                         DISRUPTION_TERMINATING,
                         &terminating_message("Node", &command.reason),
                     )

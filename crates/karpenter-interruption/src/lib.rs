@@ -95,7 +95,7 @@ impl InterruptionController {
     fn node_of(&self, claim: &NodeClaim) -> Option<ObjectReference> {
         let name = claim.status.as_ref()?.node_name.as_deref()?;
         Some(match self.state.nodes.get(name) {
-            Some(node) => node.to_node().object_ref(&()),
+            Some(node) => node.object_ref(),
             // Not watched yet: the name alone still files the event under the Node.
             None => ObjectReference {
                 api_version: Some("v1".into()),

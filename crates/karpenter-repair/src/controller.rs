@@ -3,7 +3,6 @@
 use std::{sync::Arc, time::Duration};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
 use karpenter_state::api_errors::is_not_found;
@@ -183,7 +182,7 @@ impl NodeRepairController {
         }
         for held in &group.held {
             if let Some(node) = self.cx.state.nodes.get(&held.node) {
-                let reference = Node::object_ref(&node.to_node(), &());
+                let reference = node.object_ref();
                 self.events.warn(&reference, NODE_REPAIR_BLOCKED, &message).await;
             }
         }

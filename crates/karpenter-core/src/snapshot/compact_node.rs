@@ -19,7 +19,8 @@ use std::{
 };
 
 use k8s_openapi::{
-    api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus},
+    Resource,
+    api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, ObjectReference},
     apimachinery::pkg::{
         api::resource::Quantity,
         apis::meta::v1::{ObjectMeta, OwnerReference, Time},
@@ -27,7 +28,7 @@ use k8s_openapi::{
 };
 use karpenter_api::labels::HOSTNAME_LABEL;
 
-use crate::sharing::ShareCache;
+use crate::sharing::{ShareCache, repacked};
 
 /// A Node as the cache keeps it; see the module documentation.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -195,7 +196,12 @@ impl LabelLookup for NodeLabels {
     }
 }
 
-/// The sets of labels nodes share (see [`CompactNode::share`]).
+/// The value of label `key` in `labels`, if there are labels.
+pub fn label_in<'a, L: LabelLookup>(labels: Option<&'a L>, key: &str) -> Option<&'a str> {
+    labels.and_then(|l| l.label(key))
+}
+
+/// The label sets, capacities and allocatables nodes share (see [`CompactNode::share`]).
 #[derive(Debug, Default)]
 pub struct NodeSharing {
     labels: ShareCache<BTreeMap<String, String>>,
@@ -247,6 +253,19 @@ impl CompactNode {
         }
     }
 
+    /// The reference an Event about this Node is filed under (what `kube`'s `object_ref` makes of the Node),
+    /// without rebuilding the Node.
+    pub fn object_ref(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(Node::API_VERSION.to_string()),
+            kind: Some(Node::KIND.to_string()),
+            name: self.metadata.name.clone(),
+            uid: self.metadata.uid.clone(),
+            resource_version: self.metadata.resource_version.clone(),
+            ..ObjectReference::default()
+        }
+    }
+
     /// The Node it was made from, less what is not kept.
     pub fn to_node(&self) -> Node {
         let m = &self.metadata;
@@ -273,12 +292,6 @@ impl CompactNode {
             }),
         }
     }
-}
-
-/// A map rebuilt from its entries, so its tree's nodes are full (the decoder leaves each node it splits about
-/// half empty).
-fn repacked<V>(map: Option<BTreeMap<String, V>>) -> Option<BTreeMap<String, V>> {
-    map.map(|m| m.into_iter().collect())
 }
 
 impl From<Node> for CompactNode {
@@ -396,6 +409,22 @@ mod tests {
                 .get("kubernetes.io/hostname")
                 .map(String::as_str),
             Some("b")
+        );
+    }
+
+    #[test]
+    fn events_are_filed_under_the_node_by_name_uid_and_version() {
+        let reference = CompactNode::from(node("ip-10-0-0-1", "us-east-1a")).object_ref();
+        assert_eq!(
+            reference,
+            ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some("ip-10-0-0-1".into()),
+                uid: Some("u-1".into()),
+                resource_version: Some("7".into()),
+                ..ObjectReference::default()
+            }
         );
     }
 

@@ -30,8 +30,9 @@ use crate::{
 };
 
 use super::{
-    BuildOptions, CompactNode, LabelLookup, ScheduleInputs, Snapshot, SnapshotNote, build_cluster_view,
+    BuildOptions, CompactNode, ScheduleInputs, Snapshot, SnapshotNote, build_cluster_view,
     build_schedule_inputs,
+    compact_node::label_in,
     context::{Context, Keys, describe},
     pods::PodConverter,
     selectors::NamespaceIndex,
@@ -340,8 +341,8 @@ impl ClaimReader<'_> {
         let node_labels = node.and_then(|n| n.metadata.labels.as_ref());
         let claim_labels = claim.metadata.labels.as_ref();
         let label = |key: &str| -> Option<&str> {
-            get(node_labels, key)
-                .or_else(|| get(claim_labels, key))
+            label_in(node_labels, key)
+                .or_else(|| label_in(claim_labels, key))
                 .filter(|v| !v.is_empty())
         };
         let offering = OfferingLabels {
@@ -371,7 +372,7 @@ impl ClaimReader<'_> {
             });
 
         // Drift reads every instance type the provider offers, available or not.
-        let named = get(claim_labels, labels::INSTANCE_TYPE_LABEL).map(|name| {
+        let named = label_in(claim_labels, labels::INSTANCE_TYPE_LABEL).map(|name| {
             catalog_types
                 .entry(name.to_string())
                 .or_insert_with(|| {
@@ -496,10 +497,6 @@ impl OfferingLabels<'_> {
             .or_else(|| it.offerings.iter().find(matching))
             .map(|o| o.price)
     }
-}
-
-fn get<'a, L: LabelLookup>(labels: Option<&'a L>, key: &str) -> Option<&'a str> {
-    labels.and_then(|l| l.label(key))
 }
 
 /// A conversion context over the base's interner and table (moved in; see [`restore`]).

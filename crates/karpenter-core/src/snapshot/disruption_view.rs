@@ -15,16 +15,12 @@ use crate::{
 };
 
 use super::{
-    LabelLookup, Snapshot,
+    Snapshot, label_in,
     nodes::is_deleting,
     pods::{daemon_set_owner, is_mirror, is_terminal, is_terminating, node_name, pod_id},
     selectors::label_selector,
     taints::tolerations,
 };
-
-fn label<'a, L: LabelLookup>(labels: Option<&'a L>, key: &str) -> Option<&'a str> {
-    labels.and_then(|l| l.label(key))
-}
 
 fn annotation<'a>(
     annotations: Option<&'a std::collections::BTreeMap<String, String>>,
@@ -63,10 +59,10 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
         };
         let node_labels = node.metadata.labels.as_ref();
         let claim = claims_by_node.get(name).copied();
-        let node_pool = label(node_labels, labels::NODEPOOL_LABEL)
+        let node_pool = label_in(node_labels, labels::NODEPOOL_LABEL)
             .filter(|p| pools.contains(p))
             .map(str::to_string);
-        let initialized = label(node_labels, labels::INITIALIZED_LABEL) == Some("true")
+        let initialized = label_in(node_labels, labels::INITIALIZED_LABEL) == Some("true")
             || claim.is_some_and(|c| has_true_condition(c, conditions::INITIALIZED));
         let ready = node
             .status

@@ -68,7 +68,7 @@ use context::Context;
 
 pub use buffers::{BufferPods, BufferResolution, ResolvedBuffer, UnresolvedBuffer, resolve_buffers};
 pub use compact_node::{
-    CompactNode, CompactNodeMeta, CompactNodeStatus, LabelLookup, NodeLabels, NodeSharing,
+    CompactNode, CompactNodeMeta, CompactNodeStatus, LabelLookup, NodeLabels, NodeSharing, label_in,
 };
 pub use compact_pod::{CompactPod, CompactPodTemplate, PodSharing};
 

@@ -14,7 +14,7 @@ use std::{
 };
 
 use super::compact_pod::CompactPod;
-use super::{CompactNode, LabelLookup};
+use super::{CompactNode, LabelLookup, label_in};
 use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
 
 use crate::{
@@ -48,9 +48,7 @@ pub(super) fn instance_type_of<'t, L: LabelLookup>(
     labels: Option<&L>,
     types: &HashMap<&str, &'t Arc<InstanceType>>,
 ) -> Option<&'t Arc<InstanceType>> {
-    labels
-        .and_then(|l| l.label(labels::INSTANCE_TYPE_LABEL))
-        .and_then(|n| types.get(n).copied())
+    label_in(labels, labels::INSTANCE_TYPE_LABEL).and_then(|n| types.get(n).copied())
 }
 
 /// What a NodeClaim not launched yet is sure to offer: the smallest allocatable, resource by resource, of the
