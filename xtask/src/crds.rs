@@ -1,7 +1,8 @@
 //! `cargo xtask crds [--check]`: writes the CRDs generated from `karpenter-api` into `crds/` (the AWS flavour,
-//! which is what users install), `crds/core/` (the provider-neutral flavour) and the karpenter-crd chart (the AWS
-//! flavour with the chart's additionalAnnotations); with `--check`, fails when any committed file differs from
-//! what would be written.
+//! which is what users install), `crds/core/` (the provider-neutral flavour), `crds/kwok/` (the KWOKNodeClass,
+//! installed with `crds/core/` for `--cloud-provider kwok`) and the karpenter-crd chart (the AWS flavour with the
+//! chart's additionalAnnotations); with `--check`, fails when any committed file differs from what would be
+//! written.
 
 use std::{
     fs,
@@ -56,6 +57,13 @@ fn expected_files(root: &Path) -> anyhow::Result<Vec<(PathBuf, String)>> {
             }
         }
     }
+    // Its own folder: the AWS chart and `crds/` stay what an EKS user installs.
+    let kwok = crd::kwok()?;
+    let yaml = crd::to_yaml(&kwok.crd).context("serialising a CRD")?;
+    files.push((
+        root.join("crds/kwok").join(&kwok.file_name),
+        format!("{HEADER}---\n{yaml}"),
+    ));
     Ok(files)
 }
 
@@ -78,7 +86,7 @@ pub fn run(root: &Path, check: bool) -> anyhow::Result<()> {
         }
     }
     // A CRD file nobody generates any more is stale too.
-    for dir in ["crds", "crds/core", "charts/karpenter-crd/templates"] {
+    for dir in ["crds", "crds/core", "crds/kwok", "charts/karpenter-crd/templates"] {
         let Ok(entries) = fs::read_dir(root.join(dir)) else {
             continue;
         };

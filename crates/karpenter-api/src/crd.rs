@@ -48,6 +48,11 @@ pub fn all(policy: LabelPolicy) -> Result<Vec<GeneratedCrd>, CrdError> {
     Ok(out)
 }
 
+/// The KWOKNodeClass CRD of the KWOK provider, which its users install beside the provider-neutral CRDs.
+pub fn kwok() -> Result<GeneratedCrd, CrdError> {
+    Ok(named(edit(crate::kwoknodeclass::crd(), |_, _| Ok(()))?))
+}
+
 fn named(crd: CustomResourceDefinition) -> GeneratedCrd {
     let file_name = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
     GeneratedCrd { file_name, crd }
