@@ -210,6 +210,14 @@ pub trait CloudProvider: DriftProvider + Send + Sync {
     fn node_classes_report_readiness(&self) -> bool {
         true
     }
+
+    /// [`CloudProvider::node_classes_report_readiness`] for one kind, for a provider that serves kinds of both
+    /// sorts (kwok: a KWOKNodeClass carries a Ready condition, its CRD defaults one; an EC2NodeClass there has
+    /// none). The default answers for every kind alike.
+    fn node_class_reports_readiness(&self, kind: &NodeClassKind) -> bool {
+        let _ = kind;
+        self.node_classes_report_readiness()
+    }
 }
 
 #[cfg(test)]

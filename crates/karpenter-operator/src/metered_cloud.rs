@@ -114,4 +114,8 @@ impl CloudProvider for MeteredCloudProvider {
     fn node_classes_report_readiness(&self) -> bool {
         self.inner.node_classes_report_readiness()
     }
+
+    fn node_class_reports_readiness(&self, kind: &NodeClassKind) -> bool {
+        self.inner.node_class_reports_readiness(kind)
+    }
 }

@@ -176,12 +176,12 @@ impl NodePoolStatusController {
         &self,
         reference: &NodeClassReference,
     ) -> Result<(NodeClassReadiness, Option<i64>), ProvisionerError> {
-        let served_by_provider = self
+        let served = self
             .cloud
             .supported_node_classes()
-            .iter()
-            .any(|k| k.group == reference.group && k.kind == reference.kind);
-        if !served_by_provider {
+            .into_iter()
+            .find(|k| k.group == reference.group && k.kind == reference.kind);
+        let Some(kind) = served else {
             let message = format!(
                 "{}/{} is not a NodeClass kind the {} provider serves",
                 reference.group,
@@ -189,7 +189,7 @@ impl NodePoolStatusController {
                 self.cloud.name()
             );
             return Ok((NodeClassReadiness::UnknownKind { message }, None));
-        }
+        };
         let Some(resource) = self.resolve(&reference.group, &reference.kind).await else {
             let message = format!(
                 "the API server does not serve {}/{} (is its CRD installed?)",
@@ -201,7 +201,7 @@ impl NodePoolStatusController {
         let Some(object) = api.get_opt(&reference.name).await? else {
             return Ok((NodeClassReadiness::NotFound, None));
         };
-        let readiness = readiness_of(&object, self.cloud.node_classes_report_readiness());
+        let readiness = readiness_of(&object, self.cloud.node_class_reports_readiness(&kind));
         Ok((readiness, Some(object.metadata.generation.unwrap_or_default())))
     }
 
