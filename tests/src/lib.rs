@@ -223,4 +223,5 @@ pub async fn apply_pdb(client: &kube::Client, app: &str, max_unavailable: i32) -
 }
 
 pub mod control_plane;
+pub mod python_venv;
 pub mod replicas;

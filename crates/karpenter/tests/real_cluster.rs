@@ -11,8 +11,10 @@
 //! the stopped replica restarts as the standby, and with a command in flight (an old node tainted while its
 //! replacement launches) the new leader is killed with SIGKILL: the restarted replica takes the Lease once it
 //! expires and finishes the drift from what the cluster shows (no node left tainted, nothing orphaned); scaled
-//! back to 0 the empty nodes are consolidated away. No replica's log has a 403/Forbidden: the chart's RBAC covers everything these paths call. Needs Go (the control plane is built
-//! once), openssl, kubectl and python3 with .ci/requirements.txt; fails, never skips, when one is missing.
+//! back to 0 the empty nodes are consolidated away. No replica's log has a 403/Forbidden: the chart's RBAC covers
+//! everything these paths call. Needs Go (the control plane is built once), openssl, kubectl and python3 with its
+//! venv module (the renderer's helm-python-sdk and PyYAML are installed at `.ci/requirements.txt`'s pins into
+//! `target/chart-venv` by the test itself); fails, never skips, when one is missing.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // test helpers outside #[test] fns
 
 use std::{
@@ -104,7 +106,9 @@ fn items(cp: &ControlPlane, args: &[&str]) -> Vec<Value> {
 /// The chart's objects, rendered with the required values only.
 fn render_chart() -> Vec<Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/render-chart.py");
-    let text = output(Command::new("python3").arg(&script).args([
+    let python = karpenter_e2e::python_venv::chart_python()
+        .unwrap_or_else(|e| panic!("cannot provision the chart renderer's Python: {e}"));
+    let text = output(Command::new(python).arg(&script).args([
         "--set",
         "settings.clusterName=real-cluster-test",
         "--set",
