@@ -10,7 +10,8 @@
 //!   picks others); another failure sets `Launched=Unknown` with the provider's reason and message (upstream's
 //!   `LaunchFailed` and the error when it gives none) and is retried after a per-claim exponential back-off
 //!   (1 s doubling to 5 minutes, [`crate::launch_backoff`]), not on every pass.
-//! - **Registration**: once a Node with the claim's provider ID exists, it gets the claim's labels and
+//! - **Registration**: once a Node with the claim's provider ID exists, it gets the claim's labels, annotations,
+//!   taints and startup taints (not the taints when it is labelled `karpenter.sh/do-not-sync-taints=true`) and
 //!   `karpenter.sh/registered=true`, loses the `karpenter.sh/unregistered` taint, is owned by the claim and
 //!   gets the `karpenter.sh/termination` finalizer, so `kubectl delete node` goes through the terminator
 //!   (which deletes the claim, drains the Node and deletes the instance before letting the Node go); the
@@ -38,7 +39,7 @@ use std::{
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::{
-    api::core::v1::Node,
+    api::core::v1::{Node, Taint},
     apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
 };
 use karpenter_api::{
@@ -491,14 +492,7 @@ impl Lifecycle {
         }
         let mut node_labels: BTreeMap<String, String> = claim.labels().clone();
         node_labels.insert(labels::REGISTERED_LABEL.to_string(), "true".to_string());
-        let taints: Vec<_> = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|t| t.key != labels::UNREGISTERED_TAINT_KEY)
-            .collect();
+        let taints = registered_taints(node, claim);
         let owner = OwnerReference {
             api_version: "karpenter.sh/v1".to_string(),
             kind: "NodeClaim".to_string(),
@@ -507,8 +501,9 @@ impl Lifecycle {
             block_owner_deletion: Some(true),
             controller: None,
         };
+        // A merge patch: the claim's labels and annotations are added to the Node's own, which stay.
         let patch = json!({
-            "metadata": {"labels": node_labels, "ownerReferences": [owner]},
+            "metadata": {"labels": node_labels, "annotations": claim.annotations(), "ownerReferences": [owner]},
             "spec": {"taints": taints},
         });
         let nodes: Api<Node> = Api::all(self.cx.client.clone());
@@ -571,6 +566,42 @@ fn launch_failure(error: &CloudProviderError) -> (String, String) {
 async fn delete_ignoring_gone(api: &Api<NodeClaim>, name: &str) -> Result<(), ProvisionerError> {
     ignore_not_found(api.delete(name, &DeleteParams::default()).await)?;
     Ok(())
+}
+
+/// The taints `node` keeps once registered, as upstream syncs them: its own less the `karpenter.sh/unregistered`
+/// taint, then each of the claim's taints and startup taints it lacks (the same key and effect), unless the Node
+/// is labelled `karpenter.sh/do-not-sync-taints=true` (its provider manages its taints). Startup taints stay
+/// until whatever they wait for removes them; initialization waits for that.
+fn registered_taints(node: &Node, claim: &NodeClaim) -> Vec<Taint> {
+    let mut taints: Vec<Taint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != labels::UNREGISTERED_TAINT_KEY)
+        .collect();
+    if node
+        .labels()
+        .get(labels::DO_NOT_SYNC_TAINTS_LABEL)
+        .map(String::as_str)
+        == Some("true")
+    {
+        return taints;
+    }
+    for taint in claim.spec.taints.iter().chain(&claim.spec.startup_taints) {
+        // The API's taint and the core one have the same JSON form.
+        let Ok(taint) = serde_json::to_value(taint).and_then(serde_json::from_value::<Taint>) else {
+            continue;
+        };
+        if !taints
+            .iter()
+            .any(|t| t.key == taint.key && t.effect == taint.effect)
+        {
+            taints.push(taint);
+        }
+    }
+    taints
 }
 
 /// A Node not yet registered (no `karpenter.sh/registered` label) that came up without the
@@ -755,6 +786,84 @@ mod tests {
         assert!(event_reasons(&lifecycle, "tainted").await?.is_empty());
         // And the taint is gone once registered.
         let node = nodes.get("node-tainted").await?;
+        assert!(node.spec.and_then(|s| s.taints).unwrap_or_default().is_empty());
+        Ok(())
+    }
+
+    /// Claim `name`'s taints, startup taints and annotations, written to the API server and the cache.
+    async fn give_claim(lifecycle: &Lifecycle, name: &str, patch: serde_json::Value) -> TestResult {
+        let claims = Api::<NodeClaim>::all(lifecycle.cx.client.clone());
+        let claim = claims
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        lifecycle.cx.state.node_claims.apply(claim);
+        Ok(())
+    }
+
+    fn taint(key: &str, value: &str, effect: &str) -> serde_json::Value {
+        json!({"key": key, "value": value, "effect": effect})
+    }
+
+    #[tokio::test]
+    async fn registration_copies_the_claims_taints_startup_taints_and_annotations_to_the_node() -> TestResult
+    {
+        let node_meta = json!({"annotations": {"node-own": "kept"}});
+        let (_server, lifecycle) = launched_with_node("synced", node_meta).await?;
+        let nodes = Api::<Node>::all(lifecycle.cx.client.clone());
+        // The Node registers with the unregistered taint and one of the claim's taints already on it.
+        let node_taints = json!({"spec": {"taints": [
+            taint(labels::UNREGISTERED_TAINT_KEY, "", "NoExecute"),
+            taint("custom-taint", "custom-value", "NoSchedule"),
+        ]}});
+        let node = nodes
+            .patch("node-synced", &PatchParams::default(), &Patch::Merge(node_taints))
+            .await?;
+        lifecycle.cx.state.nodes.apply(node.into());
+        let claim = json!({
+            "metadata": {"annotations": {"custom-annotation": "custom-value"}},
+            "spec": {
+                "taints": [taint("custom-taint", "custom-value", "NoSchedule"),
+                           taint("other-custom-taint", "other-custom-value", "NoExecute")],
+                "startupTaints": [taint("example.com/agent-not-ready", "", "NoSchedule")],
+            },
+        });
+        give_claim(&lifecycle, "synced", claim).await?;
+        assert_eq!(lifecycle.pass().await.registered, ["synced"]);
+        let node = nodes.get("node-synced").await?;
+        let taints: Vec<(String, String)> = node
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| (t.key, t.effect))
+            .collect();
+        assert_eq!(
+            taints,
+            [
+                ("custom-taint".into(), "NoSchedule".into()),
+                ("other-custom-taint".into(), "NoExecute".into()),
+                ("example.com/agent-not-ready".into(), "NoSchedule".into()),
+            ]
+        );
+        let annotations = node.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations.get("custom-annotation").map(String::as_str),
+            Some("custom-value")
+        );
+        assert_eq!(annotations.get("node-own").map(String::as_str), Some("kept"));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_node_labelled_do_not_sync_taints_keeps_its_own_taints() -> TestResult {
+        let node_meta = json!({"labels": {labels::DO_NOT_SYNC_TAINTS_LABEL: "true"}});
+        let (_server, lifecycle) = launched_with_node("unsynced", node_meta).await?;
+        let claim = json!({"spec": {"taints": [taint("custom-taint", "custom-value", "NoSchedule")]}});
+        give_claim(&lifecycle, "unsynced", claim).await?;
+        assert_eq!(lifecycle.pass().await.registered, ["unsynced"]);
+        let node = Api::<Node>::all(lifecycle.cx.client.clone())
+            .get("node-unsynced")
+            .await?;
         assert!(node.spec.and_then(|s| s.taints).unwrap_or_default().is_empty());
         Ok(())
     }
