@@ -72,7 +72,8 @@ fn binary_flags() -> Vec<Flag> {
             values: vec!["aws".into(), "kwok".into()],
             help: "Which cloud to launch nodes in: `aws` (EC2; needs a binary built with the `aws` feature, as \
                    the container image is) or `kwok` (no cloud: each launch creates a Node object directly, for \
-                   KWOK clusters and benchmarks)."
+                   KWOK clusters and benchmarks; NodePools of a KWOKNodeClass launch as upstream's KWOK provider, \
+                   those of an EC2NodeClass from the AWS catalog)."
                 .into(),
         },
         Flag {
@@ -83,12 +84,23 @@ fn binary_flags() -> Vec<Flag> {
             help: "A kubeconfig file; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.".into(),
         },
         Flag {
-            long: "instance-types-file-path".into(),
+            long: "kwok-instance-types".into(),
             env: Some("INSTANCE_TYPES_FILE_PATH".into()),
             default: None,
             values: Vec::new(),
-            help: "kwok: a catalog JSON file of instance types (the format `cargo xtask catalog` writes); default: \
-                   the embedded AWS catalog."
+            help: "kwok: upstream KWOK's instance types (the format of its kwok/cloudprovider/instance_types.json) \
+                   for NodePools of a KWOKNodeClass; also `--instance-types-file-path`, upstream's name. Default: \
+                   that file in the Go module cache ($GOMODCACHE/sigs.k8s.io/karpenter@v1.15.0/...; `go mod \
+                   download sigs.k8s.io/karpenter@v1.15.0` fetches it)."
+                .into(),
+        },
+        Flag {
+            long: "kwok-aws-catalog".into(),
+            env: Some("KWOK_AWS_CATALOG".into()),
+            default: None,
+            values: Vec::new(),
+            help: "kwok: a catalog JSON file (the format `cargo xtask catalog` writes) for NodePools of an \
+                   EC2NodeClass; default: the embedded AWS catalog of us-east-1."
                 .into(),
         },
     ]

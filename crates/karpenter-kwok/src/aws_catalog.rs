@@ -1,9 +1,10 @@
-//! A cloud whose instances are Node objects: `create` picks an offering as the simulated cloud does and creates
-//! the Node through the API server at once (Ready, with the `karpenter.sh/unregistered` taint a real node
-//! registers with); `list`, `get` and `delete` read and delete those Nodes. Like upstream's KWOK provider it
-//! lets `karpenter controller --cloud-provider kwok` run against any API server (a kind cluster with KWOK, or
-//! `karpenter simulate --serve`) without a cloud, for trying things out and for the controller's memory and
-//! latency benchmarks. Nothing runs on these nodes unless something like KWOK plays their kubelets.
+//! The AWS-catalog mode of the KWOK provider, for NodePools whose nodeClassRef is an EC2NodeClass: `create` picks
+//! an offering from the AWS catalog (or a catalog file) as the simulated cloud does and creates the Node through
+//! the API server at once (Ready, with the `karpenter.sh/unregistered` taint a real node registers with); `list`,
+//! `get` and `delete` read and delete those Nodes. It lets the same manifests as on EKS run against any API server
+//! (a kind cluster with KWOK, or `karpenter simulate --serve`) without a cloud, and drives the controller's
+//! memory and latency benchmarks. Nothing runs on these nodes unless something like KWOK plays their kubelets.
+//! KWOKNodeClass NodePools are upstream's KWOK provider's ([`crate::provider`]).
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -25,7 +26,7 @@ use kube::{
     api::{DeleteParams, ListParams, ObjectMeta, PostParams},
 };
 
-use crate::cloud::{SimCloudOptions, SimCloudProvider};
+use karpenter_sim::{SimCloudOptions, SimCloudProvider};
 
 /// The annotation upstream KWOK uses to take a Node over.
 pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
@@ -38,7 +39,7 @@ const NODECLAIM_LABEL: &str = "karpenter.sh/nodeclaim";
 const LIST_PAGE: u32 = 100;
 
 /// See the module documentation.
-pub struct KwokCloudProvider {
+pub struct AwsCatalogKwok {
     offerings: SimCloudProvider,
     nodes: Api<Node>,
 }
@@ -88,7 +89,7 @@ fn summary_of(node: &Node) -> Option<InstanceSummary> {
     })
 }
 
-impl KwokCloudProvider {
+impl AwsCatalogKwok {
     /// Calls `f` with every Node of this cloud that is not being deleted, page by page: a cluster of thousands
     /// of Nodes is otherwise one response body and every Node decoded at once, tens of MiB the controller's
     /// memory would peak on at each garbage collection.
@@ -119,7 +120,7 @@ impl KwokCloudProvider {
         Self::with_seed(client, catalog, clock, process_seed())
     }
 
-    /// As [`KwokCloudProvider::new`], its instance IDs drawn from `seed`. Instances are Nodes on a shared API
+    /// As [`AwsCatalogKwok::new`], its instance IDs drawn from `seed`. Instances are Nodes on a shared API
     /// server that outlive the process: two processes (a restarted controller, a standby taking over) must
     /// not draw the same IDs, or each launch of the second collides with a Node the first created.
     pub fn with_seed(client: Client, catalog: CatalogFile, clock: Arc<dyn Clock>, seed: u64) -> Self {
@@ -140,21 +141,21 @@ impl KwokCloudProvider {
 }
 
 /// A seed no other process shares: the wall clock's nanoseconds mixed with the process ID.
-fn process_seed() -> u64 {
+pub(crate) fn process_seed() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     (nanos ^ (u64::from(std::process::id()) << 40)) | 1
 }
 
-impl DriftProvider for KwokCloudProvider {
+impl DriftProvider for AwsCatalogKwok {
     fn is_drifted(&self, _claim: &NodeClaim) -> Option<String> {
         None
     }
 }
 
 #[async_trait]
-impl CloudProvider for KwokCloudProvider {
+impl CloudProvider for AwsCatalogKwok {
     fn name(&self) -> &'static str {
         "kwok"
     }
@@ -300,16 +301,17 @@ impl CloudProvider for KwokCloudProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ApiServer, VirtualClock};
+    use karpenter_sim::{ApiServer, VirtualClock};
 
     type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     #[tokio::test(start_paused = true)]
     async fn instances_are_nodes_created_listed_and_deleted_through_the_api() -> TestResult {
-        let catalog = CatalogFile::from_json_str(include_str!("../tests/fixtures/catalog.json"))?;
+        let catalog =
+            CatalogFile::from_json_str(include_str!("../../karpenter-sim/tests/fixtures/catalog.json"))?;
         let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
         let api = ApiServer::new(Arc::clone(&clock));
-        let kwok = KwokCloudProvider::new(api.client(), catalog, clock);
+        let kwok = AwsCatalogKwok::new(api.client(), catalog, clock);
         let claim: NodeClaim = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
@@ -355,7 +357,8 @@ mod tests {
     /// launches must not draw the IDs of Nodes the previous process created, or every one fails AlreadyExists.
     #[tokio::test(start_paused = true)]
     async fn a_restarted_provider_launches_under_instance_ids_of_its_own() -> TestResult {
-        let catalog = CatalogFile::from_json_str(include_str!("../tests/fixtures/catalog.json"))?;
+        let catalog =
+            CatalogFile::from_json_str(include_str!("../../karpenter-sim/tests/fixtures/catalog.json"))?;
         let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
         let api = ApiServer::new(Arc::clone(&clock));
         let claim = |name: &str| -> Result<NodeClaim, serde_json::Error> {
@@ -366,12 +369,12 @@ mod tests {
                 "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
             }))
         };
-        let before = KwokCloudProvider::new(api.client(), catalog.clone(), Arc::clone(&clock));
+        let before = AwsCatalogKwok::new(api.client(), catalog.clone(), Arc::clone(&clock));
         for i in 0..3 {
             before.create(&claim(&format!("before-{i}"))?).await?;
         }
         drop(before);
-        let after = KwokCloudProvider::new(api.client(), catalog, clock);
+        let after = AwsCatalogKwok::new(api.client(), catalog, clock);
         for i in 0..3 {
             after.create(&claim(&format!("after-{i}"))?).await?;
         }
@@ -390,10 +393,11 @@ mod tests {
     /// as gone, or the terminator, which lifts that finalizer only once the instance is gone, would wait forever.
     #[tokio::test(start_paused = true)]
     async fn a_node_held_by_a_finalizer_is_a_terminated_instance() -> TestResult {
-        let catalog = CatalogFile::from_json_str(include_str!("../tests/fixtures/catalog.json"))?;
+        let catalog =
+            CatalogFile::from_json_str(include_str!("../../karpenter-sim/tests/fixtures/catalog.json"))?;
         let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
         let api = ApiServer::new(Arc::clone(&clock));
-        let kwok = KwokCloudProvider::new(api.client(), catalog, clock);
+        let kwok = AwsCatalogKwok::new(api.client(), catalog, clock);
         let claim: NodeClaim = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
@@ -427,7 +431,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn list_reads_every_page_of_nodes() -> TestResult {
-        let catalog = CatalogFile::from_json_str(include_str!("../tests/fixtures/catalog.json"))?;
+        let catalog =
+            CatalogFile::from_json_str(include_str!("../../karpenter-sim/tests/fixtures/catalog.json"))?;
         let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
         let server = ApiServer::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
         let nodes: Api<Node> = Api::all(server.client());
@@ -447,7 +452,7 @@ mod tests {
                 &serde_json::from_value(serde_json::json!({"metadata": {"name": "other"}}))?,
             )
             .await?;
-        let kwok = KwokCloudProvider::new(server.client(), catalog, clock);
+        let kwok = AwsCatalogKwok::new(server.client(), catalog, clock);
         let listed = kwok.list().await?;
         assert_eq!(listed.len(), count, "every page is read");
         let names: std::collections::BTreeSet<String> = listed.iter().map(|c| c.name_any()).collect();

@@ -12,8 +12,8 @@
 
 //!
 //! The API server and what runs on it (`apiserver`, `cluster`, `kubelet`, `scheduler`, `workloads`) are the
-//! `apiserver` feature (on by default): the controller binary needs only the clock and the kwok cloud provider
-//! unless it is built with `simulate`, so a production image does not carry an API server.
+//! `apiserver` feature (on by default): the kwok cloud provider (`karpenter-kwok`) needs only the clock and the
+//! simulated cloud, so a production image does not carry an API server.
 
 #[cfg(feature = "apiserver")]
 pub mod apiserver;
@@ -25,7 +25,6 @@ pub mod cluster;
 mod error;
 #[cfg(feature = "apiserver")]
 pub mod kubelet;
-pub mod kwok;
 #[cfg(feature = "apiserver")]
 mod objects;
 mod rng;
@@ -44,6 +43,5 @@ pub use cluster::{SimCluster, SimOptions};
 pub use error::{ApiStatus, Error};
 #[cfg(feature = "apiserver")]
 pub use kubelet::KubeletOptions;
-pub use kwok::KwokCloudProvider;
 #[cfg(feature = "apiserver")]
 pub use workloads::WorkloadOptions;

@@ -6,18 +6,18 @@ use std::{path::PathBuf, sync::Arc};
 
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, ValueEnum};
-use karpenter_api::label_policy::LabelPolicy;
+use karpenter_api::{kwoknodeclass, label_policy::LabelPolicy};
 use karpenter_aws_catalog::aws_catalog_once;
 use karpenter_core::{
     catalog::CatalogFile,
     clock::{Clock, SystemClock},
     snapshot::BuildOptions,
 };
+use karpenter_kwok::KwokCloudProvider;
 use karpenter_operator::{
     ControllerParts, ControllerTask, Operator, Settings, aws_settings::AwsArgs, logging,
     rate_limit::RateLimitLayer,
 };
-use karpenter_sim::KwokCloudProvider;
 use karpenter_state::{ClusterState, Watched};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -27,7 +27,8 @@ pub enum CloudProviderKind {
     /// EC2 (needs a binary built with the `aws` feature, as the container image is).
     Aws,
     /// No cloud: each launch creates a Node object directly (for KWOK clusters, `karpenter simulate --serve`
-    /// and benchmarks); instance types from --instance-types-file-path or the embedded AWS catalog.
+    /// and benchmarks). NodePools of a KWOKNodeClass (karpenter.kwok.sh/v1alpha1) launch as upstream's KWOK
+    /// provider, from --kwok-instance-types; NodePools of an EC2NodeClass from --kwok-aws-catalog.
     Kwok,
 }
 
@@ -41,9 +42,15 @@ pub struct ControllerArgs {
     /// A kubeconfig file; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// kwok: a catalog JSON file of instance types (the format `cargo xtask catalog` writes).
-    #[arg(long, env = "INSTANCE_TYPES_FILE_PATH")]
-    pub instance_types_file_path: Option<PathBuf>,
+    /// kwok: upstream KWOK's instance types (its kwok/cloudprovider/instance_types.json format) for NodePools
+    /// of a KWOKNodeClass; default: that file in the Go module cache
+    /// ($GOMODCACHE/sigs.k8s.io/karpenter@v1.15.0/..., fetched by `go mod download sigs.k8s.io/karpenter@v1.15.0`).
+    #[arg(long, alias = "instance-types-file-path", env = "INSTANCE_TYPES_FILE_PATH")]
+    pub kwok_instance_types: Option<PathBuf>,
+    /// kwok: a catalog JSON file (the format `cargo xtask catalog` writes) for NodePools of an EC2NodeClass;
+    /// default: the embedded AWS catalog of us-east-1.
+    #[arg(long, env = "KWOK_AWS_CATALOG")]
+    pub kwok_aws_catalog: Option<PathBuf>,
     #[command(flatten)]
     pub aws: AwsArgs,
 }
@@ -77,9 +84,8 @@ fn catalog(path: Option<&PathBuf>) -> Result<CatalogFile> {
     match path {
         Some(path) => {
             let text = std::fs::read_to_string(path)
-                .with_context(|| format!("INSTANCE_TYPES_FILE_PATH {}", path.display()))?;
-            CatalogFile::from_json_str(&text)
-                .map_err(|e| anyhow!("INSTANCE_TYPES_FILE_PATH {}: {e}", path.display()))
+                .with_context(|| format!("KWOK_AWS_CATALOG {}", path.display()))?;
+            CatalogFile::from_json_str(&text).map_err(|e| anyhow!("KWOK_AWS_CATALOG {}: {e}", path.display()))
         }
         None => {
             aws_catalog_once("us-east-1", &Default::default()).map_err(|e| anyhow!("embedded catalog: {e}"))
@@ -140,13 +146,23 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
     let mut aws_provider = None;
     let (cloud, build, watched) = match args.cloud_provider {
         CloudProviderKind::Kwok => {
-            let catalog = catalog(args.instance_types_file_path.as_ref())?;
+            let catalog = catalog(args.kwok_aws_catalog.as_ref())?;
+            // KWOK's instance labels are well known as upstream makes them: a pod selects them and a NodePool
+            // requires them without declaring them (EC2NodeClass types do not define them, so never match).
+            let mut extra_well_known_labels = catalog.well_known_labels.clone();
+            extra_well_known_labels.extend(kwoknodeclass::WELL_KNOWN_LABELS.map(String::from));
             let build = BuildOptions {
                 label_policy: LabelPolicy::Aws,
-                extra_well_known_labels: catalog.well_known_labels.clone(),
+                extra_well_known_labels,
                 ..BuildOptions::default()
             };
-            let cloud = KwokCloudProvider::new(client.clone(), catalog, Arc::clone(&clock)).as_dyn();
+            let cloud = KwokCloudProvider::new(
+                client.clone(),
+                catalog,
+                args.kwok_instance_types.as_deref(),
+                Arc::clone(&clock),
+            )?
+            .as_dyn();
             (cloud, build, Watched::default())
         }
         #[cfg(feature = "aws")]

@@ -49,11 +49,12 @@ use karpenter_core::{
     scheduling::schedule,
     snapshot::{BuildOptions, build_schedule_inputs},
 };
+use karpenter_kwok::AwsCatalogKwok;
 use karpenter_provisioner::{
     catalog::catalog_for,
     provisioner::{Provisioner, ProvisionerSettings},
 };
-use karpenter_sim::{ApiServer, KwokCloudProvider};
+use karpenter_sim::ApiServer;
 use karpenter_state::{ClusterState, ControllerContext, Watched};
 use nix::{
     sys::signal::{Signal, killpg},
@@ -682,7 +683,7 @@ async fn provision(name: &str, pods: Vec<Value>, catalog: &CatalogFile) -> Resul
         extra_well_known_labels: catalog.well_known_labels.clone(),
         ..BuildOptions::default()
     };
-    let cloud = KwokCloudProvider::new(api.client(), catalog.clone(), Arc::clone(&clock)).as_dyn();
+    let cloud = AwsCatalogKwok::new(api.client(), catalog.clone(), Arc::clone(&clock)).as_dyn();
     let provisioner = Provisioner::new(
         ControllerContext::new(api.client(), state.clone(), Arc::clone(&clock)),
         Arc::clone(&cloud),

@@ -1,5 +1,5 @@
 //! The project's CustomResourceDefinitions, embedded so the server works from any directory. They are the files
-//! `cargo xtask crds` generates into `crds/`.
+//! `cargo xtask crds` generates into `crds/` (and `crds/kwok/`).
 
 use serde_json::Value;
 
@@ -25,6 +25,12 @@ const PROJECT_CRDS: &[(&str, &str)] = &[
     (
         "autoscaling.x-k8s.io_capacitybuffers.yaml",
         include_str!("../../../../crds/autoscaling.x-k8s.io_capacitybuffers.yaml"),
+    ),
+    // For KWOKNodeClass NodePools under `--cloud-provider kwok`. This server applies no schema defaults, so a
+    // class created here needs its Ready condition written, where a real API server defaults it.
+    (
+        "karpenter.kwok.sh_kwoknodeclasses.yaml",
+        include_str!("../../../../crds/kwok/karpenter.kwok.sh_kwoknodeclasses.yaml"),
     ),
 ];
 
@@ -55,7 +61,7 @@ mod tests {
     #[test]
     fn every_project_crd_parses_and_declares_a_resource() -> Result<(), Error> {
         let crds = project_crds()?;
-        assert_eq!(crds.len(), 5);
+        assert_eq!(crds.len(), 6);
         for crd in &crds {
             let info = crate::apiserver::resources::from_crd(crd)
                 .map_err(|reason| Error::EmbeddedCrd { file: "?", reason })?;

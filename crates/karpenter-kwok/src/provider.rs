@@ -1,0 +1,678 @@
+//! [`KwokCloudProvider`], what `karpenter controller --cloud-provider kwok` runs: instances are Node objects that
+//! kwok plays. The NodePool's node class picks the behaviour:
+//!
+//! - a `karpenter.kwok.sh/v1alpha1` KWOKNodeClass gets upstream's KWOK provider: its instance-type catalog, its
+//!   Nodes ([`crate::launch`]) created `spec.nodeRegistrationDelay` after the launch, `kwok://` provider IDs, a
+//!   missing class as insufficient capacity and a `Ready=False` one as NodeClassNotReady, its repair policies
+//!   and its reboot (a new boot ID);
+//! - a `karpenter.k8s.aws/v1` EC2NodeClass gets the AWS catalog ([`crate::aws_catalog`]), so manifests written for
+//!   EKS run unchanged.
+
+use std::{
+    path::Path,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::{
+    kwoknodeclass::{self as kwok, KWOKNodeClass, KwokReadiness},
+    labels,
+    nodeclaim::{NodeClaim, NodeClaimStatus},
+    nodepool::NodePool,
+};
+use karpenter_core::{
+    catalog::{CatalogFile, CatalogInstanceType},
+    clock::Clock,
+    cloudprovider::{CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RepairPolicy},
+    disruption::drift::DriftProvider,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+};
+
+use crate::{
+    aws_catalog::{AwsCatalogKwok, process_seed},
+    catalog_file::{self, GoEnv},
+    error::KwokError,
+    launch::{self, Draw, PROVIDER_ID_PREFIX},
+};
+
+/// The node class kind of upstream's KWOK provider.
+pub const KWOK_NODE_CLASS: NodeClassKind = NodeClassKind {
+    group: kwok::KWOK_GROUP,
+    kind: kwok::KIND,
+};
+const EC2_NODE_CLASS: NodeClassKind = NodeClassKind {
+    group: labels::AWS_GROUP,
+    kind: "EC2NodeClass",
+};
+
+/// Nodes per list request.
+const LIST_PAGE: u32 = 100;
+/// Tries at creating a delayed Node before giving up (client-go's DefaultBackoff: 4 steps from 10 ms, x5).
+const CREATE_TRIES: u32 = 4;
+
+/// The KWOK catalog, or why there is none (reported on every KWOKNodeClass NodePool, so a controller serving
+/// only EC2NodeClass NodePools starts without it).
+type KwokCatalog = Result<Arc<Vec<CatalogInstanceType>>, Arc<KwokError>>;
+
+/// See the module documentation.
+pub struct KwokCloudProvider {
+    aws: AwsCatalogKwok,
+    kwok_types: KwokCatalog,
+    client: Client,
+    draw: Mutex<Draw>,
+}
+
+fn transient(e: kube::Error) -> CloudProviderError {
+    CloudProviderError::Transient(e.to_string())
+}
+
+fn is_kwok_class(group: &str, kind: &str) -> bool {
+    group == KWOK_NODE_CLASS.group && kind == KWOK_NODE_CLASS.kind
+}
+
+/// A KWOKNodeClass Node as the NodeClaim the cloud reports for it; its hostname label names the claim.
+fn as_claim(node: &Node) -> Result<NodeClaim, CloudProviderError> {
+    let name = node
+        .labels()
+        .get(labels::HOSTNAME_LABEL)
+        .cloned()
+        .unwrap_or_default();
+    let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": name},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "", "kind": "", "name": ""}},
+    }))
+    .map_err(|e| CloudProviderError::Transient(e.to_string()))?;
+    claim.metadata.labels = Some(node.labels().clone());
+    claim.metadata.annotations = Some(node.annotations().clone());
+    claim.metadata.creation_timestamp = node.metadata.creation_timestamp.clone();
+    let status = node.status.as_ref();
+    claim.status = Some(NodeClaimStatus {
+        provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        node_name: Some(node.name_any()),
+        capacity: status.and_then(|s| s.capacity.clone()).map(Arc::new),
+        allocatable: status.and_then(|s| s.allocatable.clone()).map(Arc::new),
+        ..NodeClaimStatus::default()
+    });
+    Ok(claim)
+}
+
+fn is_kwok_node(node: &Node) -> bool {
+    node.metadata.deletion_timestamp.is_none()
+        && node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .is_some_and(|id| id.starts_with(PROVIDER_ID_PREFIX))
+}
+
+impl KwokCloudProvider {
+    /// The provider with `aws_catalog` for EC2NodeClass NodePools and the KWOK catalog read from `kwok_types`
+    /// (else the Go module cache). A file that was named and cannot be read is an error; a module cache without
+    /// upstream's catalog is not, until a KWOKNodeClass NodePool asks for instance types.
+    pub fn new(
+        client: Client,
+        aws_catalog: CatalogFile,
+        kwok_types: Option<&Path>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, KwokError> {
+        let kwok_types = match catalog_file::load(kwok_types, &GoEnv::from_process()) {
+            Ok(types) => Ok(Arc::new(types)),
+            Err(e @ KwokError::ModuleMissing { .. }) => {
+                tracing::warn!(error = %e, "KWOKNodeClass NodePools have no instance types");
+                Err(Arc::new(e))
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(Self::with_kwok_types(
+            client,
+            aws_catalog,
+            kwok_types.map_err(|e| Arc::clone(&e)),
+            clock,
+        ))
+    }
+
+    /// As [`KwokCloudProvider::new`] with the KWOK catalog given.
+    pub fn with_kwok_types(
+        client: Client,
+        aws_catalog: CatalogFile,
+        kwok_types: Result<Arc<Vec<CatalogInstanceType>>, Arc<KwokError>>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let seed = process_seed();
+        Self {
+            aws: AwsCatalogKwok::with_seed(client.clone(), aws_catalog, clock, seed),
+            kwok_types,
+            client,
+            draw: Mutex::new(Draw::new(seed)),
+        }
+    }
+
+    pub fn as_dyn(self) -> Arc<dyn CloudProvider> {
+        Arc::new(self)
+    }
+
+    fn kwok_types(&self) -> Result<&Arc<Vec<CatalogInstanceType>>, CloudProviderError> {
+        self.kwok_types.as_ref().map_err(|e| CloudProviderError::Create {
+            reason: e.category().into(),
+            message: e.to_string(),
+        })
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// Upstream's KWOK launch: resolve the class, pick the offering, create the Node (after the class's delay).
+    async fn create_kwok(&self, claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+        let types = self.kwok_types()?;
+        let node = {
+            let mut draw = self.draw.lock().unwrap_or_else(|p| p.into_inner());
+            let (it, offering) = launch::choose(claim, types, &mut draw)?;
+            launch::node_for(claim, it, offering, &mut draw)
+        };
+        let class_name = &claim.spec.node_class_ref.name;
+        // Read untyped: upstream's class may have no spec, which the typed decoder would refuse.
+        let resource = ApiResource::erase::<KWOKNodeClass>(&());
+        let classes: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let class = match classes.get_opt(class_name).await {
+            Ok(Some(object)) => {
+                let value =
+                    serde_json::to_value(object).map_err(|e| CloudProviderError::Transient(e.to_string()))?;
+                KWOKNodeClass::from_value(value).map_err(|e| CloudProviderError::Create {
+                    reason: "NodeClassInvalid".into(),
+                    message: format!("KWOKNodeClass {class_name}: {e}"),
+                })?
+            }
+            // Upstream: a class that does not exist (or a kind the API server does not serve) is capacity that
+            // cannot be had, so the NodeClaim is deleted and the pods tried elsewhere.
+            Ok(None) => {
+                return Err(CloudProviderError::InsufficientCapacity {
+                    message: format!(
+                        "resolving node class from nodeclaim: KWOKNodeClass {class_name} not found"
+                    ),
+                    offerings: Vec::new(),
+                });
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                return Err(CloudProviderError::InsufficientCapacity {
+                    message: format!("resolving node class from nodeclaim: KWOKNodeClass {class_name}: {s}"),
+                    offerings: Vec::new(),
+                });
+            }
+            Err(e) => return Err(transient(e)),
+        };
+        // The CRD's pattern keeps a bad delay out of a real API server; one that got in anyway is reported by
+        // object and field rather than launched with a guessed delay.
+        if let Err(problems) = class.validate() {
+            return Err(CloudProviderError::Create {
+                reason: "NodeClassInvalid".into(),
+                message: problems.to_string(),
+            });
+        }
+        if let KwokReadiness::NotReady { message, .. } = class.readiness() {
+            return Err(CloudProviderError::NodeClassNotReady {
+                name: class_name.clone(),
+                reason: message,
+            });
+        }
+        let hydrated = as_claim(&node)?;
+        let delay = class.registration_delay();
+        if delay.is_zero() {
+            // Created now, so a failure is the launch's and is retried by the lifecycle with no Node left behind.
+            self.nodes()
+                .create(&PostParams::default(), &node)
+                .await
+                .map_err(transient)?;
+        } else {
+            // As upstream: the instance "boots" for the delay, then registers; a Node that never appears is a
+            // registration failure the lifecycle's timeout handles, as for a real instance.
+            let nodes = self.nodes();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let mut wait = Duration::from_millis(10);
+                for attempt in 1..=CREATE_TRIES {
+                    match nodes.create(&PostParams::default(), &node).await {
+                        Ok(_) => return,
+                        Err(error) if attempt == CREATE_TRIES => {
+                            tracing::error!(node = node.name_any(), %error, "failed creating node from nodeclaim");
+                        }
+                        Err(_) => {
+                            tokio::time::sleep(wait).await;
+                            wait *= 5;
+                        }
+                    }
+                }
+            });
+        }
+        Ok(hydrated)
+    }
+
+    /// Calls `f` with every KWOKNodeClass Node (`kwok://` provider IDs) not being deleted, page by page.
+    async fn for_each_kwok_node(
+        &self,
+        mut f: impl FnMut(&Node) -> Result<(), CloudProviderError>,
+    ) -> Result<(), CloudProviderError> {
+        let mut params = ListParams::default()
+            .labels(&format!("{}={}", kwok::KWOK_NODE_KEY, kwok::KWOK_NODE_VALUE))
+            .limit(LIST_PAGE);
+        let nodes = self.nodes();
+        loop {
+            let page = nodes.list(&params).await.map_err(transient)?;
+            for node in page.items.iter().filter(|n| is_kwok_node(n)) {
+                f(node)?;
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Upstream's KWOK reboot: the instance restarts in place, which kwok shows as a new boot ID
+    /// (`kwok-<operation>`, so a retried request for the same reboot changes nothing). Core's CloudProvider has
+    /// no reboot (repair only replaces), so this is the provider's own entry point.
+    pub async fn reboot(&self, claim: &NodeClaim, operation_id: &str) -> Result<(), CloudProviderError> {
+        let node = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| CloudProviderError::Create {
+                reason: "NodeNotRegistered".into(),
+                message: format!(
+                    "rebooting NodeClaim {}: its node is not registered",
+                    claim.name_any()
+                ),
+            })?;
+        let patch = serde_json::json!({"status": {"nodeInfo": {"bootID": format!("kwok-{operation_id}")}}});
+        match self
+            .nodes()
+            .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Err(CloudProviderError::NodeClaimNotFound(node)),
+            Err(e) => Err(transient(e)),
+        }
+    }
+}
+
+impl DriftProvider for KwokCloudProvider {
+    /// Neither mode has drift beyond the NodePool's.
+    fn is_drifted(&self, _claim: &NodeClaim) -> Option<String> {
+        None
+    }
+}
+
+#[async_trait]
+impl CloudProvider for KwokCloudProvider {
+    fn name(&self) -> &'static str {
+        "kwok"
+    }
+
+    async fn create(&self, claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+        let r = &claim.spec.node_class_ref;
+        if is_kwok_class(&r.group, &r.kind) {
+            self.create_kwok(claim).await
+        } else {
+            self.aws.create(claim).await
+        }
+    }
+
+    async fn delete(&self, claim: &NodeClaim) -> Result<(), CloudProviderError> {
+        let provider_id = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .ok_or_else(|| CloudProviderError::NodeClaimNotFound(claim.name_any()))?;
+        let Some(name) = provider_id
+            .strip_prefix(PROVIDER_ID_PREFIX)
+            .filter(|n| !n.contains('/'))
+        else {
+            return self.aws.delete(claim).await;
+        };
+        match self.nodes().delete(name, &DeleteParams::default()).await {
+            // Once marked deleted only finalizers (Karpenter's, which waits for this very answer) hold the Node,
+            // so the instance counts as gone, as `get` and `list` say.
+            Ok(pending)
+                if pending
+                    .as_ref()
+                    .left()
+                    .is_some_and(|n| n.metadata.deletion_timestamp.is_some()) =>
+            {
+                Err(CloudProviderError::NodeClaimNotFound(provider_id))
+            }
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                Err(CloudProviderError::NodeClaimNotFound(provider_id))
+            }
+            Err(e) => Err(transient(e)),
+        }
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {
+        let Some(name) = provider_id
+            .strip_prefix(PROVIDER_ID_PREFIX)
+            .filter(|n| !n.contains('/'))
+        else {
+            return self.aws.get(provider_id).await;
+        };
+        match self.nodes().get_opt(name).await.map_err(transient)? {
+            Some(node) if is_kwok_node(&node) => as_claim(&node),
+            _ => Err(CloudProviderError::NodeClaimNotFound(provider_id.to_string())),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
+        let mut claims = self.aws.list().await?;
+        self.for_each_kwok_node(|node| {
+            claims.push(as_claim(node)?);
+            Ok(())
+        })
+        .await?;
+        Ok(claims)
+    }
+
+    async fn list_instances(&self) -> Result<Vec<InstanceSummary>, CloudProviderError> {
+        let mut instances = self.aws.list_instances().await?;
+        self.for_each_kwok_node(|node| {
+            instances.extend(InstanceSummary::of_claim(&as_claim(node)?));
+            Ok(())
+        })
+        .await?;
+        Ok(instances)
+    }
+
+    async fn instance_types(
+        &self,
+        node_pool: &NodePool,
+    ) -> Result<Vec<CatalogInstanceType>, CloudProviderError> {
+        let r = &node_pool.spec.template.spec.node_class_ref;
+        if !is_kwok_class(&r.group, &r.kind) {
+            return self.aws.instance_types(node_pool).await;
+        }
+        self.kwok_types.as_ref().map(|t| t.as_ref().clone()).map_err(|e| {
+            CloudProviderError::NodeClassNotReady {
+                name: r.name.clone(),
+                reason: e.to_string(),
+            }
+        })
+    }
+
+    /// Upstream KWOK's policies that replace the node. Its `KWOKRebootRequired=True` policy asks for a reboot,
+    /// which core's repair cannot express (every policy replaces), so it is left out rather than turned into a
+    /// replacement; its 45-second termination grace period for `KWOKUnhealthy` likewise has no place here.
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        let policy = |condition_type: &str, condition_status: &str, secs: u64| RepairPolicy {
+            condition_type: condition_type.into(),
+            condition_status: condition_status.into(),
+            toleration: Duration::from_secs(secs),
+        };
+        vec![
+            policy("Ready", "False", 10 * 60),
+            policy("Ready", "Unknown", 10 * 60),
+            policy("KWOKUnhealthy", "True", 30),
+        ]
+    }
+
+    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
+        vec![KWOK_NODE_CLASS, EC2_NODE_CLASS]
+    }
+
+    /// An EC2NodeClass here has no controller writing its status, so it is ready while it exists; a
+    /// KWOKNodeClass's status is defaulted to Ready by its CRD and read as upstream reads it.
+    fn node_classes_report_readiness(&self) -> bool {
+        false
+    }
+
+    fn node_class_reports_readiness(&self, kind: &NodeClassKind) -> bool {
+        is_kwok_class(kind.group, kind.kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{parse, tests::SMALL_CATALOG};
+    use karpenter_sim::{ApiServer, VirtualClock};
+
+    type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+    fn aws_catalog() -> CatalogFile {
+        CatalogFile::from_json_str(include_str!("../../karpenter-sim/tests/fixtures/catalog.json")).unwrap()
+    }
+
+    fn provider(api: &ApiServer, clock: Arc<dyn Clock>) -> KwokCloudProvider {
+        let types = parse("test.json", SMALL_CATALOG).unwrap();
+        KwokCloudProvider::with_kwok_types(api.client(), aws_catalog(), Ok(Arc::new(types)), clock)
+    }
+
+    fn clock() -> Arc<dyn Clock> {
+        Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse().unwrap()))
+    }
+
+    async fn create_class(api: &ApiServer, name: &str, ready: &str, delay: Option<&str>) -> TestResult {
+        // Without a delay the class has no spec at all, as the e2e suites' default class.
+        let mut class = serde_json::json!({
+            "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "metadata": {"name": name},
+        });
+        if let Some(delay) = delay {
+            class["spec"] = serde_json::json!({"nodeRegistrationDelay": delay});
+        }
+        let resource = ApiResource::erase::<KWOKNodeClass>(&());
+        let classes = Api::<DynamicObject>::all_with(api.client(), &resource);
+        classes
+            .create(&PostParams::default(), &serde_json::from_value(class)?)
+            .await?;
+        // Status goes through its subresource (a create ignores it, as a real API server's does).
+        let status = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": ready,
+            "reason": "Test", "message": "class says so", "lastTransitionTime": "2024-01-01T01:01:01Z"}]}});
+        classes
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
+        Ok(())
+    }
+
+    fn claim(name: &str, class: &str) -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c-4x-amd64-linux", "m5.2xlarge"]},
+                    {"key": "karpenter.kwok.sh/instance-size", "operator": "Lt", "values": ["32"]}],
+                "resources": {"requests": {"cpu": "1", "pods": "2"}},
+                "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": class}},
+        }))
+        .unwrap()
+    }
+
+    fn node_pool(group: &str, kind: &str) -> NodePool {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+            "spec": {"template": {"spec": {"requirements": [],
+                "nodeClassRef": {"group": group, "kind": kind, "name": "default"}}}},
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kwok_node_class_claim_is_a_node_found_listed_and_deleted_by_its_kwok_provider_id() -> TestResult
+    {
+        let api = ApiServer::new(clock());
+        create_class(&api, "default", "True", None).await?;
+        let kwok = provider(&api, clock());
+        let launched = kwok.create(&claim("default-abcde", "default")).await?;
+        let status = launched.status.clone().unwrap_or_default();
+        let provider_id = status.provider_id.clone().unwrap_or_default();
+        let node_name = status.node_name.clone().unwrap_or_default();
+        assert_eq!(provider_id, format!("kwok://{node_name}"));
+        assert_eq!(
+            launched.labels()["node.kubernetes.io/instance-type"],
+            "c-4x-amd64-linux"
+        );
+        let node = Api::<Node>::all(api.client()).get(&node_name).await?;
+        assert_eq!(node.labels()["kubernetes.io/hostname"], "default-abcde");
+        assert_eq!(node.annotations()["kwok.x-k8s.io/node"], "fake");
+
+        assert_eq!(kwok.get(&provider_id).await?.name_any(), "default-abcde");
+        let listed = kwok.list().await?;
+        assert_eq!(
+            listed.iter().map(|c| c.name_any()).collect::<Vec<_>>(),
+            ["default-abcde"]
+        );
+        let summaries = kwok.list_instances().await?;
+        assert_eq!(summaries.len(), 1);
+        assert_eq!(summaries[0].node_claim.as_deref(), Some("default-abcde"));
+        assert_eq!(summaries[0].provider_id, provider_id);
+
+        kwok.delete(&launched).await?;
+        assert!(kwok.get(&provider_id).await.is_err_and(|e| e.is_not_found()));
+        assert!(kwok.delete(&launched).await.is_err_and(|e| e.is_not_found()));
+        assert!(kwok.list().await?.is_empty());
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_class_is_insufficient_capacity_and_a_class_not_ready_refuses_the_launch() -> TestResult
+    {
+        let api = ApiServer::new(clock());
+        let kwok = provider(&api, clock());
+        let missing = kwok.create(&claim("a", "nowhere")).await.unwrap_err();
+        assert_eq!(missing.category(), "InsufficientCapacity");
+        assert!(
+            missing.to_string().contains("KWOKNodeClass nowhere not found"),
+            "{missing}"
+        );
+        create_class(&api, "broken", "False", None).await?;
+        let not_ready = kwok.create(&claim("b", "broken")).await.unwrap_err();
+        assert_eq!(not_ready.category(), "NodeClassNotReady");
+        assert!(not_ready.to_string().contains("class says so"), "{not_ready}");
+        assert!(
+            Api::<Node>::all(api.client())
+                .list(&ListParams::default())
+                .await?
+                .items
+                .is_empty()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_node_registers_after_the_class_delay() -> TestResult {
+        let api = ApiServer::new(clock());
+        create_class(&api, "slow", "True", Some("30s")).await?;
+        let kwok = provider(&api, clock());
+        let launched = kwok.create(&claim("slow-abcde", "slow")).await?;
+        let name = launched.status.and_then(|s| s.node_name).unwrap_or_default();
+        let nodes = Api::<Node>::all(api.client());
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        assert!(nodes.get_opt(&name).await?.is_none(), "not before the delay");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(nodes.get_opt(&name).await?.is_some(), "registered after it");
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reboot_gives_the_node_a_boot_id_of_the_operation() -> TestResult {
+        let api = ApiServer::new(clock());
+        create_class(&api, "default", "True", None).await?;
+        let kwok = provider(&api, clock());
+        let launched = kwok.create(&claim("default-abcde", "default")).await?;
+        kwok.reboot(&launched, "op-1").await?;
+        kwok.reboot(&launched, "op-1").await?;
+        let name = launched
+            .status
+            .clone()
+            .and_then(|s| s.node_name)
+            .unwrap_or_default();
+        let node = Api::<Node>::all(api.client()).get(&name).await?;
+        let boot_id = node.status.and_then(|s| s.node_info).map(|i| i.boot_id);
+        assert_eq!(boot_id.as_deref(), Some("kwok-op-1"));
+        let mut unregistered = launched.clone();
+        unregistered.status = None;
+        assert!(
+            kwok.reboot(&unregistered, "op-2")
+                .await
+                .unwrap_err()
+                .to_string()
+                .contains("not registered")
+        );
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_node_class_kind_picks_the_catalog_and_how_readiness_is_read() -> TestResult {
+        let api = ApiServer::new(clock());
+        let kwok = provider(&api, clock());
+        let kwok_types = kwok
+            .instance_types(&node_pool("karpenter.kwok.sh", "KWOKNodeClass"))
+            .await?;
+        assert_eq!(
+            kwok_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["c-4x-amd64-linux", "m5.2xlarge"]
+        );
+        let aws_types = kwok
+            .instance_types(&node_pool("karpenter.k8s.aws", "EC2NodeClass"))
+            .await?;
+        assert_eq!(aws_types.len(), aws_catalog().instance_types.len());
+        assert!(kwok.node_class_reports_readiness(&KWOK_NODE_CLASS));
+        assert!(!kwok.node_class_reports_readiness(&EC2_NODE_CLASS));
+        assert_eq!(kwok.supported_node_classes()[0], KWOK_NODE_CLASS);
+
+        let missing = KwokError::ModuleMissing {
+            path: "/nowhere/instance_types.json".into(),
+            module: crate::UPSTREAM_MODULE.into(),
+        };
+        let without =
+            KwokCloudProvider::with_kwok_types(api.client(), aws_catalog(), Err(Arc::new(missing)), clock());
+        let error = without
+            .instance_types(&node_pool("karpenter.kwok.sh", "KWOKNodeClass"))
+            .await
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("go mod download sigs.k8s.io/karpenter@v1.15.0"),
+            "{error}"
+        );
+        assert!(
+            without
+                .instance_types(&node_pool("karpenter.k8s.aws", "EC2NodeClass"))
+                .await
+                .is_ok()
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn repair_policies_are_upstream_kwoks_replacements() {
+        let api = ApiServer::new(clock());
+        let policies = provider(&api, clock()).repair_policies();
+        let summary: Vec<(&str, &str, u64)> = policies
+            .iter()
+            .map(|p| {
+                (
+                    p.condition_type.as_str(),
+                    p.condition_status.as_str(),
+                    p.toleration.as_secs(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("Ready", "False", 600),
+                ("Ready", "Unknown", 600),
+                ("KWOKUnhealthy", "True", 30)
+            ]
+        );
+    }
+}
