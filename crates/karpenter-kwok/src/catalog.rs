@@ -38,9 +38,16 @@ pub fn parse(source_name: &str, text: &str) -> Result<Vec<CatalogInstanceType>, 
     };
     let value: Value = serde_json::from_str(text).map_err(|e| invalid("", e.to_string()))?;
     let Value::Array(entries) = value else {
+        // INSTANCE_TYPES_FILE_PATH named a catalog of this project's format before it took upstream's.
+        let hint = if value.get("instanceTypes").is_some() {
+            "; this is a catalog in `cargo xtask catalog`'s format, which --kwok-aws-catalog / KWOK_AWS_CATALOG \
+             reads for EC2NodeClass NodePools"
+        } else {
+            ""
+        };
         return Err(invalid(
             "",
-            "must be a list of instance types (upstream's instance_types.json)".into(),
+            format!("must be a list of instance types (upstream's instance_types.json){hint}"),
         ));
     };
     let mut types: Vec<CatalogInstanceType> = Vec::with_capacity(entries.len());
@@ -371,6 +378,10 @@ pub(crate) mod tests {
         assert!(message(r#"[{"name": "x", "offerings": [{"Requirements": [{"key": "example.com/rack", "operator": "In", "values": ["r1"]}]}]}]"#)
             .contains("[0].offerings[0].Requirements[0].key: example.com/rack: offerings may name only"));
         assert!(message(r#"[{"name": "x"}, {"name": "x"}]"#).contains("[1].name: \"x\" duplicates [0]"));
+        assert!(
+            message(r#"{"instanceTypes": []}"#).contains("which --kwok-aws-catalog / KWOK_AWS_CATALOG reads"),
+            "a catalog of the other format says which flag takes it"
+        );
         assert!(message(r#"[{"architecture": "amd64"}]"#).contains("[0].name: is required"));
     }
 }
