@@ -1,6 +1,9 @@
 //! Instance profiles for EC2NodeClasses that name a `spec.role`: Karpenter creates one profile per class,
 //! named `<cluster>_<hash of region and class name>` under the path `/karpenter/<region>/<cluster>/`, tagged
-//! as the cluster's and the class's, and holding exactly the class's role (a different role is replaced). The
+//! as upstream tags them (the class's `spec.tags`, then `kubernetes.io/cluster/<cluster>=owned`,
+//! `eks:eks-cluster-name`, `karpenter.k8s.aws/ec2nodeclass` and `topology.kubernetes.io/region`: every
+//! instance-profile statement of deploy/cloudformation.yaml's IAMIntegrationPolicy requires them in the request
+//! or on the profile), and holding exactly the class's role (a different role is replaced). The
 //! profile goes when its class is finalized, and [`InstanceProfiles::garbage_collect`] deletes the cluster's
 //! profiles whose class no longer exists (a class deleted while Karpenter was down).
 //!
@@ -11,12 +14,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_iam::types::{InstanceProfile, Tag};
 use karpenter_api::ec2nodeclass::fnv1a64;
-use karpenter_api::labels::{AWS_EC2NODECLASS_LABEL, AWS_TAG_CLUSTER_PREFIX, AWS_TAG_EKS_CLUSTER_NAME};
+use karpenter_api::labels::{
+    AWS_EC2NODECLASS_LABEL, AWS_TAG_CLUSTER_PREFIX, AWS_TAG_EKS_CLUSTER_NAME, REGION_LABEL,
+};
 
 use crate::error::AwsError;
-
-/// The tag naming who manages a profile, and its value.
-pub const MANAGED_BY_TAG: &str = "karpenter.sh/managed-by";
 
 /// The role name of `role`, which may be an ARN (`arn:aws:iam::123456789012:role/path/name`).
 pub fn role_name(role: &str) -> &str {
@@ -55,22 +57,26 @@ impl InstanceProfiles {
         format!("/karpenter/{}/{}/", self.region, self.cluster)
     }
 
-    /// The tags of class `node_class`'s profile.
-    pub fn tags(&self, node_class: &str) -> BTreeMap<String, String> {
-        BTreeMap::from([
-            (AWS_EC2NODECLASS_LABEL.to_string(), node_class.to_string()),
-            (
-                format!("{AWS_TAG_CLUSTER_PREFIX}{}", self.cluster),
-                "owned".to_string(),
-            ),
-            (MANAGED_BY_TAG.to_string(), self.cluster.clone()),
-            (AWS_TAG_EKS_CLUSTER_NAME.to_string(), self.cluster.clone()),
-        ])
+    /// The tags of class `node_class`'s profile: the class's own `class_tags`, then the identifying tags (which
+    /// win: the CRD reserves their keys, and the policies' conditions depend on them).
+    pub fn tags(
+        &self,
+        node_class: &str,
+        class_tags: Option<&BTreeMap<String, String>>,
+    ) -> BTreeMap<String, String> {
+        let mut tags = class_tags.cloned().unwrap_or_default();
+        tags.insert(AWS_EC2NODECLASS_LABEL.to_string(), node_class.to_string());
+        tags.insert(
+            format!("{AWS_TAG_CLUSTER_PREFIX}{}", self.cluster),
+            "owned".to_string(),
+        );
+        tags.insert(AWS_TAG_EKS_CLUSTER_NAME.to_string(), self.cluster.clone());
+        tags.insert(REGION_LABEL.to_string(), self.region.clone());
+        tags
     }
 
-    fn iam_tags(&self, node_class: &str) -> Result<Vec<Tag>, AwsError> {
-        self.tags(node_class)
-            .into_iter()
+    fn iam_tags(&self, tags: BTreeMap<String, String>) -> Result<Vec<Tag>, AwsError> {
+        tags.into_iter()
             .map(|(key, value)| {
                 Tag::builder()
                     .key(key)
@@ -97,22 +103,28 @@ impl InstanceProfiles {
         }
     }
 
-    /// Creates (or adopts) class `node_class`'s profile and puts `role` in it. Returns the profile's name.
-    pub async fn ensure(&self, node_class: &str, role: &str) -> Result<String, AwsError> {
+    /// Creates (or adopts) class `node_class`'s profile, tagged with the class's `class_tags` and the
+    /// identifying tags, and puts `role` in it. Returns the profile's name.
+    pub async fn ensure(
+        &self,
+        node_class: &str,
+        class_tags: Option<&BTreeMap<String, String>>,
+        role: &str,
+    ) -> Result<String, AwsError> {
         let name = self.name(node_class);
+        let tags = self.tags(node_class, class_tags);
         let profile = match self.get(&name).await? {
             Some(profile) => {
                 let have: BTreeMap<&str, &str> =
                     profile.tags().iter().map(|t| (t.key(), t.value())).collect();
-                let missing = self
-                    .tags(node_class)
-                    .into_iter()
+                let missing = tags
+                    .iter()
                     .any(|(k, v)| have.get(k.as_str()) != Some(&v.as_str()));
                 if missing {
                     self.iam
                         .tag_instance_profile()
                         .instance_profile_name(&name)
-                        .set_tags(Some(self.iam_tags(node_class)?))
+                        .set_tags(Some(self.iam_tags(tags)?))
                         .send()
                         .await
                         .map_err(|e| AwsError::from_sdk("TagInstanceProfile", e))?;
@@ -125,7 +137,7 @@ impl InstanceProfiles {
                     .create_instance_profile()
                     .instance_profile_name(&name)
                     .path(self.path())
-                    .set_tags(Some(self.iam_tags(node_class)?))
+                    .set_tags(Some(self.iam_tags(tags)?))
                     .send()
                     .await;
                 match created {
@@ -270,16 +282,24 @@ mod tests {
         let other_region = InstanceProfiles::new(profiles.iam.clone(), "prod", "eu-west-1");
         assert_ne!(name, other_region.name("default"));
         assert_eq!(profiles.path(), "/karpenter/us-west-2/prod/");
+        let class_tags = BTreeMap::from([
+            ("team".to_string(), "ml".to_string()),
+            ("topology.kubernetes.io/region".to_string(), "spoofed".to_string()),
+        ]);
         assert_eq!(
-            profiles.tags("default"),
+            profiles.tags("default", Some(&class_tags)),
             BTreeMap::from([
                 ("eks:eks-cluster-name".to_string(), "prod".to_string()),
                 (
                     "karpenter.k8s.aws/ec2nodeclass".to_string(),
                     "default".to_string()
                 ),
-                ("karpenter.sh/managed-by".to_string(), "prod".to_string()),
                 ("kubernetes.io/cluster/prod".to_string(), "owned".to_string()),
+                ("team".to_string(), "ml".to_string()),
+                (
+                    "topology.kubernetes.io/region".to_string(),
+                    "us-west-2".to_string()
+                ),
             ])
         );
     }

@@ -12,8 +12,12 @@
 //! ([`LaunchTemplateSpec::name`]): a changed class or AMI yields a new template and an unchanged one
 //! reuses its template, so templates are never updated in place.
 //!
-//! Every template is tagged with the cluster (`kubernetes.io/cluster/<cluster>=owned`, `eks:eks-cluster-name`)
-//! and its class (`karpenter.k8s.aws/ec2nodeclass`), which is how the templates of a deleted class are found.
+//! Every template is tagged as what it launches is, as upstream tags them: the class's tags, then the cluster
+//! (`kubernetes.io/cluster/<cluster>=owned`, `eks:eks-cluster-name`), the NodePool (`karpenter.sh/nodepool`, so
+//! each NodePool has its own templates) and the class (`karpenter.k8s.aws/ec2nodeclass`, which is how the
+//! templates of a deleted class are found). The controller policies of deploy/cloudformation.yaml depend on
+//! these: CreateLaunchTemplate is allowed only with the cluster's and a NodePool's tags in the request, and
+//! DeleteLaunchTemplate (and launching from a template) only on a template that carries them.
 //! [`LaunchTemplates`] creates them at most once per [`cache`] TTL, deletes a class's templates with the class
 //! and garbage-collects unused ones ([`store`]).
 
@@ -26,7 +30,7 @@ pub mod store;
 use std::collections::BTreeMap;
 
 use karpenter_api::ec2nodeclass::{ConnectionTracking, EC2NodeClass, fnv1a64};
-use karpenter_api::labels::{AWS_EC2NODECLASS_LABEL, AWS_TAG_CLUSTER_PREFIX, AWS_TAG_EKS_CLUSTER_NAME};
+use karpenter_api::labels::AWS_EC2NODECLASS_LABEL;
 use karpenter_core::cloudprovider::CloudProviderError;
 use serde::Serialize;
 
@@ -62,7 +66,7 @@ pub struct LaunchTemplateSpec {
     /// Base64, as EC2 takes it.
     pub user_data: Option<String>,
     /// On the template and on the instances, volumes and network interfaces it launches: the class's tags,
-    /// then the cluster and class tags.
+    /// then the cluster, NodePool and class tags ([`crate::tags::launch_tags`]).
     pub tags: BTreeMap<String, String>,
     pub metadata_options: MetadataOptionsSpec,
     /// Empty leaves the AMI's own block devices (the Custom family without mappings).
@@ -107,29 +111,16 @@ pub struct TemplatePlacement {
     pub partition: Option<i32>,
 }
 
-/// The tags of every template of class `node_class` in `cluster_name`, over the class's own `class_tags`
-/// (which cannot use these keys: the CRD reserves them).
-pub fn template_tags(
-    cluster_name: &str,
-    node_class: &str,
-    class_tags: Option<&BTreeMap<String, String>>,
-) -> BTreeMap<String, String> {
-    let mut tags = class_tags.cloned().unwrap_or_default();
-    tags.insert(format!("{AWS_TAG_CLUSTER_PREFIX}{cluster_name}"), "owned".into());
-    tags.insert(AWS_TAG_EKS_CLUSTER_NAME.into(), cluster_name.into());
-    tags.insert(AWS_EC2NODECLASS_LABEL.into(), node_class.into());
-    tags
-}
-
 impl LaunchTemplateSpec {
-    /// The template for `node_class` of cluster `cluster_name` launching `image_id`, with the class's own
-    /// `spec.userData` (the CloudProvider replaces it with the generated document). The security groups and
+    /// The template for `node_class` of cluster `cluster_name` launching `image_id` for NodePool `node_pool`,
+    /// with the class's own `spec.userData` (the CloudProvider replaces it with the generated document). The security groups and
     /// instance profile come from the status the EC2NodeClass controller resolved; without security groups the
     /// class is not ready to launch.
     pub fn from_node_class(
         node_class: &EC2NodeClass,
         image_id: impl Into<String>,
         cluster_name: &str,
+        node_pool: &str,
     ) -> Result<Self, CloudProviderError> {
         let class_name = node_class.metadata.name.clone().unwrap_or_default();
         let not_ready = |reason: String| CloudProviderError::NodeClassNotReady {
@@ -169,7 +160,7 @@ impl LaunchTemplateSpec {
                 .user_data
                 .as_deref()
                 .map(|data| crate::userdata::base64_encode(data.as_bytes())),
-            tags: template_tags(cluster_name, &class_name, spec.tags.as_ref()),
+            tags: crate::tags::launch_tags(cluster_name, node_pool, &class_name, spec.tags.as_ref()),
             metadata_options,
             block_devices,
             detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),

@@ -117,7 +117,7 @@ pub mod nodeclaim_tagging;
 pub mod ami;
 pub(crate) mod capacity;
 pub(crate) mod capacity_reservations;
-pub(crate) mod instance_profile;
+pub mod instance_profile;
 pub(crate) mod node_classes;
 pub mod nodeclass;
 pub mod placement_groups;

@@ -12,7 +12,7 @@ use karpenter_api::labels::{
 
 use crate::error::AwsError;
 
-/// Tags for an instance, its volumes and its fleet at launch.
+/// Tags for a launch template, the instance, volumes and network interfaces it launches, and the fleet.
 pub fn launch_tags(
     cluster_name: &str,
     node_pool: &str,

@@ -335,7 +335,7 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
     let mut node_class = EC2NodeClass::new("default", EC2NodeClassSpec::default());
     node_class.spec.tags = Some(BTreeMap::from([("team".into(), "platform".into())]));
     assert!(matches!(
-        LaunchTemplateSpec::from_node_class(&node_class, &image_id, "test"),
+        LaunchTemplateSpec::from_node_class(&node_class, &image_id, fixtures::CLUSTER, "default"),
         Err(CloudProviderError::NodeClassNotReady { .. })
     ));
     node_class.status = Some(EC2NodeClassStatus {
@@ -346,7 +346,8 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
         instance_profile: Some("KarpenterNodeInstanceProfile".into()),
         ..Default::default()
     });
-    let template = LaunchTemplateSpec::from_node_class(&node_class, &image_id, "test").unwrap();
+    let template =
+        LaunchTemplateSpec::from_node_class(&node_class, &image_id, fixtures::CLUSTER, "default").unwrap();
     assert_eq!(template.metadata_options.http_tokens, "required");
     let name = ensure_launch_template(ec2, &template).await.unwrap();
     assert_eq!(
@@ -377,7 +378,8 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
                 launch_template_name: None,
             },
         ],
-        tags: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
+        // What the provider tags a launch with: the controller policies allow no less.
+        tags: karpenter_aws::tags::launch_tags(fixtures::CLUSTER, "default", "default", None),
         zone_ids: BTreeMap::from([("us-west-2a".into(), "usw2-az2".into())]),
         context: None,
         prioritized: false,
@@ -451,7 +453,6 @@ async fn create_fleet_launches_the_cheapest_offering_and_capacity_errors_mark_of
     let missing_template = LaunchRequest {
         launch_template_name: "karpenter.k8s.aws/missing".into(),
         capacity_type: "on-demand".into(),
-        tags: BTreeMap::new(),
         ..request.clone()
     };
     let err = create_fleet(ec2, &missing_template, &unavailable, now)
@@ -471,7 +472,8 @@ async fn interruption_messages_are_received_parsed_and_deleted() {
     let moto = moto!(&["m5.large"]);
     let clients = moto.clients("us-west-2").await;
     let admin = moto.admin_clients("us-west-2").await;
-    let missing = InterruptionQueue::from_name(clients.sqs.clone(), "no-such-queue")
+    // The queue the controller policies allow, before it exists.
+    let missing = InterruptionQueue::from_name(clients.sqs.clone(), fixtures::CLUSTER)
         .await
         .unwrap_err();
     assert_eq!(missing.category(), "NotFound", "{missing}");
@@ -612,6 +614,8 @@ async fn cluster_instances_are_found_listed_and_terminated() {
         vec![
             ("karpenter.sh/nodepool", "default"),
             ("eks:eks-cluster-name", "test-cluster"),
+            // Every instance Karpenter launches carries it, and the policies let it tag and terminate no other.
+            ("kubernetes.io/cluster/test-cluster", "owned"),
         ],
         true,
     )

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use karpenter_api::ec2nodeclass::{AmiFamily, EC2NodeClass};
-use karpenter_api::labels::RESOURCE_EFA;
+use karpenter_api::labels::{NODEPOOL_LABEL, RESOURCE_EFA};
 use karpenter_api::nodeclaim::NodeClaim;
 use karpenter_core::catalog::CatalogInstanceType;
 use karpenter_core::cloudprovider::CloudProviderError;
@@ -81,6 +81,8 @@ impl AwsCloudProvider {
         let family = node_class.spec.ami_family();
         let cluster = self.cluster_info();
         let labels = claim.metadata.labels.clone().unwrap_or_default();
+        // The template is tagged with the claim's NodePool, as the instances it launches are.
+        let node_pool = labels.get(NODEPOOL_LABEL).map_or("", String::as_str);
         let mut taints = claim.spec.taints.clone();
         taints.extend(claim.spec.startup_taints.iter().cloned());
         // Keyed by max pods (the user data) and EFA interfaces (the network interfaces).
@@ -128,9 +130,13 @@ impl AwsCloudProvider {
             if let Some(data) = &user_data {
                 record_user_data_size(&class_name, data.len());
             }
-            let mut template =
-                LaunchTemplateSpec::from_node_class(node_class, &plan.image_id, &self.settings.cluster_name)?
-                    .with_efa_interfaces(efa_count);
+            let mut template = LaunchTemplateSpec::from_node_class(
+                node_class,
+                &plan.image_id,
+                &self.settings.cluster_name,
+                node_pool,
+            )?
+            .with_efa_interfaces(efa_count);
             template.user_data = user_data.map(|d| userdata::base64_encode(d.as_bytes()));
             template.capacity_reservation = plan.reservation.clone();
             template.placement = placement.map(|target| TemplatePlacement {

@@ -178,7 +178,11 @@ impl AwsCloudProvider {
         }
         let role = node_class.spec.role.as_deref()?;
         let name = node_class.metadata.name.clone().unwrap_or_default();
-        Some(self.instance_profiles().ensure(&name, role).await)
+        Some(
+            self.instance_profiles()
+                .ensure(&name, node_class.spec.tags.as_ref(), role)
+                .await,
+        )
     }
 
     /// The catalog under the settings of class `class_name` when it is known, else the defaults.

@@ -41,7 +41,7 @@ fn alias(alias: &str) -> EC2NodeClassSpec {
 }
 
 fn spec_of(class: &EC2NodeClass) -> LaunchTemplateSpec {
-    LaunchTemplateSpec::from_node_class(class, "ami-1", "prod").unwrap()
+    LaunchTemplateSpec::from_node_class(class, "ami-1", "prod", "default").unwrap()
 }
 
 #[test]
@@ -183,7 +183,7 @@ fn metadata_monitoring_and_public_ips_follow_the_class() {
 }
 
 #[test]
-fn templates_are_tagged_for_the_cluster_and_class_and_tag_what_they_launch() {
+fn templates_are_tagged_for_the_cluster_node_pool_and_class_and_tag_what_they_launch() {
     let spec = EC2NodeClassSpec {
         tags: Some(BTreeMap::from([("team".into(), "ml".into())])),
         ..alias("al2023@latest")
@@ -197,6 +197,7 @@ fn templates_are_tagged_for_the_cluster_and_class_and_tag_what_they_launch() {
                 "karpenter.k8s.aws/ec2nodeclass".to_string(),
                 "default".to_string()
             ),
+            ("karpenter.sh/nodepool".to_string(), "default".to_string()),
             ("kubernetes.io/cluster/prod".to_string(), "owned".to_string()),
             ("team".to_string(), "ml".to_string()),
         ])
@@ -216,7 +217,7 @@ fn templates_are_tagged_for_the_cluster_and_class_and_tag_what_they_launch() {
             &ResourceType::NetworkInterface
         ]
     );
-    assert!(data.tag_specifications().iter().all(|t| t.tags().len() == 4));
+    assert!(data.tag_specifications().iter().all(|t| t.tags().len() == 5));
 }
 
 #[test]
@@ -259,10 +260,17 @@ fn the_name_changes_with_anything_in_the_template() {
         edit(&mut edited.spec);
         changed.push(spec_of(&edited).name());
     }
-    let other_ami = LaunchTemplateSpec::from_node_class(&base, "ami-2", "prod").unwrap();
-    let other_cluster = LaunchTemplateSpec::from_node_class(&base, "ami-1", "dev").unwrap();
+    let other_ami = LaunchTemplateSpec::from_node_class(&base, "ami-2", "prod", "default").unwrap();
+    let other_cluster = LaunchTemplateSpec::from_node_class(&base, "ami-1", "dev", "default").unwrap();
+    // Each NodePool has its own templates, as upstream's (the NodePool is in their tags).
+    let other_node_pool = LaunchTemplateSpec::from_node_class(&base, "ami-1", "prod", "gpu").unwrap();
     let with_efa = spec_of(&base).with_efa_interfaces(2);
-    changed.extend([other_ami.name(), other_cluster.name(), with_efa.name()]);
+    changed.extend([
+        other_ami.name(),
+        other_cluster.name(),
+        other_node_pool.name(),
+        with_efa.name(),
+    ]);
     changed.push(name);
     let distinct: std::collections::BTreeSet<&String> = changed.iter().collect();
     assert_eq!(distinct.len(), changed.len(), "{changed:?}");
@@ -272,7 +280,7 @@ fn the_name_changes_with_anything_in_the_template() {
 fn a_class_without_resolved_security_groups_or_with_a_bad_device_cannot_launch() {
     let mut unresolved = class(alias("al2023@latest"));
     unresolved.status = None;
-    let err = LaunchTemplateSpec::from_node_class(&unresolved, "ami-1", "prod").unwrap_err();
+    let err = LaunchTemplateSpec::from_node_class(&unresolved, "ami-1", "prod", "default").unwrap_err();
     assert_eq!(err.to_string(), "NodeClass default is not ready: no status yet");
 
     let bad = class(EC2NodeClassSpec {
@@ -286,7 +294,7 @@ fn a_class_without_resolved_security_groups_or_with_a_bad_device_cannot_launch()
         }]),
         ..alias("al2023@latest")
     });
-    let err = LaunchTemplateSpec::from_node_class(&bad, "ami-1", "prod").unwrap_err();
+    let err = LaunchTemplateSpec::from_node_class(&bad, "ami-1", "prod", "default").unwrap_err();
     assert_eq!(
         err.to_string(),
         "NodeClass default is not ready: spec.blockDeviceMappings[0].ebs.volumeSize \"huge\" is not a volume size"
@@ -412,10 +420,12 @@ fn a_dedicated_template_asks_for_dedicated_tenancy_and_a_shared_one_keeps_its_na
 #[test]
 fn templates_without_the_interface_and_cpu_fields_keep_their_names() {
     // Pinned: a template of a class that sets none of networkInterfaces, ipPrefixCount, connectionTracking or
-    // cpuOptions must keep the name it had before those fields were supported, or every node would be replaced.
+    // cpuOptions keeps its name when fields it does not set are added, so no template is made again for them.
+    // (The name moved once when templates were tagged with their NodePool, as upstream's are: each NodePool has
+    // its own templates. Drift does not read template names, so nodes stayed.)
     assert_eq!(
         spec_of(&class(alias("al2023@latest"))).name(),
-        "karpenter.k8s.aws/a2a4947e0f68ad91"
+        "karpenter.k8s.aws/5da8f533708f0d88"
     );
 }
 

@@ -173,8 +173,10 @@ pub fn dry_run_inputs(
         .ok_or_else(|| "awaiting subnets".to_string())?;
     let mut resolved = node_class.clone();
     resolved.status = Some(status.clone());
-    let template =
-        LaunchTemplateSpec::from_node_class(&resolved, &ami.id, cluster_name).map_err(|e| e.to_string())?;
+    // No NodePool is launching: the NodePool tag is empty, as in upstream's check, and present, as the
+    // policies' conditions on karpenter.sh/nodepool require.
+    let template = LaunchTemplateSpec::from_node_class(&resolved, &ami.id, cluster_name, "")
+        .map_err(|e| e.to_string())?;
     if template.instance_profile.is_none() {
         return Err("awaiting the instance profile".into());
     }
@@ -299,18 +301,23 @@ async fn send_run_instances(ec2: &aws_sdk_ec2::Client, inputs: &DryRunInputs) ->
                 .build(),
         )
         .set_block_device_mappings((!devices.is_empty()).then_some(devices))
-        .tag_specifications(
-            TagSpecification::builder()
-                .resource_type(ResourceType::Instance)
-                .set_tags(Some(tags.clone()))
-                .build(),
-        )
-        .tag_specifications(
-            TagSpecification::builder()
-                .resource_type(ResourceType::Volume)
-                .set_tags(Some(tags))
-                .build(),
-        )
+        // Everything RunInstances creates is tagged, as a launch tags it: the controller policies allow creating
+        // an instance, volume or network interface only with the cluster's tags in the request.
+        .set_tag_specifications(Some(
+            [
+                ResourceType::Instance,
+                ResourceType::Volume,
+                ResourceType::NetworkInterface,
+            ]
+            .into_iter()
+            .map(|kind| {
+                TagSpecification::builder()
+                    .resource_type(kind)
+                    .set_tags(Some(tags.clone()))
+                    .build()
+            })
+            .collect(),
+        ))
         .customize()
         .config_override(single_attempt())
         .send()

@@ -34,6 +34,10 @@ pub struct Network {
 /// RunInstances with a profile IAM does not know fails in moto, as a real launch would).
 pub const INSTANCE_PROFILE: &str = "KarpenterNodeInstanceProfile";
 
+/// The node role deploy/cloudformation.yaml creates (`KarpenterNodeRole-<cluster>`), the one role its controller
+/// policies let the controller pass to EC2.
+pub const NODE_ROLE: &str = "KarpenterNodeRole-test-cluster";
+
 /// A VPC with a subnet in us-west-2a and one in us-west-2b and a security group, all tagged
 /// `karpenter.sh/discovery: test`, and the instance profile [`node_class`] uses.
 pub async fn network(clients: &karpenter_aws::AwsClients) -> Network {

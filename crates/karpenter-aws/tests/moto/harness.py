@@ -31,6 +31,13 @@ What moto 5.2.5 checks (moto/iam/access_control.py) and what it does not:
   aws:TagKeys: moto evaluates conditions only for role trust policies); the extra authorizations AWS makes
   inside a call (iam:PassRole for an instance profile in a launch, ec2:RunInstances and ec2:CreateTags
   behind CreateFleet); Pricing (moto has no Pricing backend: every call is a 500).
+--request-log PATH: the conditions moto does not check are checked afterwards. The harness writes the
+controller's policies (resolved as above) as the first JSON line of PATH, then one line per request the
+controller signs: the call, whether moto let it through, and the authorizations IAM makes for it
+(authorization_checks: each action on each resource ARN with the request's tags, the tags the resource had
+before the call, ec2:CreateAction for tags on create, iam:PassedToService for iam:PassRole of the instance
+profile's role in a launch and in AddRoleToInstanceProfile). tests/support/mod.rs evaluates them with
+tests/support/iam_eval.rs when the server is dropped; a request the harness cannot model is a failure there.
 HARNESS_WITHOUT_ACTIONS="ec2:DescribeAvailabilityZones,...": the controller's policies lack these actions (a
 test of what a template without the grant does to the controller).
 A refused EC2 call answers UnauthorizedOperation (403) as EC2 does; other services answer AccessDenied.
@@ -804,6 +811,335 @@ def patch_eks_amis(versions):
     ssm_models.ParameterDict._check_loading_status = check_loading_status
 
 
+# The controller's requests as IAM authorizes them, for tests/support/iam_eval.rs (see patch_request_log).
+REQUEST_LOG = None
+REQUEST_LOG_LOCK = threading.Lock()
+CONTROLLER_KEY_ID = None
+PARTITION = "aws"
+
+
+def tag_map(tags):
+    """{key: value} of a tag list in any of the shapes moto and the SDKs use ({Key, Value} or {key, value})."""
+    result = {}
+    for tag in tags or []:
+        key = tag.get("Key", tag.get("key"))
+        if key is not None:
+            result[key] = tag.get("Value", tag.get("value")) or ""
+    return result
+
+
+def tag_specifications(specs):
+    """{resource type: {key: value}} of TagSpecifications."""
+    by_type = {}
+    for spec in specs or []:
+        by_type.setdefault(spec.get("ResourceType", ""), {}).update(tag_map(spec.get("Tags")))
+    return by_type
+
+
+def ec2_resource_tags(backend, resource_id):
+    return tag_map(backend.describe_tags(filters={"resource-id": [resource_id]}))
+
+
+def check(action, resource, request_tags=None, resource_tags=None, context=None):
+    """One authorization IAM makes: `action` on `resource` with the request's tags (None: the request carries
+    none), the resource's current tags (None: a resource being created, which has none) and other context keys."""
+    return {
+        "action": action,
+        "resource": resource,
+        "request_tags": request_tags,
+        "resource_tags": resource_tags,
+        "context": context or {},
+    }
+
+
+def skip(reason):
+    """An authorization the request never reaches (the resource does not exist: EC2 and IAM answer NotFound)."""
+    return {"skip": reason}
+
+
+def pass_role_checks(iam, profile_name):
+    """iam:PassRole of the role in instance profile `profile_name`, as a launch naming the profile needs."""
+    if not profile_name:
+        return []
+    name = profile_name.rsplit("/", 1)[-1]
+    try:
+        profile = iam.get_instance_profile(name)
+    except Exception:
+        return [skip(f"instance profile {name} does not exist")]
+    return [
+        check("iam:PassRole", role.arn, context={"iam:PassedToService": "ec2.amazonaws.com"})
+        for role in profile.roles
+    ]
+
+
+def launch_checks(response, action, params, account, region, template_specs, request_specs, create_action):
+    """The authorizations of a launch (RunInstances, CreateFleet): the resources it creates with their request
+    tags, the existing ones it uses, the launch templates with their tags, tags on create and iam:PassRole."""
+    from moto.iam.models import iam_backends
+
+    backend = response.ec2_backend
+    iam = iam_backends[account][PARTITION]
+    arn = lambda kind, rid="*", owner=account: f"arn:{PARTITION}:ec2:{region}:{owner}:{kind}/{rid}"
+    checks = []
+    template_tags = {}
+    images = set(params.get("_images", []))
+    subnets = set(params.get("_subnets", []))
+    groups = set(params.get("SecurityGroupIds") or [])
+    profile = (params.get("IamInstanceProfile") or {}).get("Name") or (params.get("IamInstanceProfile") or {}).get("Arn")
+    reservations, placement_groups = set(), set()
+    missing_template = False
+    for spec in template_specs:
+        try:
+            if spec.get("LaunchTemplateId"):
+                template = backend.get_launch_template(spec["LaunchTemplateId"])
+            else:
+                template = backend.get_launch_template_by_name(spec.get("LaunchTemplateName"))
+        except Exception:
+            checks.append(skip(f"launch template {spec} does not exist"))
+            missing_template = True
+            continue
+        checks.append(check(action, arn("launch-template", template.id), resource_tags=ec2_resource_tags(backend, template.id)))
+        data = template_data(backend, spec) or {}
+        for kind, tags in tag_specifications(data.get("TagSpecifications")).items():
+            template_tags.setdefault(kind, {}).update(tags)
+        if data.get("ImageId"):
+            images.add(data["ImageId"])
+        groups.update(data.get("SecurityGroupIds") or [])
+        for interface in data.get("NetworkInterfaces") or []:
+            groups.update(interface.get("Groups") or [])
+            if interface.get("SubnetId"):
+                subnets.add(interface["SubnetId"])
+        profile = profile or (data.get("IamInstanceProfile") or {}).get("Name")
+        target = (data.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
+        if target.get("CapacityReservationId"):
+            reservations.add(target["CapacityReservationId"])
+        if (data.get("Placement") or {}).get("GroupId"):
+            placement_groups.add(data["Placement"]["GroupId"])
+    for image in sorted(images):
+        checks.append(check(action, arn("image", image, owner="")))
+    for subnet in sorted(subnets):
+        checks.append(check(action, arn("subnet", subnet)))
+    for group in sorted(groups):
+        checks.append(check(action, arn("security-group", group)))
+    for reservation in sorted(reservations):
+        checks.append(check(action, arn("capacity-reservation", reservation)))
+    for group in sorted(placement_groups):
+        checks.append(check(action, arn("placement-group", group)))
+    # What the launch creates. Tags come from the request's TagSpecifications, over the template's. With a
+    # template that does not exist AWS answers NotFound (a dry run included) and creates nothing, so what it
+    # would have created is not authorized.
+    if missing_template:
+        checks.append(skip("nothing is created from a launch template that does not exist"))
+        checks.extend(pass_role_checks(iam, profile))
+        return checks
+    for kind in ["instance", "volume", "network-interface"]:
+        tags = dict(template_tags.get(kind, {}))
+        tags.update(request_specs.get(kind, {}))
+        checks.append(check(action, arn(kind), request_tags=tags))
+        if tags:
+            checks.append(check("ec2:CreateTags", arn(kind), request_tags=tags, context={"ec2:CreateAction": create_action}))
+    checks.extend(pass_role_checks(iam, profile))
+    return checks
+
+
+def ec2_checks(response, action, account, region):
+    backend = response.ec2_backend
+    params = response.params or {}
+    arn = lambda kind, rid="*": f"arn:{PARTITION}:ec2:{region}:{account}:{kind}/{rid}"
+    name = f"ec2:{action}"
+    if action.startswith("Describe"):
+        return [check(name, "*")]
+    if action == "CreateLaunchTemplate":
+        tags = tag_specifications(params.get("TagSpecifications")).get("launch-template")
+        checks = [check(name, arn("launch-template"), request_tags=tags or {})]
+        if tags:
+            checks.append(check("ec2:CreateTags", arn("launch-template"), request_tags=tags, context={"ec2:CreateAction": action}))
+        return checks
+    if action == "DeleteLaunchTemplate":
+        try:
+            if params.get("LaunchTemplateId"):
+                template = backend.get_launch_template(params["LaunchTemplateId"])
+            else:
+                template = backend.get_launch_template_by_name(params.get("LaunchTemplateName"))
+        except Exception:
+            return [skip("the launch template does not exist")]
+        return [check(name, arn("launch-template", template.id), resource_tags=ec2_resource_tags(backend, template.id))]
+    if action == "CreateFleet":
+        specs = tag_specifications(params.get("TagSpecifications"))
+        configs = params.get("LaunchTemplateConfigs") or []
+        overrides = [o for c in configs for o in c.get("Overrides") or []]
+        launch = dict(
+            params,
+            _images=[o["ImageId"] for o in overrides if o.get("ImageId")],
+            _subnets=[o["SubnetId"] for o in overrides if o.get("SubnetId")],
+        )
+        checks = [check(name, arn("fleet"), request_tags=specs.get("fleet", {}))]
+        if specs.get("fleet"):
+            checks.append(check("ec2:CreateTags", arn("fleet"), request_tags=specs["fleet"], context={"ec2:CreateAction": action}))
+        templates = [c.get("LaunchTemplateSpecification") or {} for c in configs]
+        # EC2 Fleet authorizes the launch as CreateFleet and as RunInstances of the caller.
+        for launch_action in [name, "ec2:RunInstances"]:
+            checks.extend(launch_checks(response, launch_action, launch, account, region, templates, specs, action))
+        return checks
+    if action == "RunInstances":
+        specs = tag_specifications(params.get("TagSpecifications"))
+        launch = dict(
+            params,
+            _images=[params["ImageId"]] if params.get("ImageId") else [],
+            _subnets=[params["SubnetId"]] if params.get("SubnetId") else [],
+        )
+        templates = [params["LaunchTemplate"]] if params.get("LaunchTemplate") else []
+        return launch_checks(response, name, launch, account, region, templates, specs, action)
+    if action == "CreateTags":
+        tags = tag_map(params.get("Tags"))
+        checks = []
+        for rid in params.get("Resources") or []:
+            kind = "instance" if rid.startswith("i-") else "launch-template" if rid.startswith("lt-") else "volume" if rid.startswith("vol-") else None
+            if kind is None:
+                return None
+            if kind == "instance":
+                try:
+                    backend.get_instance(rid)
+                except Exception:
+                    checks.append(skip(f"instance {rid} does not exist"))
+                    continue
+            checks.append(check(name, arn(kind, rid), request_tags=tags, resource_tags=ec2_resource_tags(backend, rid)))
+        return checks
+    if action == "TerminateInstances":
+        checks = []
+        for rid in params.get("InstanceIds") or []:
+            try:
+                backend.get_instance(rid)
+            except Exception:
+                checks.append(skip(f"instance {rid} does not exist"))
+                continue
+            checks.append(check(name, arn("instance", rid), resource_tags=ec2_resource_tags(backend, rid)))
+        return checks
+    return None
+
+
+def iam_checks(response, action, account):
+    from moto.iam.models import iam_backends
+
+    iam = iam_backends[account][PARTITION]
+    params = response.params or {}
+    name = f"iam:{action}"
+    if action == "ListInstanceProfiles":
+        return [check(name, "*")]
+    profile_name = params.get("InstanceProfileName")
+    if profile_name is None:
+        return None
+    try:
+        profile = iam.get_instance_profile(profile_name)
+    except Exception:
+        profile = None
+    request_tags = tag_map(params.get("Tags")) if "Tags" in params else None
+    if action == "CreateInstanceProfile":
+        path = params.get("Path") or "/"
+        return [check(name, f"arn:{PARTITION}:iam::{account}:instance-profile{path}{profile_name}", request_tags=request_tags or {})]
+    if profile is None:
+        return [skip(f"instance profile {profile_name} does not exist")]
+    checks = [check(name, profile.arn, request_tags=request_tags, resource_tags=tag_map(profile.tags))]
+    if action == "AddRoleToInstanceProfile":
+        try:
+            role = iam.get_role(params.get("RoleName"))
+            checks.append(check("iam:PassRole", role.arn, context={"iam:PassedToService": "ec2.amazonaws.com"}))
+        except Exception:
+            checks.append(skip(f"role {params.get('RoleName')} does not exist"))
+    if action in ("GetInstanceProfile", "AddRoleToInstanceProfile", "RemoveRoleFromInstanceProfile",
+                  "DeleteInstanceProfile", "TagInstanceProfile"):
+        return checks
+    return None
+
+
+def json_body(response):
+    import json
+
+    try:
+        return json.loads(response.body or b"{}")
+    except Exception:
+        return {}
+
+
+def other_checks(response, service, action, account, region):
+    name = f"{service}:{action}"
+    if service == "ssm" and action in ("GetParameter", "GetParameters"):
+        body = json_body(response)
+        names = body.get("Names") or ([body["Name"]] if body.get("Name") else [])
+
+        def parameter_arn(parameter):
+            if parameter.startswith("arn:"):
+                return parameter
+            # AWS's public parameters live under no account.
+            owner = "" if parameter.startswith("/aws/") else account
+            return f"arn:{PARTITION}:ssm:{region}:{owner}:parameter{parameter}"
+
+        return [check(name, parameter_arn(n)) for n in names]
+    if service == "sqs":
+        params = response.params or {}
+        queue = params.get("QueueName") or (params.get("QueueUrl") or "").rstrip("/").rsplit("/", 1)[-1]
+        return [check(name, f"arn:{PARTITION}:sqs:{region}:{account}:{queue}")] if queue else None
+    if service == "eks" and action == "DescribeCluster":
+        from urllib.parse import urlparse
+
+        cluster = urlparse(response.uri).path.rstrip("/").rsplit("/", 1)[-1]
+        return [check(name, f"arn:{PARTITION}:eks:{region}:{account}:cluster/{cluster}")]
+    if service == "pricing":
+        return [check(name, "*")]
+    return None
+
+
+def authorization_checks(response, service, action):
+    account, region = response.current_account, response.region
+    if service == "ec2":
+        checks = ec2_checks(response, action, account, region)
+    elif service == "iam":
+        checks = iam_checks(response, action, account)
+    else:
+        checks = other_checks(response, service, action, account, region)
+    return checks
+
+
+def patch_request_log():
+    """Records every request the controller signs, as the authorizations IAM makes for it (action, resource
+    ARN, request tags, the tags the resource has before the call, iam:PassedToService, ec2:CreateAction), one
+    JSON line each, for tests/support/iam_eval.rs to evaluate against the policies with their conditions
+    (which moto does not evaluate). Recorded before the call acts, so a deleted resource's tags are its own."""
+    import json
+
+    from moto.core.authorization import ActionAuthenticatorMixin
+
+    authorize = ActionAuthenticatorMixin._authenticate_and_authorize_action
+
+    def authenticate_and_authorize_action(self, iam_request_cls, resource="*"):
+        authorization = str(self.headers.get("Authorization") or "")
+        scope = authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/") if "Credential=" in authorization else []
+        if REQUEST_LOG is None or len(scope) < 4 or scope[0] != CONTROLLER_KEY_ID:
+            return authorize(self, iam_request_cls, resource)
+        service, action = scope[3], self._get_action()
+        entry = {"call": f"{service}:{action}", "region": scope[2]}
+        try:
+            checks = authorization_checks(self, service, action)
+            if checks is None:
+                entry["unmodelled"] = "the harness does not know which authorizations this request makes"
+            else:
+                entry["checks"] = checks
+        except Exception as e:  # a harness bug must show, not pass as "allowed"
+            entry["unmodelled"] = f"the harness failed to model it: {e!r}"
+        try:
+            authorize(self, iam_request_cls, resource)
+            entry["moto_allowed"] = True
+        except Exception:
+            entry["moto_allowed"] = False
+            raise
+        finally:
+            with REQUEST_LOG_LOCK:
+                REQUEST_LOG.write(json.dumps(entry, default=str) + "\n")
+                REQUEST_LOG.flush()
+
+    ActionAuthenticatorMixin._authenticate_and_authorize_action = authenticate_and_authorize_action
+
+
 def wait_until_ready(port, deadline):
     url = f"http://127.0.0.1:{port}/moto-api/"
     while time.time() < deadline:
@@ -822,6 +1158,10 @@ def main():
     parser.add_argument("--policies", required=True, help="deploy/cloudformation.yaml")
     parser.add_argument("--cluster-name", required=True)
     parser.add_argument("--region", required=True)
+    parser.add_argument(
+        "--request-log",
+        help="write the controller policies and then every request the controller signs here, as JSON lines",
+    )
     args = parser.parse_args()
     if moto.__version__ != EXPECTED_MOTO:
         print(f"FAILED moto {moto.__version__} is not the pinned {EXPECTED_MOTO}", flush=True)
@@ -846,6 +1186,15 @@ def main():
         print(f"FAILED reading the controller policies: {e}", flush=True)
         sys.exit(1)
     (admin_key, admin_secret), (controller_key, controller_secret) = create_principals(policies)
+    if args.request_log:
+        import json
+
+        global REQUEST_LOG, CONTROLLER_KEY_ID
+        CONTROLLER_KEY_ID = controller_key
+        REQUEST_LOG = open(args.request_log, "w")
+        REQUEST_LOG.write(json.dumps({"policies": {k: json.loads(v) for k, v in policies.items()}}) + "\n")
+        REQUEST_LOG.flush()
+        patch_request_log()
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)
     server.start()

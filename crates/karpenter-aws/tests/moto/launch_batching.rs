@@ -29,7 +29,8 @@ async fn launch_template(clients: &AwsClients, security_group_id: &str) -> Strin
         instance_profile: Some("KarpenterNodeInstanceProfile".into()),
         ..Default::default()
     });
-    let template = LaunchTemplateSpec::from_node_class(&class, &image_id, "test").unwrap();
+    let template =
+        LaunchTemplateSpec::from_node_class(&class, &image_id, crate::fixtures::CLUSTER, "default").unwrap();
     ensure_launch_template(&clients.ec2, &template).await.unwrap()
 }
 
@@ -53,10 +54,13 @@ async fn launches_at_once_share_one_create_fleet_and_each_instance_carries_its_n
             image_id: None,
             launch_template_name: None,
         }],
-        tags: BTreeMap::from([
-            ("karpenter.sh/nodepool".into(), "default".into()),
-            ("karpenter.sh/nodeclaim".into(), claim.into()),
-        ]),
+        tags: {
+            // What the provider tags a launch with: the controller policies allow no less.
+            let mut tags =
+                karpenter_aws::tags::launch_tags(crate::fixtures::CLUSTER, "default", "default", None);
+            tags.insert("karpenter.sh/nodeclaim".into(), claim.into());
+            tags
+        },
         zone_ids: BTreeMap::new(),
         context: None,
         prioritized: false,

@@ -48,7 +48,7 @@ async fn a_created_template_holds_the_classes_block_devices_metadata_options_and
         }],
         ..EC2NodeClassStatus::default()
     });
-    let spec = LaunchTemplateSpec::from_node_class(&class, "ami-12345678", CLUSTER).unwrap();
+    let spec = LaunchTemplateSpec::from_node_class(&class, "ami-12345678", CLUSTER, "default").unwrap();
     let name = ensure_launch_template(&clients.ec2, &spec).await.unwrap();
     assert_eq!(name, spec.name());
 
@@ -122,7 +122,7 @@ async fn a_created_template_holds_the_classes_block_devices_metadata_options_and
 
     // A changed class is a new template; the old one is left for garbage collection.
     class.spec.detailed_monitoring = Some(false);
-    let changed = LaunchTemplateSpec::from_node_class(&class, "ami-12345678", CLUSTER).unwrap();
+    let changed = LaunchTemplateSpec::from_node_class(&class, "ami-12345678", CLUSTER, "default").unwrap();
     let second = ensure_launch_template(&clients.ec2, &changed).await.unwrap();
     assert_ne!(second, name);
     let all = admin.ec2.describe_launch_templates().send().await.unwrap();
@@ -165,6 +165,7 @@ async fn a_cached_template_is_not_created_again_and_a_launch_recreates_one_delet
         &resolved_class("cached", &net.security_group_id),
         "ami-12345678",
         CLUSTER,
+        "default",
     )
     .unwrap();
     let name = templates.ensure(&spec, Instant::now()).await.unwrap();
@@ -243,6 +244,7 @@ async fn unused_templates_and_those_of_deleted_classes_are_garbage_collected() {
             &resolved_class(class, &net.security_group_id),
             "ami-12345678",
             cluster,
+            "default",
         )
         .unwrap()
     };
@@ -251,8 +253,9 @@ async fn unused_templates_and_those_of_deleted_classes_are_garbage_collected() {
     let kept = templates.ensure(&spec("kept", CLUSTER), now).await.unwrap();
     // Made before a restart, for a class deleted while Karpenter was down (so not in this cache).
     let gone = ensure_launch_template(ec2, &spec("gone", CLUSTER)).await.unwrap();
-    // Neither another cluster's template nor one without Karpenter's name prefix is ever touched.
-    let other_cluster = ensure_launch_template(ec2, &spec("gone", "other-cluster"))
+    // Neither another cluster's template (made by that cluster's controller: this one's policies could not) nor
+    // one without Karpenter's name prefix is ever touched.
+    let other_cluster = ensure_launch_template(&admin.ec2, &spec("gone", "other-cluster"))
         .await
         .unwrap();
     admin
@@ -361,7 +364,7 @@ async fn a_created_template_holds_the_classes_network_interfaces_prefixes_and_co
         }],
         ..EC2NodeClassStatus::default()
     });
-    let spec = LaunchTemplateSpec::from_node_class(&class, "ami-12345678", CLUSTER).unwrap();
+    let spec = LaunchTemplateSpec::from_node_class(&class, "ami-12345678", CLUSTER, "default").unwrap();
     let name = ensure_launch_template(&clients.ec2, &spec).await.unwrap();
 
     let data = latest_template_data(&admin.ec2, &name).await.unwrap();

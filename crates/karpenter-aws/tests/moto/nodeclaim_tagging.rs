@@ -42,6 +42,7 @@ async fn an_instance_waiting_for_its_node_claim_tag_is_listed_as_its_claims_and_
                 .resource_type(ResourceType::Instance)
                 .tags(tag("karpenter.sh/nodepool", "default"))
                 .tags(tag("eks:eks-cluster-name", CLUSTER))
+                .tags(tag(&format!("kubernetes.io/cluster/{CLUSTER}"), "owned"))
                 .build(),
         )
         .send()

@@ -14,7 +14,9 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::fixtures::{CLUSTER, create_node_class, network, node_claim, node_class, provider, settings};
+use super::fixtures::{
+    CLUSTER, NODE_ROLE, create_node_class, network, node_claim, node_class, provider, settings,
+};
 use crate::moto;
 
 async fn reconciled(api: &Api<EC2NodeClass>, name: &str, ctx: &Arc<Context>) -> EC2NodeClass {
@@ -223,7 +225,8 @@ async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
     assert_eq!(invalid.to_string(), "configuration: CLUSTER_NAME is required");
     let missing_queue = AwsProvider::start_with_clients(
         AwsSettings {
-            interruption_queue: Some("absent".into()),
+            // The queue the controller policies allow, before it exists.
+            interruption_queue: Some(CLUSTER.into()),
             ..settings()
         },
         clients.clone(),
@@ -355,8 +358,11 @@ async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
     let admin = moto.admin_clients("us-west-2").await;
     network(&admin).await;
     let iam = admin.iam.clone();
-    create_role(&iam, "KarpenterNodeRole").await;
+    create_role(&iam, NODE_ROLE).await;
     create_role(&iam, "OtherNodeRole").await;
+    // The controller policies let it pass only the template's node role; a class naming another role is
+    // refused on AWS until the user grants iam:PassRole for it, as with upstream's template.
+    moto.expect_refusal("IAM refuses iam:PassRole on arn:aws:iam::123456789012:role/OtherNodeRole");
     let (server, provider) = provider(clients.clone()).await;
     let ctx = Arc::new(Context {
         client: server.client(),
@@ -366,7 +372,7 @@ async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
 
     let mut class = node_class("role-based", json!([{"alias": "al2023@latest"}]));
     class.spec.instance_profile = None;
-    class.spec.role = Some("KarpenterNodeRole".into());
+    class.spec.role = Some(NODE_ROLE.into());
     create_node_class(&server, &class).await;
     let class = reconciled(&api, "role-based", &ctx).await;
     let name = provider.instance_profiles().name("role-based");
@@ -378,10 +384,10 @@ async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
     assert_eq!(condition(&class, "InstanceProfileReady").0, ConditionStatus::True);
     assert!(class.is_ready());
     let (roles, tags) = instance_profile(&iam, &name).await.unwrap();
-    assert_eq!(roles, ["KarpenterNodeRole"]);
+    assert_eq!(roles, [NODE_ROLE]);
     assert_eq!(tags["karpenter.k8s.aws/ec2nodeclass"], "role-based");
     assert_eq!(tags["kubernetes.io/cluster/test-cluster"], "owned");
-    assert_eq!(tags["karpenter.sh/managed-by"], CLUSTER);
+    assert_eq!(tags["topology.kubernetes.io/region"], "us-west-2");
     assert_eq!(tags["eks:eks-cluster-name"], CLUSTER);
     let path = "/karpenter/us-west-2/test-cluster/";
     let listed = iam
@@ -430,7 +436,7 @@ async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
     // A profile whose class is gone is garbage-collected; those of existing classes stay.
     provider
         .instance_profiles()
-        .ensure("deleted-while-down", "KarpenterNodeRole")
+        .ensure("deleted-while-down", None, NODE_ROLE)
         .await
         .unwrap();
     let stray = provider.instance_profiles().name("deleted-while-down");

@@ -41,7 +41,8 @@ async fn sdk_calls_are_counted_by_operation_and_error_code_and_timed() {
     clients
         .ssm
         .get_parameter()
-        .name("/karpenter/no-such-parameter")
+        // Under /aws/service/, the only parameters the controller policies let it read.
+        .name("/aws/service/karpenter-rs/no-such-parameter")
         .send()
         .await
         .unwrap_err();
@@ -50,7 +51,8 @@ async fn sdk_calls_are_counted_by_operation_and_error_code_and_timed() {
     clients
         .sqs
         .get_queue_url()
-        .queue_name("no-such-queue")
+        // The queue the policies allow (named after the cluster), never created here.
+        .queue_name(crate::support::POLICY_CLUSTER)
         .send()
         .await
         .unwrap_err();

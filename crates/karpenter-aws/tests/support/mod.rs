@@ -8,10 +8,19 @@
 //! moto enforces IAM: [`MotoServer::clients`] sign as a user holding exactly the controller policies of
 //! deploy/cloudformation.yaml (what the provider under test must use), [`MotoServer::admin_clients`] as a
 //! user that may do anything (seeding subnets, AMIs, queues and clusters; reading back what a test checks).
+//!
+//! moto does not evaluate the policies' conditions, so the harness also logs every request the controller signs
+//! as the authorizations IAM makes for it, and when the server is dropped [`iam_eval`] evaluates each against
+//! the same policies, conditions included: a test whose provider sends a request IAM would refuse fails, naming
+//! the call, the statements considered and the condition that failed.
 
+pub mod iam_eval;
+
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
 
@@ -127,6 +136,10 @@ pub struct MotoServer {
     pub port: u16,
     admin_keys: (String, String),
     controller_keys: (String, String),
+    /// Where the harness logs the controller's policies and requests (`--request-log`).
+    request_log: PathBuf,
+    /// Refusals a test provokes on purpose ([`MotoServer::expect_refusal`]).
+    expected_refusals: std::sync::Mutex<Vec<String>>,
 }
 
 impl MotoServer {
@@ -141,11 +154,19 @@ impl MotoServer {
         let python = moto_python();
         let root = workspace_root();
         let harness = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/moto/harness.py");
+        static SERVERS: AtomicUsize = AtomicUsize::new(0);
+        let request_log = std::env::temp_dir().join(format!(
+            "karpenter-moto-requests-{}-{}.jsonl",
+            std::process::id(),
+            SERVERS.fetch_add(1, Ordering::Relaxed)
+        ));
         let mut child = Command::new(python)
             .arg(&harness)
             .args(["--port", "0", "--policies"])
             .arg(root.join("deploy/cloudformation.yaml"))
             .args(["--cluster-name", POLICY_CLUSTER, "--region", POLICY_REGION])
+            .arg("--request-log")
+            .arg(&request_log)
             .env("HARNESS_INSTANCE_TYPES", instance_types.join(","))
             .env("HARNESS_WITHOUT_ACTIONS", actions.join(","))
             // IAM enforced from the first request on (the harness sets it too, before importing moto).
@@ -193,6 +214,8 @@ impl MotoServer {
                 port: port.parse().expect("READY <port>"),
                 admin_keys: (admin_key.into(), admin_secret.into()),
                 controller_keys: (controller_key.into(), controller_secret.into()),
+                request_log,
+                expected_refusals: std::sync::Mutex::new(Vec::new()),
             };
         }
         let _ = child.kill();
@@ -241,10 +264,141 @@ impl MotoServer {
     }
 }
 
+/// One logged request: the call and the authorizations IAM makes for it.
+#[derive(serde::Deserialize)]
+struct LoggedRequest {
+    call: String,
+    region: String,
+    /// Whether moto let it through (moto refuses only a missing action; the test sees that refusal itself).
+    #[serde(default)]
+    moto_allowed: bool,
+    #[serde(default)]
+    checks: Vec<serde_json::Value>,
+    /// Set when the harness cannot tell which authorizations the request makes.
+    #[serde(default)]
+    unmodelled: Option<String>,
+}
+
+/// What IAM would refuse of the requests in `log` (the harness's `--request-log`): one line per refused
+/// authorization, with how often it was made.
+pub fn refused_requests(log: &str) -> Result<Vec<String>, String> {
+    let mut lines = log.lines();
+    let header: serde_json::Value = serde_json::from_str(lines.next().ok_or("the request log is empty")?)
+        .map_err(|e| format!("the request log's policies: {e}"))?;
+    let documents: BTreeMap<String, serde_json::Value> =
+        serde_json::from_value(header["policies"].clone())
+            .map_err(|e| format!("the request log's policies: {e}"))?;
+    let policies = iam_eval::Policies::from_documents(&documents)?;
+    let mut refused: BTreeMap<String, usize> = BTreeMap::new();
+    for line in lines.filter(|l| !l.trim().is_empty()) {
+        let request: LoggedRequest =
+            serde_json::from_str(line).map_err(|e| format!("request log line {line}: {e}"))?;
+        if !request.moto_allowed {
+            continue;
+        }
+        if let Some(why) = &request.unmodelled {
+            *refused
+                .entry(format!(
+                    "{}: {why}; teach authorization_checks in tests/moto/harness.py",
+                    request.call
+                ))
+                .or_default() += 1;
+            continue;
+        }
+        for raw in &request.checks {
+            if raw.get("skip").is_some() {
+                continue; // the resource does not exist: AWS answers NotFound, not an authorization
+            }
+            let mut check: iam_eval::Check = serde_json::from_value(raw.clone())
+                .map_err(|e| format!("{}: check {raw}: {e}", request.call))?;
+            check
+                .context
+                .entry("aws:RequestedRegion".into())
+                .or_insert_with(|| request.region.clone());
+            let decision = policies.evaluate(&check);
+            if decision.allowed() {
+                continue;
+            }
+            let mut what = format!(
+                "{}: IAM refuses {} on {}",
+                request.call, check.action, check.resource
+            );
+            if let Some(tags) = &check.request_tags {
+                what.push_str(&format!(" with request tags {tags:?}"));
+            }
+            if let Some(tags) = &check.resource_tags {
+                what.push_str(&format!(" (the resource's tags: {tags:?})"));
+            }
+            if !check.context.is_empty() {
+                what.push_str(&format!(" (context {:?})", check.context));
+            }
+            *refused.entry(format!("{what}: {decision}")).or_default() += 1;
+        }
+    }
+    Ok(refused
+        .into_iter()
+        .map(|(what, times)| {
+            if times > 1 {
+                format!("{what} [{times} times]")
+            } else {
+                what
+            }
+        })
+        .collect())
+}
+
+impl MotoServer {
+    /// A refusal the test provokes on purpose, which IAM would give on AWS too (a request the controller policies
+    /// do not allow): refusals containing `fragment` do not fail the test, and the test fails if none happens.
+    pub fn expect_refusal(&self, fragment: &str) {
+        if let Ok(mut expected) = self.expected_refusals.lock() {
+            expected.push(fragment.to_string());
+        }
+    }
+}
+
 impl Drop for MotoServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let log = std::fs::read_to_string(&self.request_log);
+        let _ = std::fs::remove_file(&self.request_log);
+        // A test that already failed says why itself; a second panic here would abort the test binary.
+        if std::thread::panicking() {
+            return;
+        }
+        let log = log.unwrap_or_else(|e| {
+            panic!(
+                "reading the harness's request log {}: {e}",
+                self.request_log.display()
+            )
+        });
+        let expected = self
+            .expected_refusals
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default();
+        let refused = refused_requests(&log).map(|refused| {
+            for fragment in &expected {
+                assert!(
+                    refused.iter().any(|r| r.contains(fragment.as_str())),
+                    "the test expected IAM to refuse a request matching {fragment:?}, and it refused none"
+                );
+            }
+            refused
+                .into_iter()
+                .filter(|r| !expected.iter().any(|fragment| r.contains(fragment.as_str())))
+                .collect::<Vec<_>>()
+        });
+        match refused {
+            Ok(refused) if refused.is_empty() => {}
+            Ok(refused) => panic!(
+                "the provider sent requests the controller policies of deploy/cloudformation.yaml refuse on AWS \
+                 (moto does not evaluate conditions; tests/support/iam_eval.rs does):\n{}",
+                refused.join("\n")
+            ),
+            Err(e) => panic!("evaluating the controller's requests: {e}"),
+        }
     }
 }
 
