@@ -256,11 +256,15 @@ pub struct ControlPlane {
 }
 
 /// How [`ControlPlane::start`] runs the processes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct StartOptions {
     /// Put the processes in their own process group, so they outlive the starting command and a Ctrl-C in its
     /// terminal (`cargo xtask cluster up`). Otherwise they share the caller's group.
     pub detach: bool,
+    /// A KubeSchedulerConfiguration for kube-scheduler (`--config`); its `clientConnection.kubeconfig` is
+    /// replaced with the admin kubeconfig. Upstream's end-to-end suites expect a profile with default topology
+    /// spread constraints.
+    pub scheduler_config: Option<PathBuf>,
 }
 
 fn pki_commands(pki: &Path) -> Result<(), Error> {
@@ -577,21 +581,24 @@ impl ControlPlane {
             ],
             &[],
         )?;
-        s.spawn(
-            "kube-scheduler",
-            &[
-                format!("--kubeconfig={kc}"),
-                format!("--authentication-kubeconfig={kc}"),
-                format!("--authorization-kubeconfig={kc}"),
-                "--leader-elect=false".into(),
-                // As the controller-manager's: binding tens of thousands of pods at the default 50 QPS takes minutes.
-                "--kube-api-qps=300".into(),
-                "--kube-api-burst=600".into(),
-                "--secure-port=0".into(),
-                "--profiling=false".into(),
-            ],
-            &[],
-        )?;
+        let mut scheduler_args = vec![
+            format!("--kubeconfig={kc}"),
+            format!("--authentication-kubeconfig={kc}"),
+            format!("--authorization-kubeconfig={kc}"),
+            "--leader-elect=false".into(),
+            // As the controller-manager's: binding tens of thousands of pods at the default 50 QPS takes minutes.
+            "--kube-api-qps=300".into(),
+            "--kube-api-burst=600".into(),
+            "--secure-port=0".into(),
+            "--profiling=false".into(),
+        ];
+        if let Some(config) = &s.options.scheduler_config {
+            scheduler_args.push(format!(
+                "--config={}",
+                scheduler_config(config, &kubeconfig, &run_dir)?.display()
+            ));
+        }
+        s.spawn("kube-scheduler", &scheduler_args, &[])?;
         let kwok_dir = run_dir.join("kwok");
         fs::create_dir_all(&kwok_dir)?;
         s.spawn(
@@ -663,6 +670,43 @@ impl ControlPlane {
         }
         Ok(())
     }
+}
+
+/// `config` as the run's own copy, its client connection pointed at `kubeconfig`: with `--config`, kube-scheduler
+/// ignores `--kubeconfig`, the QPS flags and `--leader-elect`, so they are written into the file.
+fn scheduler_config(config: &Path, kubeconfig: &Path, run_dir: &Path) -> Result<PathBuf, Error> {
+    let text =
+        fs::read_to_string(config).map_err(|e| err(format!("cannot read {}: {e}", config.display())))?;
+    let mut lines: Vec<String> = Vec::new();
+    let mut in_client_connection = false;
+    for line in text.lines() {
+        if !line.starts_with(' ') && !line.trim().is_empty() && !line.trim_start().starts_with('#') {
+            in_client_connection = line.starts_with("clientConnection:");
+            if in_client_connection {
+                lines.push(line.to_string());
+                lines.push(format!("  kubeconfig: {}", kubeconfig.display()));
+                lines.push("  qps: 300".into());
+                lines.push("  burst: 600".into());
+                continue;
+            }
+        }
+        if !in_client_connection {
+            lines.push(line.to_string());
+        }
+    }
+    if !lines.iter().any(|l| l.starts_with("clientConnection:")) {
+        return Err(err(format!(
+            "{}: a KubeSchedulerConfiguration with a top-level clientConnection is expected",
+            config.display()
+        )));
+    }
+    if !lines.iter().any(|l| l.starts_with("leaderElection:")) {
+        lines.push("leaderElection:".into());
+        lines.push("  leaderElect: false".into());
+    }
+    let copy = run_dir.join("kube-scheduler-config.yaml");
+    fs::write(&copy, lines.join("\n") + "\n")?;
+    Ok(copy)
 }
 
 fn kubectl_at(kubeconfig: &Path) -> Command {

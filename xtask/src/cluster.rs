@@ -29,8 +29,15 @@ pub fn run(root: &Path, command: &ClusterCommand) -> anyhow::Result<()> {
                 eprintln!("a control plane is already running in {}", run_dir.display());
             } else {
                 let started = Instant::now();
-                let cp = ControlPlane::start(root, &run_dir, StartOptions { detach: true })
-                    .map_err(|e| anyhow!(e))?;
+                let cp = ControlPlane::start(
+                    root,
+                    &run_dir,
+                    StartOptions {
+                        detach: true,
+                        ..StartOptions::default()
+                    },
+                )
+                .map_err(|e| anyhow!(e))?;
                 eprintln!(
                     "control plane up at {} in {:.1?}; logs in {}; `cargo xtask cluster down` stops it",
                     cp.server,

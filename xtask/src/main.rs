@@ -1,6 +1,6 @@
 //! Project tasks: `cargo xtask crds [--check]`, `cargo xtask docs [--check]`, `cargo xtask catalog [--check]`,
-//! `cargo xtask bench schedule`, `cargo xtask bench disrupt`, `cargo xtask bench controller` and
-//! `cargo xtask cluster up|down|kubeconfig`.
+//! `cargo xtask bench schedule`, `cargo xtask bench disrupt`, `cargo xtask bench controller`,
+//! `cargo xtask cluster up|down|kubeconfig` and `cargo xtask e2e upstream`.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +11,7 @@ mod catalog;
 mod cluster;
 mod crds;
 mod docs;
+mod e2e;
 mod heap;
 mod measure;
 mod reference;
@@ -54,6 +55,9 @@ enum Command {
         #[command(subcommand)]
         command: cluster::ClusterCommand,
     },
+    /// Upstream Karpenter's end-to-end suites against this controller or upstream's on the real control plane:
+    /// `e2e upstream [--suite regression|disruption|performance|dra] [--focus RE] [--controller rust|go]`.
+    E2e(e2e::E2eArgs),
     /// Run a command and print its wall time and peak RSS as JSON (used by the benches).
     #[command(hide = true)]
     Measure {
@@ -96,6 +100,7 @@ fn main() -> anyhow::Result<()> {
             catalog::run(&data, &root.join("crates/karpenter-aws-catalog/data"), check)
         }
         Command::Cluster { command } => cluster::run(&root, &command),
+        Command::E2e(args) => e2e::run(&root, &args),
         Command::Measure { command } => measure::run(&command),
     }
 }
