@@ -5,7 +5,8 @@
 //! or the AMI family's defaults: [`block_devices`]), every metadata option with upstream's defaults, detailed
 //! monitoring, tags for the instances, volumes and network interfaces it launches, the network interfaces
 //! ([`interfaces`]: the class's `networkInterfaces`, or EFA interfaces for a claim that requests
-//! `vpc.amazonaws.com/efa`, with `ipPrefixCount` and `connectionTracking`), the nested virtualization CPU
+//! `vpc.amazonaws.com/efa`, with `ipPrefixCount` and `connectionTracking`, and on an IPv6 cluster an IPv6
+//! address on each interface that carries IP traffic, as upstream gives them), the nested virtualization CPU
 //! option, and for a launch into a capacity reservation the reservation it targets (a capacity block also with
 //! market type `capacity-block`), so each reservation has its own template, and for a class with a placement
 //! group the group (by id) and, when a launch needs a particular one, the partition. Its name is a hash of all of that
@@ -35,6 +36,7 @@ use karpenter_core::cloudprovider::CloudProviderError;
 use serde::Serialize;
 
 use crate::capacity_reservations::ReservationTarget;
+pub use crate::settings::IpFamily;
 
 pub use block_devices::{BlockDeviceSpec, default_block_devices};
 pub use cache::LaunchTemplateCache;
@@ -80,9 +82,11 @@ pub struct LaunchTemplateSpec {
     /// public-IP switch needs one (the security groups then move onto the interfaces).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub network_interfaces: Vec<NetworkInterfaceSpec>,
-    /// IPv4 prefixes (`/28`) assigned to the primary interface: `spec.ipPrefixCount`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ipv4_prefix_count: Option<i32>,
+    /// `spec.ipPrefixCount`: IPv4 prefixes (`/28`) assigned to the primary interface, or on an IPv6 cluster
+    /// IPv6 prefixes (`/80`) to every interface with IP traffic, as upstream assigns them. Serialized under
+    /// its old name so the names of templates that set it do not change.
+    #[serde(rename = "ipv4_prefix_count", skip_serializing_if = "Option::is_none")]
+    pub ip_prefix_count: Option<i32>,
     /// Connection tracking timeouts of the interfaces that carry IP traffic: `spec.connectionTracking`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connection_tracking: Option<ConnectionTracking>,
@@ -100,6 +104,10 @@ pub struct LaunchTemplateSpec {
     /// otherwise, and then left out of the name's hash like the fields above.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenancy: Option<String>,
+    /// The cluster's IP family ([`IpFamily::of_dns_ip`]); IPv4 is left out of the name's hash like the fields
+    /// above, so only an IPv6 cluster's templates differ by it.
+    #[serde(skip_serializing_if = "IpFamily::is_ipv4")]
+    pub ip_family: IpFamily,
 }
 
 /// A template's placement: the group by id (unambiguous, and the only way to name a group shared from
@@ -112,10 +120,10 @@ pub struct TemplatePlacement {
 }
 
 impl LaunchTemplateSpec {
-    /// The template for `node_class` of cluster `cluster_name` launching `image_id` for NodePool `node_pool`,
-    /// with the class's own `spec.userData` (the CloudProvider replaces it with the generated document). The security groups and
-    /// instance profile come from the status the EC2NodeClass controller resolved; without security groups the
-    /// class is not ready to launch.
+    /// The template for `node_class` of IPv4 cluster `cluster_name` (see [`Self::with_ip_family`]) launching
+    /// `image_id` for NodePool `node_pool`, with the class's own `spec.userData` (the CloudProvider replaces it
+    /// with the generated document). The security groups and instance profile come from the status the
+    /// EC2NodeClass controller resolved; without security groups the class is not ready to launch.
     pub fn from_node_class(
         node_class: &EC2NodeClass,
         image_id: impl Into<String>,
@@ -171,7 +179,7 @@ impl LaunchTemplateSpec {
                 .flatten()
                 .map(NetworkInterfaceSpec::from_class)
                 .collect(),
-            ipv4_prefix_count: spec.ip_prefix_count,
+            ip_prefix_count: spec.ip_prefix_count,
             connection_tracking: spec.connection_tracking.clone(),
             nested_virtualization: spec
                 .cpu_options
@@ -180,6 +188,7 @@ impl LaunchTemplateSpec {
             capacity_reservation: None,
             placement: None,
             tenancy: None,
+            ip_family: IpFamily::Ipv4,
         })
     }
 
@@ -197,6 +206,17 @@ impl LaunchTemplateSpec {
         if self.network_interfaces.is_empty() && efa_count > 0 {
             self.network_interfaces = interfaces::efa_interfaces(efa_count);
         }
+        self
+    }
+
+    /// The template for a cluster of IP family `family`. The IPv6 metadata endpoint still follows the class
+    /// (`spec.metadataOptions.httpProtocolIPv6`, disabled by default), as upstream's does: upstream enables it
+    /// by itself only for a class without metadataOptions, which the CRD's default for the whole object rules
+    /// out, and [`EC2NodeClassSpec::metadata_options`] reads an unset object as that default.
+    ///
+    /// [`EC2NodeClassSpec::metadata_options`]: karpenter_api::ec2nodeclass::EC2NodeClassSpec::metadata_options
+    pub fn with_ip_family(mut self, family: IpFamily) -> Self {
+        self.ip_family = family;
         self
     }
 

@@ -111,6 +111,32 @@ pub fn service_cidr_from_dns_ip(ip: &str) -> Option<String> {
     }
 }
 
+/// A cluster's IP family. Upstream takes it from the cluster DNS address and so does this: IPv6 when that
+/// address is an IPv6 one (an IPv4-mapped address counts as IPv4, as Go's `To4` has it), IPv4 otherwise,
+/// also when the address is unknown or unparsable. On an IPv6 cluster the launch templates give each
+/// instance an IPv6 address on its primary interface and delegate IPv6 prefixes instead of IPv4 ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IpFamily {
+    #[default]
+    Ipv4,
+    Ipv6,
+}
+
+impl IpFamily {
+    /// The family of a cluster whose DNS Service has address `dns_ip`.
+    pub fn of_dns_ip(dns_ip: Option<&str>) -> Self {
+        match dns_ip.and_then(|ip| ip.trim().parse::<std::net::IpAddr>().ok()) {
+            Some(std::net::IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none() => Self::Ipv6,
+            _ => Self::Ipv4,
+        }
+    }
+
+    pub fn is_ipv4(&self) -> bool {
+        *self == Self::Ipv4
+    }
+}
+
 impl AwsSettings {
     /// Every problem at once, one per line, each naming its environment variable.
     pub fn validate(&self) -> Result<(), AwsError> {
@@ -159,6 +185,11 @@ impl AwsSettings {
         self.cluster_cidr
             .clone()
             .or_else(|| self.cluster_dns_ip.as_deref().and_then(service_cidr_from_dns_ip))
+    }
+
+    /// The cluster's IP family, from [`AwsSettings::cluster_dns_ip`] as upstream derives it.
+    pub fn cluster_ip_family(&self) -> IpFamily {
+        IpFamily::of_dns_ip(self.cluster_dns_ip.as_deref())
     }
 
     /// RESERVED_ENIS as core's capacity settings take it.
@@ -232,6 +263,21 @@ mod tests {
             ..settings
         };
         assert_eq!(explicit.service_cidr().as_deref(), Some("192.168.0.0/20"));
+    }
+
+    #[test]
+    fn the_ip_family_follows_the_dns_address() {
+        assert_eq!(IpFamily::of_dns_ip(Some("10.100.0.10")), IpFamily::Ipv4);
+        assert_eq!(IpFamily::of_dns_ip(Some("fd30:1c53:5f8a::a")), IpFamily::Ipv6);
+        assert_eq!(IpFamily::of_dns_ip(Some("::ffff:10.100.0.10")), IpFamily::Ipv4);
+        assert_eq!(IpFamily::of_dns_ip(Some("kube-dns")), IpFamily::Ipv4);
+        assert_eq!(IpFamily::of_dns_ip(None), IpFamily::Ipv4);
+        let ipv6 = AwsSettings {
+            cluster_dns_ip: Some("fd4b:121b:812b::a".into()),
+            ..AwsSettings::default()
+        };
+        assert_eq!(ipv6.cluster_ip_family(), IpFamily::Ipv6);
+        assert_eq!(AwsSettings::default().cluster_ip_family(), IpFamily::Ipv4);
     }
 
     #[test]

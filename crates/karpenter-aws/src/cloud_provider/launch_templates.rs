@@ -136,6 +136,7 @@ impl AwsCloudProvider {
                 &self.settings.cluster_name,
                 node_pool,
             )?
+            .with_ip_family(self.settings.cluster_ip_family())
             .with_efa_interfaces(efa_count);
             template.user_data = user_data.map(|d| userdata::base64_encode(d.as_bytes()));
             template.capacity_reservation = plan.reservation.clone();

@@ -5,6 +5,11 @@
 //! template has any interface the groups go onto every interface. Some settings exist only on an interface
 //! (the public-IP switch, IPv4 prefixes, connection tracking): a class that sets one of them without
 //! `networkInterfaces` gets a single primary interface to carry it.
+//!
+//! On an IPv6 cluster, as upstream does, every template has interfaces, each one with IP traffic gets an IPv6
+//! address marked as its primary IPv6 address, and `ipPrefixCount` delegates IPv6 prefixes there instead of
+//! IPv4 ones (the VPC CNI's prefix mode takes pod addresses from them). EFA-only interfaces get none of it,
+//! having no IP addresses.
 
 use aws_sdk_ec2::types::{
     ConnectionTrackingSpecificationRequest, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
@@ -12,7 +17,7 @@ use aws_sdk_ec2::types::{
 use karpenter_api::ec2nodeclass::{ConnectionTracking, NetworkInterface};
 use serde::Serialize;
 
-use super::LaunchTemplateSpec;
+use super::{IpFamily, LaunchTemplateSpec};
 
 /// `interface`: an ENA interface with IP addresses.
 pub const INTERFACE: &str = "interface";
@@ -78,9 +83,11 @@ pub fn interface_requests(
     spec: &LaunchTemplateSpec,
 ) -> Option<Vec<LaunchTemplateInstanceNetworkInterfaceSpecificationRequest>> {
     let explicit = !spec.network_interfaces.is_empty();
+    let ipv6 = spec.ip_family == IpFamily::Ipv6;
     let needs_primary = spec.associate_public_ip_address.is_some()
-        || spec.ipv4_prefix_count.is_some()
-        || spec.connection_tracking.is_some();
+        || spec.ip_prefix_count.is_some()
+        || spec.connection_tracking.is_some()
+        || ipv6;
     if !explicit && !needs_primary {
         return None;
     }
@@ -107,9 +114,16 @@ pub fn interface_requests(
                     .interface_type(&interface.interface_type);
             }
             if interface.is_primary() {
+                request = request.set_associate_public_ip_address(spec.associate_public_ip_address);
+                if !ipv6 {
+                    request = request.set_ipv4_prefix_count(spec.ip_prefix_count);
+                }
+            }
+            if ipv6 && interface.carries_ip_traffic() {
                 request = request
-                    .set_associate_public_ip_address(spec.associate_public_ip_address)
-                    .set_ipv4_prefix_count(spec.ipv4_prefix_count);
+                    .primary_ipv6(true)
+                    .ipv6_address_count(1)
+                    .set_ipv6_prefix_count(spec.ip_prefix_count);
             }
             if interface.carries_ip_traffic()
                 && let Some(timeouts) = &spec.connection_tracking

@@ -611,3 +611,139 @@ fn the_classes_own_interfaces_win_over_efa_ones() {
     let plain = spec_of(&class(alias("al2023@latest")));
     assert_eq!(plain.clone().with_efa_interfaces(0), plain);
 }
+
+fn ipv6_fields(
+    interface: &aws_sdk_ec2::types::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+) -> (Option<bool>, Option<i32>, Option<i32>, Option<i32>) {
+    (
+        interface.primary_ipv6(),
+        interface.ipv6_address_count(),
+        interface.ipv6_prefix_count(),
+        interface.ipv4_prefix_count(),
+    )
+}
+
+#[test]
+fn an_ipv6_cluster_gives_the_primary_interface_a_primary_ipv6_address() {
+    let ipv4 = spec_of(&class(alias("al2023@latest")));
+    let spec = ipv4.clone().with_ip_family(IpFamily::Ipv6);
+    let data = launch_template_data(&spec);
+    // Upstream always sends the primary interface; an IPv6 cluster needs it for the address.
+    assert!(data.security_group_ids().is_empty());
+    let [primary] = data.network_interfaces() else {
+        panic!("one interface: {data:?}");
+    };
+    assert_eq!(primary.device_index(), Some(0));
+    assert_eq!(primary.network_card_index(), None);
+    assert_eq!(primary.interface_type(), None);
+    assert_eq!(primary.groups(), ["sg-1", "sg-2"]);
+    assert_eq!(ipv6_fields(primary), (Some(true), Some(1), None, None));
+    assert_eq!(primary.associate_public_ip_address(), None);
+    // The IPv6 metadata endpoint follows the class on either family: disabled by the CRD's default.
+    assert_eq!(
+        data.metadata_options().and_then(|m| m.http_protocol_ipv6()),
+        Some(&LaunchTemplateInstanceMetadataProtocolIpv6::Disabled)
+    );
+    let enabled = spec_of(&class(EC2NodeClassSpec {
+        metadata_options: Some(MetadataOptions {
+            http_protocol_ipv6: Some("enabled".into()),
+            ..MetadataOptions::default()
+        }),
+        ..alias("al2023@latest")
+    }))
+    .with_ip_family(IpFamily::Ipv6);
+    assert_eq!(
+        launch_template_data(&enabled)
+            .metadata_options()
+            .and_then(|m| m.http_protocol_ipv6()),
+        Some(&LaunchTemplateInstanceMetadataProtocolIpv6::Enabled)
+    );
+    // A different template than the IPv4 one, so a cluster's templates never mix the families.
+    assert_ne!(spec.name(), ipv4.name());
+}
+
+#[test]
+fn an_ipv4_cluster_keeps_its_templates_and_names() {
+    let plain = spec_of(&class(alias("al2023@latest")));
+    assert_eq!(plain.ip_family, IpFamily::Ipv4);
+    assert_eq!(plain.clone().with_ip_family(IpFamily::Ipv4), plain);
+    assert_eq!(
+        plain.with_ip_family(IpFamily::Ipv4).name(),
+        "karpenter.k8s.aws/5da8f533708f0d88"
+    );
+    let prefixed = spec_of(&class(EC2NodeClassSpec {
+        ip_prefix_count: Some(3),
+        ..alias("al2023@latest")
+    }));
+    // The prefix count keeps the key it was hashed under before it could mean IPv6 prefixes.
+    let json = serde_json::to_string(&prefixed).unwrap();
+    assert!(json.contains("\"ipv4_prefix_count\":3"), "{json}");
+    assert!(!json.contains("ip_family"), "{json}");
+    let data = launch_template_data(&prefixed);
+    let [primary] = data.network_interfaces() else {
+        panic!("one interface: {data:?}");
+    };
+    assert_eq!(ipv6_fields(primary), (None, None, None, Some(3)));
+}
+
+#[test]
+fn an_ipv6_clusters_prefixes_are_ipv6_prefixes_on_every_interface_with_addresses() {
+    let mut interfaces = primary_and_efa_only();
+    interfaces.push(interface(1, 1, "interface"));
+    let spec = spec_of(&class(EC2NodeClassSpec {
+        network_interfaces: Some(interfaces),
+        associate_public_ip_address: Some(true),
+        ip_prefix_count: Some(2),
+        ..alias("al2023@latest")
+    }))
+    .with_ip_family(IpFamily::Ipv6);
+    let data = launch_template_data(&spec);
+    let fields: Vec<_> = data.network_interfaces().iter().map(ipv6_fields).collect();
+    assert_eq!(
+        fields,
+        [
+            (Some(true), Some(1), Some(2), None),
+            // EFA-only interfaces have no IP addresses, so nothing IPv6 either.
+            (None, None, None, None),
+            (None, None, None, None),
+            (Some(true), Some(1), Some(2), None),
+        ]
+    );
+    // The public-IP switch stays where it was.
+    let public: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|i| i.associate_public_ip_address())
+        .collect();
+    assert_eq!(public, [Some(true), None, None, None]);
+
+    let prefixes_only = spec_of(&class(EC2NodeClassSpec {
+        ip_prefix_count: Some(0),
+        ..alias("al2023@latest")
+    }))
+    .with_ip_family(IpFamily::Ipv6);
+    let data = launch_template_data(&prefixes_only);
+    let [primary] = data.network_interfaces() else {
+        panic!("one interface: {data:?}");
+    };
+    assert_eq!(ipv6_fields(primary), (Some(true), Some(1), Some(0), None));
+}
+
+#[test]
+fn an_ipv6_clusters_efa_interfaces_each_get_an_ipv6_address() {
+    let spec = spec_of(&class(EC2NodeClassSpec {
+        ip_prefix_count: Some(1),
+        ..alias("al2023@latest")
+    }))
+    .with_ip_family(IpFamily::Ipv6)
+    .with_efa_interfaces(2);
+    let data = launch_template_data(&spec);
+    let fields: Vec<_> = data.network_interfaces().iter().map(ipv6_fields).collect();
+    assert_eq!(
+        fields,
+        [
+            (Some(true), Some(1), Some(1), None),
+            (Some(true), Some(1), Some(1), None),
+        ]
+    );
+}

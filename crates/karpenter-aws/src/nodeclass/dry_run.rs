@@ -377,10 +377,13 @@ pub async fn check_authorization(
     if node_class.validate().is_err() {
         return None;
     }
-    let inputs = match dry_run_inputs(node_class, status, &settings.cluster_name) {
+    let mut inputs = match dry_run_inputs(node_class, status, &settings.cluster_name) {
         Ok(inputs) => inputs,
         Err(waiting) => return Some(DryRunOutcome::DependenciesNotReady(waiting)),
     };
+    // The checked template is the one launches would create, IPv6 interfaces included, as upstream's check
+    // goes through its launch template provider.
+    inputs.template = inputs.template.with_ip_family(settings.cluster_ip_family());
     if settings.disable_dry_run {
         return Some(DryRunOutcome::Disabled);
     }

@@ -10,6 +10,16 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// Whether the node's first cluster DNS address makes it an IPv6 node, as upstream decides for AL2: anything
+/// but an IPv4 address (an IPv4-mapped IPv6 one included) counts as IPv6, an unparsable one too.
+fn is_ipv6(dns_ip: &str) -> bool {
+    match dns_ip.trim().parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => false,
+        Ok(std::net::IpAddr::V6(v6)) => v6.to_ipv4_mapped().is_none(),
+        Err(_) => true,
+    }
+}
+
 /// The AL2 bootstrap script.
 pub fn al2_script(input: &UserDataInput<'_>) -> String {
     let cluster = input.cluster;
@@ -21,6 +31,11 @@ pub fn al2_script(input: &UserDataInput<'_>) -> String {
         let _ = write!(command, " \\\n  --b64-cluster-ca {}", shell_quote(ca));
     }
     if let Some(dns) = cluster_dns(input).first() {
+        if is_ipv6(dns) {
+            // bootstrap.sh assumes IPv4 otherwise, and would give the kubelet the instance's IPv4 address
+            // as its node IP on a cluster whose pods and Services are IPv6.
+            command.push_str(" \\\n  --ip-family ipv6");
+        }
         let _ = write!(command, " \\\n  --dns-cluster-ip {}", shell_quote(dns));
     }
     if max_pods(input).is_some() {

@@ -270,6 +270,45 @@ exec > >(tee /var/log/user-data.log | logger -t user-data -s 2>/dev/console) 2>&
 }
 
 #[test]
+fn al2_bootstraps_an_ipv6_node_when_its_cluster_dns_is_ipv6() {
+    let ipv6 = ClusterInfo {
+        service_cidr: Some("fd30:1c53:5f8a::/108".into()),
+        dns_ip: Some("fd30:1c53:5f8a::a".into()),
+        ..cluster()
+    };
+    let kubelet = kubelet();
+    let script = al2_script(&input(&ipv6, &kubelet, None));
+    assert!(
+        script.contains(
+            "--b64-cluster-ca 'Q0EgYnVuZGxl' \\\n  --ip-family ipv6 \\\n  --dns-cluster-ip 'fd30:1c53:5f8a::a' \\\n"
+        ),
+        "{script}"
+    );
+    // As upstream, the kubelet's first clusterDNS decides, not the discovered address.
+    let node_local_v4 = KubeletConfiguration {
+        cluster_dns: Some(vec!["169.254.20.10".into()]),
+        ..kubelet.clone()
+    };
+    let script = al2_script(&input(&ipv6, &node_local_v4, None));
+    assert!(!script.contains("--ip-family"), "{script}");
+    let node_local_v6 = KubeletConfiguration {
+        cluster_dns: Some(vec!["fd00::ec2:a".into()]),
+        ..kubelet.clone()
+    };
+    let script = al2_script(&input(&cluster(), &node_local_v6, None));
+    assert!(
+        script.contains("--ip-family ipv6 \\\n  --dns-cluster-ip 'fd00::ec2:a'"),
+        "{script}"
+    );
+    // An IPv4-mapped address is IPv4, as Go's To4 reads it; IPv4 clusters get no flag (see above).
+    let mapped = KubeletConfiguration {
+        cluster_dns: Some(vec!["::ffff:10.100.0.10".into()]),
+        ..kubelet
+    };
+    assert!(!al2_script(&input(&cluster(), &mapped, None)).contains("--ip-family"));
+}
+
+#[test]
 fn windows_runs_the_eks_bootstrap_script_after_the_users() {
     let expected = "<powershell>\n\
 Write-Host 'hello'\n\
