@@ -73,7 +73,10 @@ impl Program {
                 let mut command = Command::new("unshare");
                 command
                     .args(["--uts", "--", "sh", "-c", r#"hostname "$0" && exec "$@""#, pod])
-                    .arg(&self.binary);
+                    .arg(&self.binary)
+                    // In a pod, controller-runtime reads the namespace from the service account's mount; out of
+                    // one it must be told.
+                    .env("LEADER_ELECTION_NAMESPACE", NAMESPACE);
                 command
             }
         };
