@@ -10,11 +10,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
-use karpenter_api::{
-    labels,
-    nodeclaim::{NodeClaim, NodeClaimStatus},
-    nodepool::NodePool,
-};
+use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_core::{
     catalog::{CatalogFile, CatalogInstanceType},
     clock::Clock,
@@ -56,24 +52,7 @@ fn node_name(provider_id: &str) -> &str {
 /// A Node as the NodeClaim the cloud reports for it.
 fn as_claim(node: &Node) -> Result<NodeClaim, CloudProviderError> {
     let name = node.labels().get(NODECLAIM_LABEL).cloned().unwrap_or_default();
-    let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {"name": name},
-        "spec": {"requirements": [], "nodeClassRef": {"group": "", "kind": "", "name": ""}},
-    }))
-    .map_err(|e| CloudProviderError::Transient(e.to_string()))?;
-    claim.metadata.labels = Some(node.labels().clone());
-    claim.metadata.creation_timestamp = node.metadata.creation_timestamp.clone();
-    let status = node.status.as_ref();
-    claim.status = Some(NodeClaimStatus {
-        provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
-        node_name: Some(node.name_any()),
-        capacity: status.and_then(|s| s.capacity.clone()).map(Arc::new),
-        allocatable: status.and_then(|s| s.allocatable.clone()).map(Arc::new),
-        ..NodeClaimStatus::default()
-    });
-    Ok(claim)
+    crate::provider::claim_of_node(node, name)
 }
 
 /// A Node as the instance summary garbage collection reads; `None` without a provider ID.

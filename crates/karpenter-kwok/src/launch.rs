@@ -28,22 +28,18 @@ pub const PROVIDER_ID_PREFIX: &str = "kwok://";
 const PARTITIONS: [&str; 1] = ["a"];
 const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
 
-/// A small generator for names and tie-breaks; seeded per process so two controllers do not draw alike.
+/// A small generator for names and tie-breaks (the simulator's SplitMix64); seeded per process so two
+/// controllers do not draw alike.
 #[derive(Debug, Clone)]
-pub struct Draw(u64);
+pub struct Draw(karpenter_sim::rng::Rng);
 
 impl Draw {
     pub fn new(seed: u64) -> Self {
-        Self(seed | 1)
+        Self(karpenter_sim::rng::Rng::seeded(seed | 1))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        // splitmix64: statistically fine for names and tie-breaks, and needs no dependency.
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     fn below(&mut self, n: usize) -> usize {

@@ -82,6 +82,12 @@ fn as_claim(node: &Node) -> Result<NodeClaim, CloudProviderError> {
         .get(labels::HOSTNAME_LABEL)
         .cloned()
         .unwrap_or_default();
+    claim_of_node(node, name)
+}
+
+/// A kwok Node as the NodeClaim `name` the cloud reports for it: the Node's labels, annotations, creation time,
+/// provider ID, capacity and allocatable (both kwok modes report their Nodes this way).
+pub(crate) fn claim_of_node(node: &Node, name: String) -> Result<NodeClaim, CloudProviderError> {
     let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",

@@ -27,7 +27,7 @@ mod error;
 pub mod kubelet;
 #[cfg(feature = "apiserver")]
 mod objects;
-mod rng;
+pub mod rng;
 #[cfg(feature = "apiserver")]
 pub mod scheduler;
 #[cfg(feature = "apiserver")]
