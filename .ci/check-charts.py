@@ -17,6 +17,13 @@ from .ci/run after installing .ci/requirements.txt.
 - values.schema.json enforced: each file in .ci/chart-values-invalid/ must be rejected, with the message naming the
   bad value, and a render without settings.clusterName or without controller.image.repository must fail with a
   message naming it;
+- values as Helm users pass them: every boolean and integer as a string (--set-string, quoted values) plus a feature
+  gate the chart does not know render exactly what the typed values render; serviceAccount.create false without a
+  name runs the controller as the namespace's "default" ServiceAccount, as upstream's chart;
+- docs/getting-started.md and docs/troubleshooting.md name only repository paths that exist; the NodePools
+  getting-started applies have no budget that keeps empty nodes (its step 8 watches them go); no example
+  EC2NodeClass gives a node more pods than the VPC CNI addresses on an instance type its NodePools in config/
+  allow (crates/karpenter-aws-catalog's catalog);
 - the ServiceMonitor and PodMonitor are rendered only where the cluster serves monitoring.coreos.com/v1 (rendered
   both with and without that API version);
 - the karpenter-crd chart puts additionalAnnotations on every CRD;
@@ -692,6 +699,236 @@ def check_crd_annotations(defaults: list[tuple[str, dict]], annotated: list[tupl
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Values as Helm users pass them: strings (--set-string, quoted values), unknown feature gates, a ServiceAccount
+# that is not created
+
+
+def _boolean_or_number(schema: dict) -> bool:
+    """Whether a schema node types a boolean or a number (an integer, or a number that is not also a string such as
+    a resource quantity), alone or as one alternative of oneOf."""
+    def types(node: dict) -> set[str]:
+        t = node.get("type", [])
+        return {t} if isinstance(t, str) else set(t)
+    return any(t & {"boolean", "integer"} or ("number" in t and "string" not in t)
+               for t in [types(schema)] + [types(alt) for alt in schema.get("oneOf", [])])
+
+
+def stringify(values, schema: dict, path: str = "") -> tuple[object, list[str]]:
+    """values with every boolean and number the schema types as one turned into a string, as `--set-string
+    key=value` or a quoted value gives it; returns the new values and the keys turned. Objects the schema leaves
+    free-form (Kubernetes objects passed through) are left alone."""
+    if isinstance(values, dict) and ("properties" in schema or isinstance(schema.get("additionalProperties"), dict)):
+        out, turned = {}, []
+        for key, value in values.items():
+            sub = schema.get("properties", {}).get(key)
+            if sub is None and isinstance(schema.get("additionalProperties"), dict):
+                sub = schema["additionalProperties"]
+            if sub is None:
+                out[key] = value
+                continue
+            out[key], more = stringify(value, sub, f"{path}.{key}".lstrip("."))
+            turned += more
+        return out, turned
+    if _boolean_or_number(schema) and isinstance(values, (bool, int, float)):
+        return (("true" if values else "false") if isinstance(values, bool) else str(values)), [path]
+    return values, []
+
+
+# A feature gate the chart does not know: accepted (upstream's chart ignores gates it does not read) and left out of
+# FEATURE_GATES.
+UNKNOWN_GATE = {"someFutureGate": "true"}
+
+
+def check_string_values(runs: list[tuple[str, dict]], rendered: dict) -> None:
+    """Each run's values (the chart's defaults merged with it) with every boolean and integer given as a string, plus
+    an unknown feature gate, must pass the schema and render exactly the objects the typed values render."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for label, values in runs:
+        typed = rendered.get(f"karpenter, {label}")
+        if typed is None:
+            continue
+        with helm.Chart.load(str(CHART)) as chart:
+            merged = chart.merge_values(copy.deepcopy(values))
+        strings, turned = stringify(merged, schema)
+        strings["settings"]["featureGates"].update(UNKNOWN_GATE)
+        try:
+            objects = render(CHART, strings, [MONITORING_API])
+        except helm.HelmError as e:
+            fail(f"karpenter ({label}) with {len(turned)} booleans and integers as strings and an unknown feature "
+                 f"gate: {' '.join(str(e).split())[:400]}")
+            continue
+        if len(turned) < 20:
+            fail(f"karpenter ({label}): only {len(turned)} values given as strings: {turned}")
+        differ = [f"{t} {o.get('kind')}/{o['metadata'].get('name')}" for (t, o), (_, p) in zip(objects, typed)
+                  if o != p]
+        if len(objects) != len(typed) or differ:
+            fail(f"karpenter ({label}): the values as strings render otherwise than typed: "
+                 f"{len(objects)} objects against {len(typed)}; differing: {differ}")
+        else:
+            ok(f"karpenter ({label}): {len(turned)} booleans and integers given as strings (serviceAccount.create, "
+               f"replicas, settings.featureGates.*, ...) and an unknown feature gate render the same "
+               f"{len(objects)} objects")
+
+
+def check_service_account_fallback() -> None:
+    """serviceAccount.create false: the controller runs as serviceAccount.name, or without a name as the namespace's
+    "default" ServiceAccount, as upstream's chart's serviceAccountName helper returns; nothing is created and the
+    roles are bound to it."""
+    cases = [(False, "", "default"), ("false", "", "default"), (False, "karpenter-existing", "karpenter-existing")]
+    for create, name, want in cases:
+        values = copy.deepcopy(MINIMAL_VALUES)
+        values["serviceAccount"] = {"create": create, "name": name}
+        label = f"serviceAccount.create={create!r}, name={name!r}"
+        try:
+            objects = render(CHART, values)
+        except helm.HelmError as e:
+            fail(f"karpenter ({label}): {' '.join(str(e).split())[:300]}")
+            continue
+        problems = []
+        kinds = [o["kind"] for _, o in objects]
+        if "ServiceAccount" in kinds:
+            problems.append("a ServiceAccount is rendered")
+        pods = [o["spec"]["template"]["spec"] for _, o in objects if o["kind"] == "Deployment"]
+        got = pods[0].get("serviceAccountName") if pods else None
+        if got != want:
+            problems.append(f"the pod runs as {got!r}, want {want!r}")
+        subjects = [s for _, o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+                    for s in o.get("subjects", [])]
+        if not subjects or any(s.get("name") != want or s.get("namespace") != NAMESPACE for s in subjects):
+            problems.append(f"bindings' subjects {subjects}, want ServiceAccount {NAMESPACE}/{want}")
+        for p in problems:
+            fail(f"karpenter ({label}): {p}")
+        if not problems:
+            ok(f"karpenter ({label}): no ServiceAccount rendered; the pod runs as {want!r} and "
+               f"{len(subjects)} bindings name it")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# docs/getting-started.md and the config/ examples it uses
+
+GETTING_STARTED = ROOT / "docs" / "getting-started.md"
+DOCS_WITH_PATHS = [GETTING_STARTED, ROOT / "docs" / "troubleshooting.md"]
+CATALOG = ROOT / "crates" / "karpenter-aws-catalog" / "data" / "aws-catalog.json"
+
+
+def check_doc_paths() -> None:
+    """Every repository path the docs name (a word with a slash whose first part is a top-level entry of the
+    repository, such as deploy/cloudformation.yaml or .ci/check-charts.py) exists."""
+    top = {p.name for p in ROOT.iterdir() if p.name != "target"}
+    for doc in DOCS_WITH_PATHS:
+        paths = sorted({m.rstrip(".,:;") for m in re.findall(r"(?<![\w./$-])(\.?[\w-]+(?:/[\w.-]+)+)", doc.read_text())
+                        if m.split("/", 1)[0] in top})
+        missing = [p for p in paths if not (ROOT / p).exists()]
+        for p in missing:
+            fail(f"{doc.relative_to(ROOT)} names {p}, which does not exist")
+        if not paths:
+            fail(f"{doc.relative_to(ROOT)}: no repository paths found (the check's pattern is wrong)")
+        elif not missing:
+            ok(f"{doc.relative_to(ROOT)}: the {len(paths)} repository paths it names exist")
+
+
+def _config_objects() -> list[tuple[str, dict]]:
+    return [(p.name, doc) for p in sorted((ROOT / "config").glob("*.yaml"))
+            for doc in yaml.safe_load_all(p.read_text()) if doc]
+
+
+def check_walkthrough_budgets() -> None:
+    """The NodePools getting-started applies let empty nodes go at any hour: step 8 scales the workload to zero and
+    watches the nodes leave. No budget of zero nodes may cover Empty (a budget without reasons covers it), and
+    consolidateAfter is not Never."""
+    applied = re.findall(r"kubectl apply -f (config/[\w.-]+\.yaml)", GETTING_STARTED.read_text())
+    pools = [(f, yaml.safe_load((ROOT / f).read_text())) for f in applied]
+    pools = [(f, p) for f, p in pools if p.get("kind") == "NodePool"]
+    if not pools:
+        fail(f"{GETTING_STARTED.relative_to(ROOT)} applies no NodePool from config/ (the check's pattern is wrong?)")
+    for f, pool in pools:
+        problems = []
+        disruption = pool["spec"].get("disruption", {})
+        if disruption.get("consolidateAfter") == "Never":
+            problems.append("consolidateAfter: Never keeps empty nodes")
+        for budget in disruption.get("budgets", []):
+            reasons = budget.get("reasons")
+            if str(budget.get("nodes")).rstrip("%") == "0" and (not reasons or "Empty" in reasons):
+                when = (f"on schedule {budget['schedule']!r} for {budget.get('duration')}" if "schedule" in budget
+                        else "always")
+                problems.append(f"budget {budget} disrupts no empty node {when}, so the walkthrough's nodes may "
+                                "not go away")
+        for p in problems:
+            fail(f"{f} (applied by {GETTING_STARTED.relative_to(ROOT)}): {p}")
+        if not problems:
+            ok(f"{f}: no budget keeps empty nodes ({len(disruption.get('budgets', []))} budgets), consolidateAfter "
+               f"{disruption.get('consolidateAfter')}")
+
+
+def _requirement_holds(itype: dict, req: dict) -> bool:
+    """A NodePool requirement on an instance type of the catalog; keys the catalog has no value for (os, zone)
+    hold."""
+    key = req["key"]
+    if key.startswith("karpenter.k8s.aws/instance-"):
+        label = itype["labels"].get(key.removeprefix("karpenter.k8s.aws/instance-"))
+        have = None if label is None else [label]
+    elif key == "kubernetes.io/arch":
+        have = [itype["arch"]]
+    elif key == "karpenter.sh/capacity-type":
+        have = itype["capacityTypes"]
+    elif key == "node.kubernetes.io/instance-type":
+        have = [itype["name"]]
+    else:
+        return True
+    op, want = req["operator"], req.get("values", [])
+    if op == "In":
+        return have is not None and any(v in want for v in have)
+    if op == "NotIn":
+        return have is None or not any(v in want for v in have)
+    if op == "Exists":
+        return have is not None
+    if op == "DoesNotExist":
+        return have is None
+    if have is None:
+        return False
+    x, n = int(have[0]), int(want[0])
+    return {"Gt": x > n, "Lt": x < n, "Gte": x >= n, "Lte": x <= n}[op]
+
+
+def check_example_max_pods() -> None:
+    """No example EC2NodeClass gives a node more pods than the VPC CNI can address on any instance type a NodePool
+    of config/ that uses it allows: ENIs * (IPv4 addresses per ENI - 1) + 2 (no prefix delegation), from
+    crates/karpenter-aws-catalog's catalog. A node's pods are kubelet.maxPods (that limit when unset), lowered to
+    podsPerCore * vCPUs when podsPerCore is set, as Karpenter computes them."""
+    catalog = json.loads(CATALOG.read_text())["instanceTypes"]
+    objects = _config_objects()
+    classes = [(f, o) for f, o in objects if o.get("kind") == "EC2NodeClass"]
+    pools = [(f, o) for f, o in objects if o.get("kind") == "NodePool"]
+    checked = 0
+    for cf, nodeclass in classes:
+        kubelet = nodeclass["spec"].get("kubelet") or {}
+        max_pods, per_core = kubelet.get("maxPods"), kubelet.get("podsPerCore")
+        users = [(pf, p) for pf, p in pools
+                 if p["spec"]["template"]["spec"]["nodeClassRef"]["name"] == nodeclass["metadata"]["name"]]
+        for pf, pool in users:
+            reqs = pool["spec"]["template"]["spec"].get("requirements", [])
+            types = [t for t in catalog if all(_requirement_holds(t, r) for r in reqs)]
+            if not types:
+                fail(f"{pf}: its requirements allow no instance type of {CATALOG.relative_to(ROOT)}")
+            over = []
+            for t in types:
+                limit = t["maxEnis"] * (t["ipv4PerEni"] - 1) + 2
+                pods = limit if max_pods is None else max_pods
+                if per_core:
+                    pods = min(pods, per_core * t["vcpu"])
+                if pods > limit:
+                    over.append(f"{t['name']} {pods} > {limit}")
+            checked += len(types)
+            if over:
+                fail(f"{cf}: kubelet maxPods {max_pods}, podsPerCore {per_core} give more pods than the VPC CNI "
+                     f"addresses on {len(over)} of the {len(types)} types {pf} allows: {', '.join(over[:6])}"
+                     + (", ..." if len(over) > 6 else ""))
+    if checked:
+        ok(f"config/: no example EC2NodeClass gives more pods than the VPC CNI addresses ({checked} NodePool "
+           "instance types checked)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The Grafana dashboard: metric and label names from upstream Karpenter v1.14.1
 # (shared/reference/upstream-features.md section 4).
 
@@ -1061,6 +1298,8 @@ def main() -> int:
             check_rbac_sources(objects, copy.deepcopy(values), label)
     check_required_values()
     check_monitor_gating(all_options, ALL_OPTIONS_LABEL)
+    check_string_values(karpenter_runs, rendered)
+    check_service_account_fallback()
 
     section("what the karpenter-crd chart promises")
     crds = rendered.get("karpenter-crd, defaults", [])
@@ -1070,6 +1309,11 @@ def main() -> int:
 
     section("values.schema.json rejects bad values")
     check_invalid_values()
+
+    section("docs/getting-started.md and the config/ examples")
+    check_doc_paths()
+    check_walkthrough_budgets()
+    check_example_max_pods()
 
     section("Grafana dashboards")
     check_dashboards()

@@ -39,12 +39,19 @@ app.kubernetes.io/name: {{ include "karpenter.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{/* The ServiceAccount the controller runs as. */}}
+{{/* "true" when a boolean value is true, whether given as true or as the string "true" (--set-string, a quoted
+value; the schema allows no other string), else "". A bare `if` would take the string "false" for true. */}}
+{{- define "karpenter.true" -}}
+{{- if eq (toString .) "true" }}true{{ end }}
+{{- end }}
+
+{{/* The ServiceAccount the controller runs as. Without one created and no name, the namespace's "default", as
+upstream's chart does. */}}
 {{- define "karpenter.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create }}
+{{- if include "karpenter.true" .Values.serviceAccount.create }}
 {{- default (include "karpenter.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
-{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- default "default" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
@@ -70,8 +77,14 @@ has no default: the image is built from the repository's Dockerfile and pushed t
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
 {{- end }}
 
-{{/* FEATURE_GATES in Kubernetes' map syntax, gate names as the controller spells them. */}}
+{{/* FEATURE_GATES in Kubernetes' map syntax, gate names as the controller spells them; each gate true or false
+whether given as a boolean or a string. Gates not listed (accepted by the schema, as upstream's chart ignores
+gates it does not know) are left out. */}}
 {{- define "karpenter.featureGates" -}}
 {{- $g := .Values.settings.featureGates -}}
-{{- printf "ReservedCapacity=%t,SpotToSpotConsolidation=%t,NodeRepair=%t,NodeOverlay=%t,StaticCapacity=%t,CapacityBuffer=%t" $g.reservedCapacity $g.spotToSpotConsolidation $g.nodeRepair $g.nodeOverlay $g.staticCapacity $g.capacityBuffer -}}
+{{- $gates := list -}}
+{{- range list "ReservedCapacity" "SpotToSpotConsolidation" "NodeRepair" "NodeOverlay" "StaticCapacity" "CapacityBuffer" -}}
+{{- $gates = append $gates (printf "%s=%t" . (eq (include "karpenter.true" (index $g (untitle .))) "true")) -}}
+{{- end -}}
+{{- join "," $gates -}}
 {{- end }}
