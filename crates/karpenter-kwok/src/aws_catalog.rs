@@ -19,7 +19,7 @@ use karpenter_core::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, ObjectMeta, PostParams},
+    api::{ListParams, ObjectMeta, PostParams},
 };
 
 use karpenter_sim::{SimCloudOptions, SimCloudProvider};
@@ -201,27 +201,7 @@ impl CloudProvider for AwsCatalogKwok {
             .and_then(|s| s.provider_id.clone())
             .ok_or_else(|| CloudProviderError::NodeClaimNotFound(claim.name_any()))?;
         let _ = self.offerings.terminate_instance(&provider_id);
-        match self
-            .nodes
-            .delete(node_name(&provider_id), &DeleteParams::default())
-            .await
-        {
-            // The Node is this cloud's instance: once it is marked deleted, only finalizers (Karpenter's, which
-            // waits for this very answer) hold it, so the instance counts as gone, as `get` and `list` say.
-            Ok(pending)
-                if pending
-                    .as_ref()
-                    .left()
-                    .is_some_and(|node| node.metadata.deletion_timestamp.is_some()) =>
-            {
-                Err(CloudProviderError::NodeClaimNotFound(provider_id))
-            }
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                Err(CloudProviderError::NodeClaimNotFound(provider_id))
-            }
-            Err(e) => Err(transient(e)),
-        }
+        crate::provider::delete_node(&self.nodes, node_name(&provider_id), &provider_id).await
     }
 
     async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {

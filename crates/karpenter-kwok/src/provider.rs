@@ -85,6 +85,30 @@ fn as_claim(node: &Node) -> Result<NodeClaim, CloudProviderError> {
     claim_of_node(node, name)
 }
 
+/// Deletes kwok Node `name`, the instance of `provider_id`. The Node is the instance: once it is marked deleted
+/// only finalizers (Karpenter's, which waits for this very answer) hold it, so the instance counts as gone
+/// (NodeClaimNotFound), as `get` and `list` say; a Node already gone is too.
+pub(crate) async fn delete_node(
+    nodes: &Api<Node>,
+    name: &str,
+    provider_id: &str,
+) -> Result<(), CloudProviderError> {
+    let gone = || Err(CloudProviderError::NodeClaimNotFound(provider_id.to_string()));
+    match nodes.delete(name, &DeleteParams::default()).await {
+        Ok(pending)
+            if pending
+                .as_ref()
+                .left()
+                .is_some_and(|n| n.metadata.deletion_timestamp.is_some()) =>
+        {
+            gone()
+        }
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => gone(),
+        Err(e) => Err(transient(e)),
+    }
+}
+
 /// A kwok Node as the NodeClaim `name` the cloud reports for it: the Node's labels, annotations, creation time,
 /// provider ID, capacity and allocatable (both kwok modes report their Nodes this way).
 pub(crate) fn claim_of_node(node: &Node, name: String) -> Result<NodeClaim, CloudProviderError> {
@@ -344,23 +368,7 @@ impl CloudProvider for KwokCloudProvider {
         else {
             return self.aws.delete(claim).await;
         };
-        match self.nodes().delete(name, &DeleteParams::default()).await {
-            // Once marked deleted only finalizers (Karpenter's, which waits for this very answer) hold the Node,
-            // so the instance counts as gone, as `get` and `list` say.
-            Ok(pending)
-                if pending
-                    .as_ref()
-                    .left()
-                    .is_some_and(|n| n.metadata.deletion_timestamp.is_some()) =>
-            {
-                Err(CloudProviderError::NodeClaimNotFound(provider_id))
-            }
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                Err(CloudProviderError::NodeClaimNotFound(provider_id))
-            }
-            Err(e) => Err(transient(e)),
-        }
+        delete_node(&self.nodes(), name, &provider_id).await
     }
 
     async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {
