@@ -47,6 +47,8 @@ pub const DRY_RUN_CACHE_TTL: Duration = Duration::from_secs(30 * 60);
 
 /// The error code of a dry run EC2 would have allowed.
 pub const DRY_RUN_OPERATION: &str = "DryRunOperation";
+/// What EC2 answers a dry run its caller's IAM policies refuse: the only answer that fails a class.
+pub const UNAUTHORIZED_OPERATION: &str = "UnauthorizedOperation";
 
 /// The conditions that must be True before the calls can be built.
 const DEPENDENCIES: [&str; 4] = [
@@ -190,18 +192,6 @@ pub fn dry_run_inputs(
     })
 }
 
-/// Whether a RunInstances error says the instance profile is unknown: right after IAM created it, EC2 may not
-/// see it yet (EC2 answers InvalidParameterValue naming `iamInstanceProfile`; moto answers NoSuchEntity).
-fn is_unknown_instance_profile(err: &AwsError) -> bool {
-    match err {
-        AwsError::NotFound { code, .. } => code == "NoSuchEntity",
-        AwsError::Api { code, message, .. } => {
-            code == "InvalidParameterValue" && message.to_ascii_lowercase().contains("iaminstanceprofile")
-        }
-        _ => false,
-    }
-}
-
 /// What `check`'s answer decides: nothing when it would have been allowed, else the outcome.
 pub fn judge(check: AuthCheck, answer: Result<(), AwsError>) -> Option<DryRunOutcome> {
     let err = match answer {
@@ -211,15 +201,16 @@ pub fn judge(check: AuthCheck, answer: Result<(), AwsError>) -> Option<DryRunOut
         Err(err) => err,
     };
     let operation = check.operation();
-    let transient = matches!(err, AwsError::Throttled { .. } | AwsError::Unreachable { .. })
-        || (check == AuthCheck::RunInstances && is_unknown_instance_profile(&err));
-    Some(if transient {
-        DryRunOutcome::Inconclusive(format!("ec2:{operation} dry run could not be judged: {err}"))
-    } else {
+    // As upstream reads it: a dry run answers DryRunOperation or UnauthorizedOperation; anything else (throttling,
+    // an unreachable endpoint, an instance profile IAM does not know yet, an unexpected error) says nothing about
+    // the policies, so it is asked again rather than held against the class for the cache's lifetime.
+    Some(if err.code() == Some(UNAUTHORIZED_OPERATION) {
         DryRunOutcome::Failed {
             reason: check.failure_reason(),
             message: format!("ec2:{operation} dry run failed: {err}"),
         }
+    } else {
+        DryRunOutcome::Inconclusive(format!("ec2:{operation} dry run could not be judged: {err}"))
     })
 }
 
