@@ -120,6 +120,9 @@ pub struct DryRunInputs {
     pub instance_type: String,
     pub subnet_id: String,
     pub zone: String,
+    /// The class's other subnets, in its status's order: RunInstances tries them in turn when the first one's
+    /// answer does not authorize it (a subnet may be full or gone; the policies are not per subnet).
+    pub other_subnet_ids: Vec<String>,
     /// The tags of the instances, volumes and fleet (no NodePool yet: its tag is empty, as upstream's).
     pub tags: BTreeMap<String, String>,
 }
@@ -187,6 +190,7 @@ pub fn dry_run_inputs(
         instance_type: instance_type_for(ami).to_string(),
         subnet_id: subnet.id.clone(),
         zone: subnet.zone.clone(),
+        other_subnet_ids: status.subnets.iter().skip(1).map(|s| s.id.clone()).collect(),
         tags: launch_tags(cluster_name, "", class_name, node_class.spec.tags.as_ref()),
         template,
     })
@@ -235,8 +239,31 @@ fn fleet_request(inputs: &DryRunInputs) -> LaunchRequest {
     }
 }
 
-/// A RunInstances of one instance from the template's parts, in the checked subnet, tagged like a launch.
-async fn send_run_instances(ec2: &aws_sdk_ec2::Client, inputs: &DryRunInputs) -> Result<(), AwsError> {
+/// RunInstances in each of the class's subnets in turn until one is authorized, as upstream checks it; when none
+/// is, the first subnet's answer is the verdict.
+async fn run_instances_in_any_subnet(
+    ec2: &aws_sdk_ec2::Client,
+    inputs: &DryRunInputs,
+) -> Result<(), AwsError> {
+    let mut first_answer = None;
+    for subnet_id in std::iter::once(&inputs.subnet_id).chain(&inputs.other_subnet_ids) {
+        match send_run_instances(ec2, inputs, subnet_id).await {
+            Ok(()) => return Ok(()),
+            Err(err) if err.code() == Some(DRY_RUN_OPERATION) => return Ok(()),
+            Err(err) => {
+                first_answer.get_or_insert(err);
+            }
+        }
+    }
+    first_answer.map_or(Ok(()), Err)
+}
+
+/// A RunInstances of one instance from the template's parts, in `subnet_id`, tagged like a launch.
+async fn send_run_instances(
+    ec2: &aws_sdk_ec2::Client,
+    inputs: &DryRunInputs,
+    subnet_id: &str,
+) -> Result<(), AwsError> {
     let template = &inputs.template;
     let tags: Vec<Tag> = inputs
         .tags
@@ -271,7 +298,7 @@ async fn send_run_instances(ec2: &aws_sdk_ec2::Client, inputs: &DryRunInputs) ->
         .instance_type(InstanceType::from(inputs.instance_type.as_str()))
         .min_count(1)
         .max_count(1)
-        .subnet_id(&inputs.subnet_id)
+        .subnet_id(subnet_id)
         .set_security_group_ids(Some(template.security_group_ids.clone()))
         .set_iam_instance_profile(
             template
@@ -341,7 +368,7 @@ async fn send(ec2: &aws_sdk_ec2::Client, check: AuthCheck, inputs: &DryRunInputs
             .await
             .map(drop)
             .map_err(|e| AwsError::from_sdk("CreateLaunchTemplate", e)),
-        AuthCheck::RunInstances => send_run_instances(ec2, inputs).await,
+        AuthCheck::RunInstances => run_instances_in_any_subnet(ec2, inputs).await,
     }
 }
 

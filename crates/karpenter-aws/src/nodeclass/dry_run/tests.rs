@@ -94,6 +94,17 @@ fn the_calls_are_built_from_the_resolved_class_as_a_launch_would() {
         (inputs.subnet_id.as_str(), inputs.zone.as_str()),
         ("subnet-a", "us-west-2a")
     );
+    assert!(inputs.other_subnet_ids.is_empty());
+    let mut two_subnets = status.clone();
+    let mut second = two_subnets.subnets[0].clone();
+    second.id = "subnet-b".into();
+    two_subnets.subnets.push(second);
+    let tried = dry_run_inputs(&class, &two_subnets, "prod").unwrap();
+    assert_eq!(
+        (tried.subnet_id.as_str(), tried.other_subnet_ids.as_slice()),
+        ("subnet-a", ["subnet-b".to_string()].as_slice()),
+        "RunInstances tries every subnet of the class, the first first"
+    );
     assert_eq!(inputs.template.security_group_ids, ["sg-1"]);
     assert_eq!(inputs.template.instance_profile.as_deref(), Some("nodes"));
     assert_eq!(inputs.tags["team"], "ml");
