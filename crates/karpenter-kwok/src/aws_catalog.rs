@@ -263,27 +263,43 @@ mod tests {
     use karpenter_sim::{ApiServer, VirtualClock};
 
     type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
 
-    #[tokio::test(start_paused = true)]
-    async fn instances_are_nodes_created_listed_and_deleted_through_the_api() -> TestResult {
+    /// The simulator's 3-type test catalog and a virtual clock at the start of 2026.
+    fn fixture() -> Result<(CatalogFile, Arc<dyn Clock>), Error> {
         let catalog =
             CatalogFile::from_json_str(include_str!("../../karpenter-sim/tests/fixtures/catalog.json"))?;
         let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
-        let api = ApiServer::new(Arc::clone(&clock));
-        let kwok = AwsCatalogKwok::new(api.client(), catalog, clock);
-        let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        Ok((catalog, clock))
+    }
+
+    /// NodeClaim `name` of NodePool `default` and EC2NodeClass `default`.
+    fn claim(name: &str) -> Result<NodeClaim, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
-            "metadata": {"name": "default-abcde", "labels": {"karpenter.sh/nodepool": "default"}},
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
             "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
-        }))?;
+        }))
+    }
 
-        let launched = kwok.create(&claim).await?;
+    /// Launches claim `name`: the launched claim and its provider ID.
+    async fn launch(kwok: &AwsCatalogKwok, name: &str) -> Result<(NodeClaim, String), Error> {
+        let launched = kwok.create(&claim(name)?).await?;
         let provider_id = launched
             .status
             .as_ref()
             .and_then(|s| s.provider_id.clone())
             .unwrap_or_default();
+        Ok((launched, provider_id))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn instances_are_nodes_created_listed_and_deleted_through_the_api() -> TestResult {
+        let (catalog, clock) = fixture()?;
+        let api = ApiServer::new(Arc::clone(&clock));
+        let kwok = AwsCatalogKwok::new(api.client(), catalog, clock);
+        let (launched, provider_id) = launch(&kwok, "default-abcde").await?;
         let node = Api::<Node>::all(api.client())
             .get(node_name(&provider_id))
             .await?;
@@ -316,18 +332,8 @@ mod tests {
     /// launches must not draw the IDs of Nodes the previous process created, or every one fails AlreadyExists.
     #[tokio::test(start_paused = true)]
     async fn a_restarted_provider_launches_under_instance_ids_of_its_own() -> TestResult {
-        let catalog =
-            CatalogFile::from_json_str(include_str!("../../karpenter-sim/tests/fixtures/catalog.json"))?;
-        let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
+        let (catalog, clock) = fixture()?;
         let api = ApiServer::new(Arc::clone(&clock));
-        let claim = |name: &str| -> Result<NodeClaim, serde_json::Error> {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "karpenter.sh/v1",
-                "kind": "NodeClaim",
-                "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
-                "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
-            }))
-        };
         let before = AwsCatalogKwok::new(api.client(), catalog.clone(), Arc::clone(&clock));
         for i in 0..3 {
             before.create(&claim(&format!("before-{i}"))?).await?;
@@ -352,23 +358,10 @@ mod tests {
     /// as gone, or the terminator, which lifts that finalizer only once the instance is gone, would wait forever.
     #[tokio::test(start_paused = true)]
     async fn a_node_held_by_a_finalizer_is_a_terminated_instance() -> TestResult {
-        let catalog =
-            CatalogFile::from_json_str(include_str!("../../karpenter-sim/tests/fixtures/catalog.json"))?;
-        let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
+        let (catalog, clock) = fixture()?;
         let api = ApiServer::new(Arc::clone(&clock));
         let kwok = AwsCatalogKwok::new(api.client(), catalog, clock);
-        let claim: NodeClaim = serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": {"name": "default-fghij", "labels": {"karpenter.sh/nodepool": "default"}},
-            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
-        }))?;
-        let launched = kwok.create(&claim).await?;
-        let provider_id = launched
-            .status
-            .as_ref()
-            .and_then(|s| s.provider_id.clone())
-            .unwrap_or_default();
+        let (launched, provider_id) = launch(&kwok, "default-fghij").await?;
         let nodes = Api::<Node>::all(api.client());
         nodes
             .patch(
@@ -390,9 +383,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn list_reads_every_page_of_nodes() -> TestResult {
-        let catalog =
-            CatalogFile::from_json_str(include_str!("../../karpenter-sim/tests/fixtures/catalog.json"))?;
-        let clock: Arc<dyn Clock> = Arc::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
+        let (catalog, clock) = fixture()?;
         let server = ApiServer::new(VirtualClock::starting_at("2026-01-01T00:00:00Z".parse()?));
         let nodes: Api<Node> = Api::all(server.client());
         let count = 2 * LIST_PAGE as usize + 1;
