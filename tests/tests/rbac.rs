@@ -470,12 +470,19 @@ async fn the_charts_rbac_allows_every_call_the_controller_makes_and_nothing_more
             capacity_buffer: true,
             ..FeatureGates::default()
         },
+        // Default topology spread constraints make the cache read Services and ReplicationControllers. A soft
+        // zone spread, so the scenario's placements stay what the simulated kube-scheduler does.
+        scheduler_config: karpenter_core::scheduler_config::SchedulerConfig::parse(
+            "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}]}",
+        )?
+        .unwrap_or_default(),
         ..Settings::default()
     };
     let mut parts = replicas::parts_on(&sim, sim.cloud_provider(), settings);
     parts.state = ClusterState::new(Watched {
         node_overlays: true,
         capacity_buffers: true,
+        workload_selectors: true,
         ..Watched::default()
     });
     let operator = Operator {

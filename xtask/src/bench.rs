@@ -207,6 +207,7 @@ fn run_workload(mut workload: Workload) -> Result<Row> {
         capacity_buffers: false,
         node_overlays: false,
         unevaluated_nodepools: true,
+        default_spread: Vec::new(),
     };
     let inputs = build_schedule_inputs(&snapshot, &workload.catalog, &options);
     drop(snapshot);

@@ -12,6 +12,7 @@ pub mod instance_type;
 pub mod provisioning;
 pub mod requirements;
 pub mod resources;
+pub mod scheduler_config;
 pub mod scheduling;
 pub mod sharing;
 pub mod snapshot;

@@ -70,6 +70,7 @@ impl ControllerParts {
             capacity_buffers: self.settings.feature_gates.capacity_buffer,
             // As upstream: a NodePool launches nothing until the status controller has found it Ready.
             unevaluated_nodepools: false,
+            default_spread: self.settings.scheduler_config.default_constraints().to_vec(),
             ..self.build.clone()
         }
     }

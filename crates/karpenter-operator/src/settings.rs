@@ -6,7 +6,10 @@ use std::{collections::BTreeMap, time::Duration};
 
 use clap::{ArgAction, Args, ValueEnum};
 use karpenter_api::duration::parse_go_duration;
-use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy};
+use karpenter_core::{
+    scheduler_config::SchedulerConfig,
+    scheduling::{MinValuesPolicy, PreferencePolicy},
+};
 
 use crate::OperatorError;
 
@@ -193,6 +196,15 @@ pub struct Settings {
     /// This replica's identity in the Lease (default: the host name, i.e. the pod name).
     #[arg(long, env = "POD_NAME", default_value = "")]
     pub identity: String,
+    /// The cluster's kube-scheduler settings the simulation mirrors, as a YAML or JSON document: today
+    /// `podTopologySpread.defaultConstraints` (no labelSelector: one is deduced per pod from the Services and the
+    /// ReplicaSet, StatefulSet or ReplicationController that select it). Empty: none.
+    #[arg(long, env = "SCHEDULER_CONFIG", default_value = "", value_parser = parse_scheduler_config)]
+    pub scheduler_config: SchedulerConfig,
+}
+
+fn parse_scheduler_config(raw: &str) -> Result<SchedulerConfig, String> {
+    SchedulerConfig::parse(raw).map(Option::unwrap_or_default)
 }
 
 /// The declared defaults, as if no flag and no variable were set (`karpenter simulate` and the tests use them).
@@ -219,6 +231,7 @@ impl Default for Settings {
             memory_limit: -1,
             cpu_requests: 1000,
             identity: String::new(),
+            scheduler_config: SchedulerConfig::default(),
         }
     }
 }
@@ -333,6 +346,10 @@ impl Settings {
             ("CPU_REQUESTS", self.cpu_requests.to_string()),
             ("MEMORY_LIMIT", self.memory_limit.to_string()),
             ("IGNORE_DRA_REQUESTS", self.ignore_dra_requests.to_string()),
+            (
+                "SCHEDULER_CONFIG",
+                format!("{:?}", self.scheduler_config.default_constraints()),
+            ),
         ])
     }
 }
@@ -355,6 +372,26 @@ mod tests {
         Cli::try_parse_from(argv)
             .map(|c| c.settings)
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn scheduler_config_is_read_and_a_bad_one_named() -> Result<(), String> {
+        assert!(parse(&[])?.scheduler_config.default_constraints().is_empty());
+        let s = parse(&[
+            "--scheduler-config",
+            "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]}",
+        ])?;
+        assert_eq!(s.scheduler_config.default_constraints().len(), 1);
+        let error = parse(&[
+            "--scheduler-config",
+            "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {}}]}",
+        ])
+        .unwrap_err();
+        assert!(
+            error.contains("--scheduler-config") && error.contains("labelSelector"),
+            "{error}"
+        );
+        Ok(())
     }
 
     #[test]

@@ -13,7 +13,7 @@ use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet},
     core::v1::{
         Container, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
-        PodTemplateSpec,
+        PodTemplateSpec, ReplicationController, ReplicationControllerSpec, Service, ServiceSpec,
     },
     policy::v1::PodDisruptionBudget,
     storage::v1::{CSINode, StorageClass, VolumeAttachment},
@@ -39,6 +39,9 @@ pub struct Watched {
     /// CapacityBuffers, and the PodTemplates, Deployments, StatefulSets and ReplicaSets they take their shape
     /// from.
     pub capacity_buffers: bool,
+    /// The selectors of Services, ReplicaSets, StatefulSets and ReplicationControllers, from which each pod's
+    /// default topology spread selector is deduced (with `SCHEDULER_CONFIG`'s default constraints).
+    pub workload_selectors: bool,
 }
 
 /// The cache. Cloning shares it.
@@ -65,8 +68,13 @@ pub struct ClusterState {
     /// ([`project_workload_template`]).
     pub pod_templates: ProjectedStore<PodTemplate>,
     pub deployments: ProjectedStore<Deployment>,
+    /// With CapacityBuffers, with what their pod templates keep; for default topology spread alone, with their
+    /// selectors only.
     pub stateful_sets: ProjectedStore<StatefulSet>,
     pub replica_sets: ProjectedStore<ReplicaSet>,
+    /// Only their selectors, and only watched for default topology spread constraints.
+    pub services: ProjectedStore<Service>,
+    pub replication_controllers: ProjectedStore<ReplicationController>,
     /// Where the provisioner's last round put CapacityBuffer placeholder pods, for disruption.
     pub capacity_buffer_nodes: BufferNodes,
     /// Pod startup and bind durations, fed by the pod watch and the provisioner.
@@ -225,7 +233,65 @@ fn project_replica_set(mut r: ReplicaSet) -> ReplicaSet {
     r
 }
 
+/// A StatefulSet as deducing a pod's default spread selector reads it: its selector.
+fn project_stateful_set_selector(s: StatefulSet) -> StatefulSet {
+    StatefulSet {
+        metadata: selector_metadata(s.metadata),
+        spec: s.spec.map(|spec| k8s_openapi::api::apps::v1::StatefulSetSpec {
+            selector: spec.selector,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn project_replica_set_selector(r: ReplicaSet) -> ReplicaSet {
+    ReplicaSet {
+        metadata: selector_metadata(r.metadata),
+        spec: r.spec.map(|spec| k8s_openapi::api::apps::v1::ReplicaSetSpec {
+            selector: spec.selector,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn project_service(s: Service) -> Service {
+    Service {
+        metadata: selector_metadata(s.metadata),
+        spec: s.spec.map(|spec| ServiceSpec {
+            selector: spec.selector,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn project_replication_controller(r: ReplicationController) -> ReplicationController {
+    ReplicationController {
+        metadata: selector_metadata(r.metadata),
+        spec: r.spec.map(|spec| ReplicationControllerSpec {
+            selector: spec.selector,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Of an object read only for its selector, its name and namespace.
+fn selector_metadata(meta: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        ..ObjectMeta::default()
+    }
+}
+
 type Watch = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What the cache keeps of a watched object.
+type Projection<K> = fn(K) -> K;
 
 /// Watches every object of kind `K` in the cluster into `store`, without managedFields.
 fn watch_all<K>(client: &Client, store: &ProjectedStore<K>, kind: &'static str) -> Watch
@@ -299,17 +365,40 @@ impl ClusterState {
                 "Deployment",
                 project_deployment,
             )));
+        }
+        if self.watched.capacity_buffers || self.watched.workload_selectors {
+            // A CapacityBuffer reads their templates; default topology spread only their selectors.
+            let (stateful_set, replica_set): (Projection<StatefulSet>, Projection<ReplicaSet>) =
+                if self.watched.capacity_buffers {
+                    (project_stateful_set, project_replica_set)
+                } else {
+                    (project_stateful_set_selector, project_replica_set_selector)
+                };
             watches.push(Box::pin(reflect(
                 Api::<StatefulSet>::all(client.clone()),
                 self.stateful_sets.clone(),
                 "StatefulSet",
-                project_stateful_set,
+                stateful_set,
             )));
             watches.push(Box::pin(reflect(
                 Api::<ReplicaSet>::all(client.clone()),
                 self.replica_sets.clone(),
                 "ReplicaSet",
-                project_replica_set,
+                replica_set,
+            )));
+        }
+        if self.watched.workload_selectors {
+            watches.push(Box::pin(reflect(
+                Api::<Service>::all(client.clone()),
+                self.services.clone(),
+                "Service",
+                project_service,
+            )));
+            watches.push(Box::pin(reflect(
+                Api::<ReplicationController>::all(client.clone()),
+                self.replication_controllers.clone(),
+                "ReplicationController",
+                project_replication_controller,
             )));
         }
         join_all(watches).await;
@@ -334,9 +423,11 @@ impl ClusterState {
             && (!self.watched.capacity_buffers
                 || (self.capacity_buffers.is_ready()
                     && self.pod_templates.is_ready()
-                    && self.deployments.is_ready()
-                    && self.stateful_sets.is_ready()
-                    && self.replica_sets.is_ready()))
+                    && self.deployments.is_ready()))
+            && (!(self.watched.capacity_buffers || self.watched.workload_selectors)
+                || (self.stateful_sets.is_ready() && self.replica_sets.is_ready()))
+            && (!self.watched.workload_selectors
+                || (self.services.is_ready() && self.replication_controllers.is_ready()))
     }
 
     /// The cluster as it is now, for one decision. Pods, Nodes and NodeClaims are shared with the cache (pointer
@@ -374,13 +465,16 @@ impl ClusterState {
             node_overlays: owned(&self.node_overlays),
             capacity_buffers: owned(&self.capacity_buffers),
             ec2_node_classes: owned(&self.ec2_node_classes),
-            // Empty unless the CapacityBuffer gate is on (nothing else reads them).
+            // Empty unless the CapacityBuffer gate is on (StatefulSets and ReplicaSets also with default topology
+            // spread constraints; nothing else reads them).
             pod_templates: owned(&self.pod_templates),
             deployments: owned(&self.deployments),
             stateful_sets: owned(&self.stateful_sets),
             replica_sets: owned(&self.replica_sets),
+            // Empty unless default topology spread constraints are configured.
+            services: owned(&self.services),
+            replication_controllers: owned(&self.replication_controllers),
             capacity_buffer_nodes: self.capacity_buffer_nodes.get(),
-            ..Snapshot::default()
         }
     }
 

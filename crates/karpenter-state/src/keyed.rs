@@ -3,7 +3,9 @@
 
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet},
-    core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate},
+    core::v1::{
+        Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate, ReplicationController, Service,
+    },
     policy::v1::PodDisruptionBudget,
     storage::v1::{CSINode, StorageClass, VolumeAttachment},
 };
@@ -48,6 +50,8 @@ keyed_by_metadata!(
     Deployment,
     StatefulSet,
     ReplicaSet,
+    Service,
+    ReplicationController,
 );
 
 impl Keyed for CompactNode {

@@ -197,8 +197,16 @@ async fn serve(args: &ControllerArgs) -> Result<()> {
     let watched = Watched {
         node_overlays: settings.feature_gates.node_overlay,
         capacity_buffers: settings.feature_gates.capacity_buffer,
+        workload_selectors: !settings.scheduler_config.default_constraints().is_empty(),
         ..watched
     };
+    if watched.workload_selectors {
+        tracing::info!(
+            default_topology_spread_constraints = ?settings.scheduler_config.default_constraints(),
+            "SCHEDULER_CONFIG is set: pods that declare no topology spread constraints are simulated with these, \
+             each with the selector kube-scheduler deduces for it"
+        );
+    }
     let state = ClusterState::new(watched);
     // NodeClaims the scheduler gave overlaid prices launch by them (CreateFleet's prioritized strategies).
     #[cfg(feature = "aws")]

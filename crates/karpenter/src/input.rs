@@ -125,6 +125,7 @@ pub fn load_all(
         // A NodePool written by hand for a snapshot has no status; one whose Ready is False or Unknown is
         // still skipped, as the controller would.
         unevaluated_nodepools: true,
+        default_spread: settings.default_spread.clone(),
     };
     Ok(Loaded {
         settings,
@@ -286,6 +287,8 @@ pub struct Settings {
     pub spot_to_spot: bool,
     /// VM_MEMORY_OVERHEAD_PERCENT and RESERVED_ENIS, for the embedded AWS catalog.
     pub aws: AwsCapacitySettings,
+    /// SCHEDULER_CONFIG's default topology spread constraints.
+    pub default_spread: Vec<k8s_openapi::api::core::v1::TopologySpreadConstraint>,
 }
 
 /// Feature gates the controller knows; `schedule` reads ReservedCapacity, NodeOverlay and CapacityBuffer.
@@ -407,12 +410,26 @@ fn apply_setting(settings: &mut Settings, key: &str, value: &Value, notes: &mut 
             }
             settings.aws.reserved_enis = v as u32;
         }
+        "schedulerconfig" => {
+            // The variable's YAML or JSON text, or (in a YAML settings file) the document itself.
+            let raw = match value {
+                Value::String(text) => text.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            let config = karpenter_core::scheduler_config::SchedulerConfig::parse(&raw)
+                .map_err(|e| anyhow::anyhow!("setting {key}: {e}"))?;
+            settings.default_spread = config
+                .map(|c| c.default_constraints().to_vec())
+                .unwrap_or_default();
+        }
         other if IGNORED_SETTINGS.contains(&other) => {
             notes.push(format!("setting {key} does not affect scheduling; ignored"));
         }
         _ => bail!(
             "unknown setting {key} (schedule reads preferencePolicy, minValuesPolicy, featureGates, \
-             vmMemoryOverheadPercent, reservedENIs, or their environment names such as PREFERENCE_POLICY)"
+             vmMemoryOverheadPercent, reservedENIs, schedulerConfig, or their environment names such as \
+             PREFERENCE_POLICY)"
         ),
     }
     Ok(())

@@ -350,6 +350,23 @@ fn settings_are_read_and_a_bad_value_names_the_setting() {
 }
 
 #[test]
+fn the_clusters_default_spread_constraints_spread_a_workload_that_declares_none() {
+    let workload = fixture("default-spread");
+    let catalog = fixture("catalog.json");
+    let base = ["--snapshot", path(&workload), "--instance-types", path(&catalog)];
+    let (packed, _) = schedule(&base);
+    assert_eq!(packed["summary"]["scheduled"], 3);
+    assert_eq!(packed["nodeClaims"].as_array().map(Vec::len), Some(1), "{packed}");
+
+    let settings = fixture("settings-default-spread.yaml");
+    let mut args = base.to_vec();
+    args.extend(["--settings", path(&settings)]);
+    let (spread, _) = schedule(&args);
+    assert_eq!(spread["summary"]["scheduled"], 3);
+    assert_eq!(spread["nodeClaims"].as_array().map(Vec::len), Some(3), "{spread}");
+}
+
+#[test]
 fn unusable_input_fails_with_a_clear_message() {
     let (cluster, catalog) = cluster_args();
     let missing = karpenter(&["schedule", "--snapshot", "/nonexistent/snapshot.yaml"]);

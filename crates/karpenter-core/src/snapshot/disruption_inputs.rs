@@ -34,6 +34,7 @@ use super::{
     build_schedule_inputs,
     compact_node::label_in,
     context::{Context, Keys, describe},
+    default_spread::DefaultSpread,
     pods::PodConverter,
     selectors::NamespaceIndex,
     volumes::VolumeIndex,
@@ -125,7 +126,7 @@ pub fn build_disruption_inputs(
     let existing_of = existing_of(&view, &base);
     let view_of_existing = view_of_existing(&existing_of, base.input.existing.len());
     let mut notes = std::mem::take(&mut base.notes);
-    let (pods_of, unconverted_of) = reschedulable_pods(snapshot, &view, &mut base, &mut notes);
+    let (pods_of, unconverted_of) = reschedulable_pods(snapshot, options, &view, &mut base, &mut notes);
     let named_pools: Vec<&NodePool> = snapshot
         .node_pools
         .iter()
@@ -200,6 +201,7 @@ fn view_of_existing(existing_of: &[Option<usize>], existing: usize) -> Vec<Optio
 /// conversion's notes are added to `notes`.
 fn reschedulable_pods(
     snapshot: &Snapshot,
+    options: &BuildOptions,
     view: &ClusterView,
     base: &mut ScheduleInputs,
     notes: &mut Vec<SnapshotNote>,
@@ -207,7 +209,8 @@ fn reschedulable_pods(
     let mut cx = context_from(&mut base.interner, &mut base.table);
     let namespaces = NamespaceIndex::new(&snapshot.namespaces);
     let volumes = VolumeIndex::new(snapshot);
-    let mut converter = PodConverter::new(&namespaces, &volumes);
+    let default_spread = DefaultSpread::new(snapshot, &options.default_spread);
+    let mut converter = PodConverter::new(&namespaces, &volumes, default_spread);
     let mut pods_of: Vec<Vec<Pod>> = vec![Vec::new(); view.nodes.len()];
     let mut unconverted_of: Vec<Vec<String>> = vec![Vec::new(); view.nodes.len()];
     for pod_view in &view.pods {

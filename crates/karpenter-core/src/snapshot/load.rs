@@ -88,6 +88,7 @@ impl Snapshot {
             "StatefulSet" => decode_into(v, &mut self.stateful_sets, false, notes),
             "Deployment" => decode_into(v, &mut self.deployments, false, notes),
             "Service" => decode_into(v, &mut self.services, false, notes),
+            "ReplicationController" => decode_into(v, &mut self.replication_controllers, false, notes),
             "PodTemplate" => decode_into(v, &mut self.pod_templates, false, notes),
             _ => notes.push(SnapshotNote::new(
                 manifest::describe(v),

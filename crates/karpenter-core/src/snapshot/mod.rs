@@ -25,6 +25,7 @@ pub mod compact_node;
 pub mod compact_pod;
 mod context;
 mod daemonsets;
+mod default_spread;
 mod disruption_inputs;
 mod disruption_view;
 mod load;
@@ -47,7 +48,10 @@ use std::{collections::HashMap, fmt, sync::Arc};
 
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet},
-    core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, PodTemplate, Service},
+    core::v1::{
+        Namespace, PersistentVolume, PersistentVolumeClaim, PodTemplate, ReplicationController, Service,
+        TopologySpreadConstraint,
+    },
     policy::v1::PodDisruptionBudget,
     storage::v1::{CSINode, StorageClass},
 };
@@ -101,7 +105,10 @@ pub struct Snapshot {
     pub replica_sets: Vec<ReplicaSet>,
     pub stateful_sets: Vec<StatefulSet>,
     pub deployments: Vec<Deployment>,
+    /// Services and ReplicationControllers: what, with ReplicaSets and StatefulSets, kube-scheduler deduces a
+    /// pod's default topology spread selector from (only read with default constraints configured).
     pub services: Vec<Service>,
+    pub replication_controllers: Vec<ReplicationController>,
     /// PodTemplates, which CapacityBuffers' `podTemplateRef` names.
     pub pod_templates: Vec<PodTemplate>,
     /// Nodes and in-flight NodeClaims, by name, that the provisioner's last round placed CapacityBuffer
@@ -152,6 +159,9 @@ pub struct BuildOptions {
     /// NodePool within seconds; `karpenter schedule` keeps it true, since a NodePool written by hand for a
     /// snapshot has no status at all.
     pub unevaluated_nodepools: bool,
+    /// kube-scheduler's default topology spread constraints (`SCHEDULER_CONFIG`), applied to each pod that
+    /// declares none of its own, with a selector deduced per pod (see `default_spread`).
+    pub default_spread: Vec<TopologySpreadConstraint>,
 }
 
 impl Default for BuildOptions {
@@ -163,6 +173,7 @@ impl Default for BuildOptions {
             capacity_buffers: false,
             node_overlays: false,
             unevaluated_nodepools: true,
+            default_spread: Vec::new(),
         }
     }
 }
@@ -246,7 +257,8 @@ pub fn build_schedule_inputs(
     let daemons = daemonsets::DaemonPods::build(&mut cx, snapshot);
 
     let mut node_set = nodes::NodeSet::build(&mut cx, snapshot, &pools, &types_by_name);
-    let mut converter = pods::PodConverter::new(&namespaces, &volumes);
+    let default_spread = default_spread::DefaultSpread::new(snapshot, &options.default_spread);
+    let mut converter = pods::PodConverter::new(&namespaces, &volumes, default_spread);
     let classified = pods::classify(snapshot, &node_set);
     let mut bound_pods = Vec::with_capacity(classified.bound.len());
     for bound in &classified.bound {

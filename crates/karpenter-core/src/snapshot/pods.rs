@@ -11,7 +11,7 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::core::v1::PodAffinityTerm;
+use k8s_openapi::api::core::v1::{PodAffinityTerm, TopologySpreadConstraint};
 use karpenter_api::labels;
 
 use crate::{
@@ -25,6 +25,7 @@ use super::{
     Snapshot,
     compact_pod::{CompactPod, CompactPodSpec},
     context::{Context, describe},
+    default_spread::DefaultSpread,
     nodes::NodeSet,
     selectors::{NamespaceIndex, fold_label_keys, label_selector},
     taints::tolerations,
@@ -154,15 +155,22 @@ pub(super) struct PodConverter<'a, 's> {
     namespaces: &'a NamespaceIndex<'s>,
     volumes: &'a VolumeIndex<'s>,
     namespace_cache: HashMap<String, Vec<Symbol>>,
+    /// kube-scheduler's default topology spread constraints, for pods with none of their own.
+    default_spread: DefaultSpread<'s>,
     /// The distinct shapes converted so far.
     shapes: HashSet<Arc<PodShape>>,
 }
 
 impl<'a, 's> PodConverter<'a, 's> {
-    pub fn new(namespaces: &'a NamespaceIndex<'s>, volumes: &'a VolumeIndex<'s>) -> Self {
+    pub fn new(
+        namespaces: &'a NamespaceIndex<'s>,
+        volumes: &'a VolumeIndex<'s>,
+        default_spread: DefaultSpread<'s>,
+    ) -> Self {
         Self {
             namespaces,
             volumes,
+            default_spread,
             namespace_cache: HashMap::new(),
             shapes: HashSet::new(),
         }
@@ -242,7 +250,12 @@ impl<'a, 's> PodConverter<'a, 's> {
             ));
         }
 
-        let spread = self.spread(cx, spec, pod_labels)?;
+        let defaults = self.default_spread.for_pod(pod);
+        let constraints = defaults
+            .as_deref()
+            .or(spec.topology_spread_constraints.as_deref())
+            .unwrap_or_default();
+        let spread = spread(cx, constraints, pod_labels)?;
         let pod_affinity = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref());
         let pod_anti_affinity = spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
         let affinity = self.terms(
@@ -320,32 +333,6 @@ impl<'a, 's> PodConverter<'a, 's> {
         let shape = Arc::new(shape);
         self.shapes.insert(Arc::clone(&shape));
         shape
-    }
-
-    fn spread(
-        &mut self,
-        cx: &mut Context,
-        spec: &CompactPodSpec,
-        pod_labels: Option<&BTreeMap<String, String>>,
-    ) -> Result<Vec<SpreadConstraint>, String> {
-        let mut out = Vec::new();
-        for tsc in spec.topology_spread_constraints.iter().flatten() {
-            let interner = &mut cx.interner;
-            let mut selector = label_selector(tsc.label_selector.as_ref(), interner)
-                .map_err(|e| format!("topology spread on {}: {e}", tsc.topology_key))?;
-            let keys = tsc.match_label_keys.as_deref().unwrap_or_default();
-            fold_label_keys(&mut selector, keys, pod_labels, SelectorOperator::In, interner);
-            out.push(SpreadConstraint {
-                topology_key: interner.intern_key(&tsc.topology_key),
-                max_skew: u32::try_from(tsc.max_skew).unwrap_or(0).max(1),
-                min_domains: tsc.min_domains.and_then(|m| u32::try_from(m).ok()),
-                hard: tsc.when_unsatisfiable != "ScheduleAnyway",
-                selector,
-                honor_node_affinity: tsc.node_affinity_policy.as_deref() != Some("Ignore"),
-                honor_node_taints: tsc.node_taints_policy.as_deref() == Some("Honor"),
-            });
-        }
-        Ok(out)
     }
 
     fn terms(
@@ -451,6 +438,33 @@ impl<'a, 's> PodConverter<'a, 's> {
             daemon_set: daemon_set_owner(pod),
         }
     }
+}
+
+/// A pod's topology spread constraints (its own, or the cluster's defaults with its deduced selector) as the
+/// scheduler reads them.
+fn spread(
+    cx: &mut Context,
+    constraints: &[TopologySpreadConstraint],
+    pod_labels: Option<&BTreeMap<String, String>>,
+) -> Result<Vec<SpreadConstraint>, String> {
+    let mut out = Vec::with_capacity(constraints.len());
+    for tsc in constraints {
+        let interner = &mut cx.interner;
+        let mut selector = label_selector(tsc.label_selector.as_ref(), interner)
+            .map_err(|e| format!("topology spread on {}: {e}", tsc.topology_key))?;
+        let keys = tsc.match_label_keys.as_deref().unwrap_or_default();
+        fold_label_keys(&mut selector, keys, pod_labels, SelectorOperator::In, interner);
+        out.push(SpreadConstraint {
+            topology_key: interner.intern_key(&tsc.topology_key),
+            max_skew: u32::try_from(tsc.max_skew).unwrap_or(0).max(1),
+            min_domains: tsc.min_domains.and_then(|m| u32::try_from(m).ok()),
+            hard: tsc.when_unsatisfiable != "ScheduleAnyway",
+            selector,
+            honor_node_affinity: tsc.node_affinity_policy.as_deref() != Some("Ignore"),
+            honor_node_taints: tsc.node_taints_policy.as_deref() == Some("Honor"),
+        });
+    }
+    Ok(out)
 }
 
 fn slice<T>(list: Option<&Vec<T>>) -> &[T] {

@@ -194,6 +194,18 @@ const BUILTINS: &[Builtin] = &[
     },
     // What CapacityBuffers' podTemplateRef names.
     b("", "v1", "PodTemplate", "podtemplates", true, false),
+    // Read (with Services) for the selector of default topology spread constraints; no controller runs them.
+    Builtin {
+        short: &["rc"],
+        ..b(
+            "",
+            "v1",
+            "ReplicationController",
+            "replicationcontrollers",
+            true,
+            true,
+        )
+    },
     Builtin {
         short: &["deploy"],
         scale: true,
