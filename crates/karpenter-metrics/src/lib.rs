@@ -6,17 +6,21 @@
 //! (nodes, NodePool usage, cluster-state sync) are refreshed by the operator from its state cache before each
 //! scrape; the rest are recorded where the thing happens.
 
+mod classic_text;
 mod describe;
 mod labels;
 mod node_gauges;
 mod pod_gauge;
+mod process;
 mod registry;
 mod summary;
 
+pub use classic_text::{CLASSIC_CONTENT_TYPE, ClassicText, accepts_openmetrics};
 pub use describe::Descriptor;
 pub use labels::*;
 pub use node_gauges::{NODE_LABEL_NAMES, NodeResourceGauge, NodeSeries};
 pub use pod_gauge::{POD_LABEL_NAMES, PodEntry, PodNodeLabels, PodRows, PodSource, PodStateGauge, PodTable};
+pub use process::set_heap_probe;
 pub use registry::{Metrics, ReconcileTimer, metrics};
 pub use summary::{NodePoolSummary, SUMMARY_MAX_AGE, SUMMARY_QUANTILES, Summary};
 

@@ -19,6 +19,7 @@ use crate::{
     labels::*,
     node_gauges::NodeResourceGauge,
     pod_gauge::PodStateGauge,
+    process,
     summary::{NodePoolSummary, Summary},
 };
 
@@ -477,6 +478,18 @@ impl Metrics {
             "1 while this replica holds the leader lease, else 0.",
             &m.leader_election_master_status,
         );
+        // Read from /proc by `encode_chunks` at each scrape.
+        b.describe::<Counter>(process::CPU_SECONDS.0, process::CPU_SECONDS.1);
+        for gauge in [
+            process::RESIDENT_MEMORY_BYTES,
+            process::VIRTUAL_MEMORY_BYTES,
+            process::START_TIME_SECONDS,
+            process::OPEN_FDS,
+            process::MAX_FDS,
+            process::HEAP_LIVE_BYTES,
+        ] {
+            b.describe::<Gauge>(gauge.0, gauge.1);
+        }
         Self {
             registry: b.registry,
             descriptors: b.descriptors,
@@ -495,8 +508,8 @@ impl Metrics {
     }
 
     /// The same text as [`Metrics::encode`], in pieces a response can stream: the registry's metrics, then the
-    /// per-node gauges a few hundred nodes at a time (at 5,000 nodes they are most of a 10 MB exposition), then
-    /// `# EOF`. The gauges are written from the tables as they were when this was called.
+    /// per-node gauges a few hundred nodes at a time (at 5,000 nodes they are most of a 10 MB exposition), the
+    /// process's own metrics (read from /proc now), then `# EOF`. The gauges are written from the tables as they were when this was called.
     pub fn encode_chunks(&self) -> impl Iterator<Item = String> + Send + '_ {
         // Sized from the last scrape, plus room to grow, rather than grown by doubling.
         let expected = self.last_encoded_len.load(Ordering::Relaxed);
@@ -528,6 +541,7 @@ impl Metrics {
             .chain(requests)
             .chain(daemon_requests)
             .chain(pods)
+            .chain(std::iter::once(process::ProcessSample::read().text()))
             .chain(std::iter::once("# EOF\n".to_string()))
     }
 

@@ -4,7 +4,13 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use axum::{Router, body::Body, extract::State, http::StatusCode, http::header, routing::get};
+use axum::{
+    Router,
+    body::Body,
+    extract::State,
+    http::{HeaderMap, StatusCode, header},
+    routing::get,
+};
 use karpenter_state::ClusterState;
 use tokio::net::TcpListener;
 
@@ -28,20 +34,34 @@ pub fn metrics_router(state: Option<ClusterState>) -> Router {
     Router::new()
         .route(
             "/metrics",
-            get(|State(state): State<Option<ClusterState>>| async move {
-                if let Some(state) = &state {
-                    state_metrics::refresh(state);
-                }
-                // Streamed: at 5,000 nodes the per-node gauges are about 10 MB of text, written a chunk at a
-                // time as the client reads rather than into one buffer first.
-                let chunks = karpenter_metrics::metrics()
-                    .encode_chunks()
-                    .map(Ok::<_, std::convert::Infallible>);
-                (
-                    [(header::CONTENT_TYPE, karpenter_metrics::CONTENT_TYPE)],
-                    Body::from_stream(futures::stream::iter(chunks)),
-                )
-            }),
+            get(
+                |State(state): State<Option<ClusterState>>, headers: HeaderMap| async move {
+                    if let Some(state) = &state {
+                        state_metrics::refresh(state);
+                    }
+                    // Streamed: at 5,000 nodes the per-node gauges are about 10 MB of text, written a chunk at
+                    // a time as the client reads rather than into one buffer first.
+                    let chunks = karpenter_metrics::metrics().encode_chunks();
+                    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+                    // OpenMetrics for whoever asks for it (Prometheus does); the classic text for the rest, as
+                    // a Go client library answers (client-go's pod proxy GET, curl).
+                    if karpenter_metrics::accepts_openmetrics(accept) {
+                        let body = chunks.map(Ok::<_, std::convert::Infallible>);
+                        (
+                            [(header::CONTENT_TYPE, karpenter_metrics::CONTENT_TYPE)],
+                            Body::from_stream(futures::stream::iter(body)),
+                        )
+                    } else {
+                        let mut classic = karpenter_metrics::ClassicText::default();
+                        let body = chunks
+                            .map(move |chunk| Ok::<_, std::convert::Infallible>(classic.rewrite(&chunk)));
+                        (
+                            [(header::CONTENT_TYPE, karpenter_metrics::CLASSIC_CONTENT_TYPE)],
+                            Body::from_stream(futures::stream::iter(body)),
+                        )
+                    }
+                },
+            ),
         )
         .with_state(state)
 }

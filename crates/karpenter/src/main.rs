@@ -21,6 +21,13 @@ mod simulate;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// The live heap for `/metrics`: bytes jemalloc has handed out and not had back, as of a refreshed epoch.
+#[cfg(not(target_env = "msvc"))]
+fn live_heap_bytes() -> Option<u64> {
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    tikv_jemalloc_ctl::stats::allocated::read().ok().map(|b| b as u64)
+}
+
 #[derive(Parser)]
 #[command(
     name = "karpenter",
@@ -51,6 +58,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    #[cfg(not(target_env = "msvc"))]
+    karpenter_metrics::set_heap_probe(live_heap_bytes);
     let result = match &cli.command {
         None => controller::run(&cli.controller),
         Some(Command::Controller(args)) => controller::run(args),

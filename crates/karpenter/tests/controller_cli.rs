@@ -38,10 +38,16 @@ fn free_port() -> u16 {
 
 /// A plain HTTP GET: (status code, body), or None while nothing listens.
 fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    get_accepting(port, path, None)
+}
+
+/// [`get`] with an `Accept` header.
+fn get_accepting(port: u16, path: &str, accept: Option<&str>) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{accept}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut response = String::new();
@@ -162,9 +168,17 @@ async fn the_controller_leads_serves_probes_and_metrics_and_launches_for_pending
         .items;
     assert_eq!(nodes.len(), 1, "the kwok provider created the Node");
 
-    let (code, metrics) = get(metrics_port, "/metrics").unwrap();
+    // What Prometheus asks for: OpenMetrics.
+    let openmetrics = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+    let (code, metrics) = get_accepting(metrics_port, "/metrics", Some(openmetrics)).unwrap();
     assert_eq!(code, 200);
     for expected in [
+        "# TYPE karpenter_nodeclaims_created counter",
+        // The process's own, as every Prometheus client exports them (upstream's e2e suites read these).
+        "# TYPE process_cpu_seconds counter",
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "go_gc_heap_live_bytes ",
         r#"karpenter_nodeclaims_created_total{reason="provisioning",nodepool="default""#,
         r#"leader_election_master_status{name="karpenter-leader-election"} 1"#,
         "karpenter_cluster_state_synced 1",
@@ -183,6 +197,27 @@ async fn the_controller_leads_serves_probes_and_metrics_and_launches_for_pending
         metrics.ends_with("# EOF\n"),
         "the exposition is complete:\n{metrics}"
     );
+    // What client-go's pod proxy GET and curl get: the classic text format, every counter's family named
+    // after its sample, no OpenMetrics end marker.
+    let (code, classic) = get(metrics_port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    for expected in [
+        "# TYPE karpenter_nodeclaims_created_total counter",
+        "# TYPE process_cpu_seconds_total counter",
+        "# TYPE process_resident_memory_bytes gauge",
+        "# TYPE karpenter_nodes_allocatable gauge",
+    ] {
+        assert!(
+            classic.contains(expected),
+            "{expected} missing from the classic text:\n{classic}"
+        );
+    }
+    assert!(!classic.contains("# EOF") && !classic.contains("# TYPE karpenter_nodeclaims_created counter"));
+    let heap = classic
+        .lines()
+        .find_map(|l| l.strip_prefix("go_gc_heap_live_bytes "))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(heap.is_some_and(|b| b > 0.0), "the live heap is read: {heap:?}");
     let _ = std::fs::remove_file(&kubeconfig);
     http.shutdown().await;
 }
