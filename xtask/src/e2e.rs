@@ -12,6 +12,7 @@
 //! API server reaches the real process at the pod's IP without any traffic leaving the machine.
 
 mod build;
+mod performance;
 mod report;
 mod stand_in;
 mod supervisor;
@@ -37,6 +38,19 @@ pub struct E2eArgs {
 enum E2eCommand {
     /// Run upstream Karpenter's end-to-end suites against a controller on the real control plane.
     Upstream(UpstreamArgs),
+    /// Print the performance suite's reports of both controllers side by side (Markdown), from the last
+    /// `upstream --suite performance` run of each.
+    Compare(CompareArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct CompareArgs {
+    /// The suite whose reports to compare.
+    #[arg(long, value_enum, default_value_t = Suite::Performance)]
+    suite: Suite,
+    /// Where `upstream` wrote its results.
+    #[arg(long, default_value = "target/upstream-e2e/results")]
+    output: PathBuf,
 }
 
 #[derive(Args, Clone)]
@@ -109,7 +123,10 @@ impl fmt::Display for Controller {
 const POD_CIDR: &str = "10.244.0.0/16";
 
 pub fn run(root: &Path, args: &E2eArgs) -> anyhow::Result<()> {
-    let E2eCommand::Upstream(args) = &args.command;
+    let args = match &args.command {
+        E2eCommand::Upstream(args) => args,
+        E2eCommand::Compare(args) => return compare(root, args),
+    };
     let output = if args.output.is_absolute() {
         args.output.clone()
     } else {
@@ -146,6 +163,25 @@ pub fn run(root: &Path, args: &E2eArgs) -> anyhow::Result<()> {
             output.display()
         );
     }
+    Ok(())
+}
+
+/// Both controllers' reports of one suite, side by side.
+fn compare(root: &Path, args: &CompareArgs) -> anyhow::Result<()> {
+    let output = root.join(&args.output);
+    let reports = |controller: Controller| {
+        performance::read_dir(&output.join(format!("{}-{controller}-reports", args.suite)))
+    };
+    let (ours, upstream) = (reports(Controller::Rust)?, reports(Controller::Go)?);
+    if ours.is_empty() && upstream.is_empty() {
+        bail!(
+            "no {} reports in {}: run `cargo xtask e2e upstream --suite {}` with each controller first",
+            args.suite,
+            output.display(),
+            args.suite
+        );
+    }
+    print!("{}", performance::compare(&ours, &upstream));
     Ok(())
 }
 

@@ -124,7 +124,14 @@ pub fn run_suite_binary(
             && !(s.state == State::Skipped && s.message == "skipped")
     });
     let summary = output.join(format!("{name}.md"));
-    std::fs::write(&summary, markdown(name, &outcome))?;
+    let mut text = markdown(name, &outcome);
+    // The performance suite's own reports, kept beside the results for `cargo xtask e2e compare`.
+    let reports = super::performance::collect(run_dir, &output.join(format!("{name}-reports")))?;
+    if !reports.is_empty() {
+        text.push_str("\n## Performance reports\n");
+        text.push_str(&super::performance::markdown(&reports));
+    }
+    std::fs::write(&summary, text)?;
     print_failures(name, &outcome);
     eprintln!("[{name}] summary {}", summary.display());
     Ok(outcome)
