@@ -14,6 +14,7 @@ pub mod aws_settings;
 pub mod controllers;
 mod error;
 pub mod health;
+pub mod kube_client;
 pub mod leader;
 pub mod logging;
 pub mod metered_cloud;

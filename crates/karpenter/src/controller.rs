@@ -15,8 +15,7 @@ use karpenter_core::{
 };
 use karpenter_kwok::KwokCloudProvider;
 use karpenter_operator::{
-    ControllerParts, ControllerTask, Operator, Settings, aws_settings::AwsArgs, logging,
-    rate_limit::RateLimitLayer,
+    ControllerParts, ControllerTask, Operator, Settings, aws_settings::AwsArgs, kube_client, logging,
 };
 use karpenter_state::{ClusterState, Watched};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -55,7 +54,8 @@ pub struct ControllerArgs {
     pub aws: AwsArgs,
 }
 
-/// The controllers' client (rate-limited by KUBE_CLIENT_QPS and KUBE_CLIENT_BURST) and leader election's.
+/// The controllers' client (rate-limited by KUBE_CLIENT_QPS and KUBE_CLIENT_BURST, a pod eviction sent once)
+/// and leader election's, built by `karpenter_operator::kube_client`.
 async fn clients(kubeconfig: Option<&PathBuf>, settings: &Settings) -> Result<(kube::Client, kube::Client)> {
     let config = match kubeconfig {
         Some(path) => {
@@ -69,14 +69,9 @@ async fn clients(kubeconfig: Option<&PathBuf>, settings: &Settings) -> Result<(k
             .await
             .context("no in-cluster configuration and no kubeconfig")?,
     };
-    let limited = kube::client::ClientBuilder::try_from(config.clone())
-        .context("building the Kubernetes client")?
-        .with_layer(&RateLimitLayer::new(
-            settings.kube_client_qps,
-            settings.kube_client_burst,
-        ))
-        .build();
-    let lease = kube::Client::try_from(config).context("building the Kubernetes client")?;
+    let limited = kube_client::controllers_client(config.clone(), settings)
+        .context("building the Kubernetes client")?;
+    let lease = kube_client::lease_client(config).context("building the Kubernetes client")?;
     Ok((limited, lease))
 }
 
