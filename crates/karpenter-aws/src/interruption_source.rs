@@ -12,7 +12,12 @@
 //! - A message that is not an interruption event is logged with its message ID, counted and deleted; an event
 //!   that does not concern Karpenter (an instance starting) is deleted silently.
 //! - Messages that were handed out are deleted at the next `receive` call, once the controller has acted on
-//!   them: a controller that dies first gets them again after the visibility timeout.
+//!   them: a controller that dies first gets them again after the visibility timeout. A message with an event
+//!   the controller could not act on ([`InterruptionSource::not_handled`]: an API error deleting the NodeClaim)
+//!   is not deleted: SQS delivers it again once its visibility timeout (20 s) has passed, and it is retried.
+//! - The queue is looked up by name when first polled, not at start-up: a queue that does not exist yet or
+//!   may not be read is logged, naming it, and polled again with the back-off below while the rest of the
+//!   controller runs.
 //! - Metrics: every deleted message counts in `karpenter_interruption_deleted_messages_total`, and an event's
 //!   time from EventBridge to deletion is observed in `karpenter_interruption_message_queue_duration_seconds`
 //!   (`karpenter_interruption_received_messages_total` is the interruption controller's).
@@ -53,8 +58,8 @@ pub struct SqsInterruptionSource {
     ec2: aws_sdk_ec2::Client,
     instances: Arc<InstanceCache>,
     unavailable: Arc<UnavailableOfferings>,
-    /// Receipt handles of messages handed out and not yet deleted.
-    handed_out: Mutex<Vec<(String, Timestamp)>>,
+    /// Messages handed out and not yet deleted.
+    handed_out: Mutex<Vec<HandedOut>>,
     shutdown: watch::Sender<bool>,
     stats: InterruptionSourceStats,
 }
@@ -62,9 +67,20 @@ pub struct SqsInterruptionSource {
 impl std::fmt::Debug for SqsInterruptionSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqsInterruptionSource")
-            .field("queue", &self.queue.url())
+            .field("queue", &self.queue.describe())
             .finish_non_exhaustive()
     }
+}
+
+/// A message the controller has, with the events it became.
+#[derive(Debug)]
+struct HandedOut {
+    message_id: String,
+    receipt_handle: String,
+    event_time: Timestamp,
+    events: Vec<InterruptionEvent>,
+    /// The controller could not act on one of its events: left on the queue for a retry.
+    failed: bool,
 }
 
 /// Core's kind for a parsed message's.
@@ -139,11 +155,24 @@ impl SqsInterruptionSource {
         }
     }
 
-    /// Deletes what the controller has had since the last call.
+    /// Deletes what the controller has had since the last call, except what it could not act on.
     async fn delete_handed_out(&self) {
-        let handles = std::mem::take(&mut *self.handed_out.lock().await);
-        for (handle, event_time) in handles {
-            self.delete(&handle, "", Some(event_time)).await;
+        let handed_out = std::mem::take(&mut *self.handed_out.lock().await);
+        for message in handed_out {
+            if message.failed {
+                tracing::info!(
+                    queue = %self.queue.describe(),
+                    message_id = %message.message_id,
+                    "an interruption message was not handled; it stays on the queue to be received again"
+                );
+                continue;
+            }
+            self.delete(
+                &message.receipt_handle,
+                &message.message_id,
+                Some(message.event_time),
+            )
+            .await;
         }
     }
 
@@ -218,11 +247,15 @@ impl SqsInterruptionSource {
                         }
                     }
                     self.mark_reservations_unavailable(&parsed).await;
-                    events.extend(events_of(&parsed));
-                    self.handed_out
-                        .lock()
-                        .await
-                        .push((message.receipt_handle, parsed.time));
+                    let parsed_events = events_of(&parsed);
+                    events.extend(parsed_events.iter().cloned());
+                    self.handed_out.lock().await.push(HandedOut {
+                        message_id: message.message_id,
+                        receipt_handle: message.receipt_handle,
+                        event_time: parsed.time,
+                        events: parsed_events,
+                        failed: false,
+                    });
                 }
             }
         }
@@ -262,13 +295,26 @@ impl InterruptionSource for SqsInterruptionSource {
                 Ok(_) => backoff = INITIAL_BACKOFF,
                 Err(err) => {
                     self.stats.receive_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(error = %err, retry_in = ?backoff, "receiving interruption messages");
+                    tracing::warn!(
+                        queue = %self.queue.describe(),
+                        error = %err,
+                        retry_in = ?backoff,
+                        "cannot receive from the interruption queue; interruptions are not handled until it can be read"
+                    );
                     tokio::select! {
                         () = tokio::time::sleep(backoff) => {}
                         _ = shutdown.wait_for(|stop| *stop) => return None,
                     }
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
+            }
+        }
+    }
+
+    async fn not_handled(&self, event: &InterruptionEvent) {
+        for message in self.handed_out.lock().await.iter_mut() {
+            if message.events.contains(event) {
+                message.failed = true;
             }
         }
     }

@@ -145,7 +145,9 @@ impl AwsProvider {
 
         let interruption_source = match &settings.interruption_queue {
             Some(name) => {
-                let queue = InterruptionQueue::from_name(clients.sqs.clone(), name).await?;
+                // Looked up when first polled: a missing or unreadable queue is logged and retried by the
+                // source without holding up the rest of the controller.
+                let queue = InterruptionQueue::named(clients.sqs.clone(), name.clone());
                 Some(Arc::new(SqsInterruptionSource::new(
                     queue,
                     clients.ec2.clone(),

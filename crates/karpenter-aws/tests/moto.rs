@@ -487,7 +487,8 @@ async fn interruption_messages_are_received_parsed_and_deleted() {
     let queue = InterruptionQueue::from_name(clients.sqs.clone(), fixtures::CLUSTER)
         .await
         .unwrap();
-    assert!(queue.url().ends_with("/test-cluster"), "{}", queue.url());
+    let url = queue.url().unwrap();
+    assert!(url.ends_with("/test-cluster"), "{url}");
 
     use fixtures::{event, send_messages};
     let bodies = [
@@ -520,7 +521,7 @@ async fn interruption_messages_are_received_parsed_and_deleted() {
         ),
         "this is not an event".to_string(),
     ];
-    send_messages(&admin.sqs, queue.url(), &bodies).await;
+    send_messages(&admin.sqs, queue.url().unwrap(), &bodies).await;
 
     let mut seen = Vec::new();
     for _ in 0..10 {
@@ -553,7 +554,7 @@ async fn interruption_messages_are_received_parsed_and_deleted() {
     let attributes = admin
         .sqs
         .get_queue_attributes()
-        .queue_url(queue.url())
+        .queue_url(queue.url().unwrap())
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
         .send()

@@ -157,8 +157,14 @@ pub struct InterruptionEvent {
 /// The interruption controller acts on them the same way whatever the source.
 #[async_trait]
 pub trait InterruptionSource: Send + Sync {
-    /// Waits for the next messages; `None` once the source is closed.
+    /// Waits for the next messages; `None` once the source is closed. Calling it again says the events it
+    /// returned were acted on (a queue deletes their messages), except those reported with
+    /// [`InterruptionSource::not_handled`].
     async fn receive(&self) -> Option<Vec<InterruptionEvent>>;
+
+    /// The controller could not act on `event` (an API error): a source that can keep its message for a retry
+    /// does, instead of discarding it as handled.
+    async fn not_handled(&self, _event: &InterruptionEvent) {}
 }
 
 /// A cloud Karpenter launches nodes in. See the module documentation.

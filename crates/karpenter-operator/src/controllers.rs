@@ -320,7 +320,8 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
                             }
                             Err(error) => {
                                 timer.failed();
-                                tracing::warn!(controller = "interruption", provider_id = %event.provider_id, %error, "interruption not handled");
+                                tracing::warn!(controller = "interruption", provider_id = %event.provider_id, %error, "interruption not handled; its message is kept for a retry");
+                                source.not_handled(&event).await;
                             }
                         }
                     }

@@ -108,7 +108,7 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
         ),
         "this is not an event".to_string(),
     ];
-    send_messages(&admin.sqs, queue.url(), &bodies).await;
+    send_messages(&admin.sqs, queue.url().unwrap(), &bodies).await;
 
     let unavailable = Arc::new(UnavailableOfferings::default());
     let source = SqsInterruptionSource::new(
@@ -167,7 +167,7 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
     let attributes = admin
         .sqs
         .get_queue_attributes()
-        .queue_url(queue.url())
+        .queue_url(queue.url().unwrap())
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
         .send()
@@ -180,5 +180,142 @@ async fn every_message_kind_becomes_events_and_every_message_is_deleted() {
     ] {
         assert_eq!(attributes.get(&name).map(String::as_str), Some("0"), "{name:?}");
     }
+    assert_eq!(source.stats().delete_errors.load(Ordering::Relaxed), 0);
+}
+
+/// The spot interruption warning of `instance`.
+fn spot_warning(instance: &str) -> String {
+    event(
+        "aws.ec2",
+        "EC2 Spot Instance Interruption Warning",
+        &format!(r#"{{"instance-id": "{instance}", "instance-action": "terminate"}}"#),
+    )
+}
+
+/// Messages on the queue, visible or not.
+async fn messages_on(sqs: &aws_sdk_sqs::Client, url: &str) -> usize {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let attributes = attributes.attributes().unwrap();
+    [
+        QueueAttributeName::ApproximateNumberOfMessages,
+        QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+    ]
+    .iter()
+    .map(|name| {
+        attributes
+            .get(name)
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0)
+    })
+    .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_that_does_not_exist_yet_is_retried_until_it_does() {
+    let moto = moto!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
+    // As the provider starts: the queue is named, not looked up.
+    let queue = InterruptionQueue::named(clients.sqs.clone(), crate::fixtures::CLUSTER);
+    let source = Arc::new(SqsInterruptionSource::new(
+        queue,
+        clients.ec2.clone(),
+        Arc::default(),
+        Arc::new(UnavailableOfferings::default()),
+    ));
+    let receiving = tokio::spawn({
+        let source = Arc::clone(&source);
+        async move { source.receive().await }
+    });
+    // The lookup fails and is retried (1 s, then 2 s, ...) rather than ending the source.
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    while source.stats().receive_errors.load(Ordering::Relaxed) < 2 {
+        assert!(Instant::now() < deadline, "the missing queue was not retried");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(!receiving.is_finished());
+
+    let created = admin
+        .sqs
+        .create_queue()
+        .queue_name(crate::fixtures::CLUSTER)
+        .send()
+        .await
+        .unwrap();
+    let url = created.queue_url().unwrap().to_string();
+    send_messages(&admin.sqs, &url, &[spot_warning("i-0000000000000000a")]).await;
+    let events = tokio::time::timeout(std::time::Duration::from_secs(120), receiving)
+        .await
+        .expect("the source reads the queue once it exists")
+        .unwrap()
+        .unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].provider_id, "i-0000000000000000a");
+    source.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_controller_could_not_act_on_is_received_again_and_deleted_once_handled() {
+    let moto = moto!(&["m5.large"]);
+    let clients = moto.clients("us-west-2").await;
+    let admin = moto.admin_clients("us-west-2").await;
+    let created = admin
+        .sqs
+        .create_queue()
+        .queue_name(crate::fixtures::CLUSTER)
+        .send()
+        .await
+        .unwrap();
+    let url = created.queue_url().unwrap().to_string();
+    send_messages(
+        &admin.sqs,
+        &url,
+        &[
+            spot_warning("i-0000000000000000a"),
+            spot_warning("i-0000000000000000b"),
+        ],
+    )
+    .await;
+    let source = SqsInterruptionSource::new(
+        InterruptionQueue::named(clients.sqs.clone(), crate::fixtures::CLUSTER),
+        clients.ec2.clone(),
+        Arc::default(),
+        Arc::new(UnavailableOfferings::default()),
+    );
+    let mut events = Vec::new();
+    while events.len() < 2 {
+        events.extend(source.receive().await.unwrap());
+    }
+    // The controller acted on b's message but could not on a's (an API error deleting its NodeClaim).
+    let failed = events
+        .iter()
+        .find(|e| e.provider_id == "i-0000000000000000a")
+        .unwrap()
+        .clone();
+    source.not_handled(&failed).await;
+
+    // The next receive deletes b's message only; a's comes back once its visibility timeout has passed.
+    let again = tokio::time::timeout(std::time::Duration::from_secs(90), source.receive())
+        .await
+        .expect("the failed message is delivered again")
+        .unwrap();
+    assert_eq!(again, vec![failed]);
+    assert_eq!(
+        messages_on(&admin.sqs, &url).await,
+        1,
+        "only the failed message is left"
+    );
+
+    // Handled this time: the receive after it deletes it.
+    source.shutdown();
+    assert!(source.receive().await.is_none());
+    assert_eq!(messages_on(&admin.sqs, &url).await, 0);
     assert_eq!(source.stats().delete_errors.load(Ordering::Relaxed), 0);
 }
