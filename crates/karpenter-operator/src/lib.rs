@@ -82,6 +82,10 @@ impl Operator {
     /// Runs until `shutdown` completes (then the controllers are stopped, the Lease released so a standby takes
     /// over at once, and `Ok`, all within [`SHUTDOWN_DEADLINE`]) or something makes this replica unfit to lead
     /// (then the error). Dropping the future stops everything at once, as a crash would.
+    ///
+    /// With leader election on, the Lease is renewed from the moment it is acquired, while the cache syncs as
+    /// well, and the controllers start only once the cache has synced with the Lease still held; see [`leader`]
+    /// for why two replicas then never act at once.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), OperatorError> {
         let Self {
             parts,
@@ -145,41 +149,61 @@ impl Operator {
         leader_gauge.set(0);
 
         tokio::pin!(shutdown);
-        let became_leader = async {
-            if let Some(election) = election.as_mut() {
-                tracing::info!(lease = %lease_name, %identity, "waiting for the leader lease");
-                election.acquire().await;
+        if let Some(election) = election.as_mut() {
+            tracing::info!(lease = %lease_name, %identity, "waiting for the leader lease");
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                () = election.acquire() => {}
             }
-            while !parts.state.synced() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        };
-        tokio::select! {
-            () = &mut shutdown => return Ok(()),
-            () = became_leader => {}
+            leader_gauge.set(1);
         }
-        leader_gauge.set(1);
-        tracing::info!(%identity, "leading: starting the controllers");
 
         let mut controllers = JoinSet::new();
-        for (name, task) in controller_tasks(&parts).into_iter().chain(provider_tasks) {
-            controllers.spawn(async move {
-                task.await;
-                name
-            });
-        }
-        let hold = async {
-            match election.as_mut() {
-                Some(election) => election.hold().await,
-                None => std::future::pending().await,
+        let outcome = {
+            // From the moment the Lease is ours it is renewed, by this one loop, until this replica stops leading:
+            // while the cache syncs as well as while the controllers run. A sync that outlasted the lease duration
+            // unrenewed would let a standby take the Lease and start its controllers, and ours would start beside
+            // them once synced. Losing the Lease before the cache has synced means the controllers never start.
+            let hold = async {
+                match election.as_mut() {
+                    Some(election) => election.hold().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(hold);
+            let synced = async {
+                while !parts.state.synced() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            };
+            let stopped_before_leading = tokio::select! {
+                // A lost Lease wins over a sync that completes at the same moment.
+                biased;
+                () = &mut shutdown => Some(Ok(())),
+                () = &mut hold => Some(Err(OperatorError::LeaseLost(lease_name.clone()))),
+                () = synced => None,
+            };
+            match stopped_before_leading {
+                Some(outcome) => outcome,
+                None => {
+                    // (Already 1 with leader election on: it tells whether this replica holds the Lease.)
+                    leader_gauge.set(1);
+                    tracing::info!(%identity, "leading: starting the controllers");
+                    for (name, task) in controller_tasks(&parts).into_iter().chain(provider_tasks) {
+                        controllers.spawn(async move {
+                            task.await;
+                            name
+                        });
+                    }
+                    tokio::select! {
+                        () = &mut shutdown => Ok(()),
+                        () = &mut hold => Err(OperatorError::LeaseLost(lease_name.clone())),
+                        Some(stopped) = controllers.join_next() => Err(OperatorError::ControllerStopped(
+                            stopped.unwrap_or("a controller that panicked"),
+                        )),
+                    }
+                }
             }
-        };
-        let outcome = tokio::select! {
-            () = &mut shutdown => Ok(()),
-            () = hold => Err(OperatorError::LeaseLost(lease_name.clone())),
-            Some(stopped) = controllers.join_next() => Err(OperatorError::ControllerStopped(
-                stopped.unwrap_or("a controller that panicked"),
-            )),
         };
         leader_gauge.set(0);
         if outcome.is_ok() {
