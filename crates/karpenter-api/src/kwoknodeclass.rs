@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::{
-    common::{Condition, ConditionStatus, find_condition},
+    common::Condition,
     duration::parse_go_duration,
     validation::{DURATION_PATTERN, ValidationErrors, Validator},
 };
@@ -84,20 +84,6 @@ pub struct KWOKNodeClassStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// A KWOKNodeClass's readiness as upstream's provider reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KwokReadiness {
-    Ready,
-    /// `Ready=False`, with the condition's message: launches fail with NodeClassNotReady.
-    NotReady {
-        reason: String,
-        message: String,
-    },
-    /// No `Ready` condition, or `Unknown`: upstream launches (it refuses only on False) but the NodePool is not
-    /// Ready.
-    Unknown,
-}
-
 impl KWOKNodeClass {
     /// Reads a KWOKNodeClass as the API server returns it: the derived decoder needs a `spec`, which upstream's
     /// type (and so a class written for it) may leave out.
@@ -135,23 +121,6 @@ impl KWOKNodeClass {
             .filter(|d| matches_duration_pattern(d))
             .and_then(|d| parse_go_duration(d).ok())
             .unwrap_or_default()
-    }
-
-    /// The class's `Ready` condition, read as upstream's provider and NodePool controller read it.
-    pub fn readiness(&self) -> KwokReadiness {
-        let conditions = self
-            .status
-            .as_ref()
-            .map(|s| s.conditions.as_slice())
-            .unwrap_or_default();
-        match find_condition(conditions, "Ready") {
-            Some(c) if c.status == ConditionStatus::True => KwokReadiness::Ready,
-            Some(c) if c.status == ConditionStatus::False => KwokReadiness::NotReady {
-                reason: c.reason.clone(),
-                message: c.message.clone(),
-            },
-            _ => KwokReadiness::Unknown,
-        }
     }
 }
 
@@ -270,29 +239,6 @@ mod tests {
              spec: {nodeRegistrationDelay: 1m30s}\n",
         );
         assert_eq!(delayed.registration_delay(), Duration::from_secs(90));
-    }
-
-    #[test]
-    fn readiness_follows_the_ready_condition() {
-        let with = |status: &str| {
-            class(&format!(
-                "apiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {{name: c}}\nspec: {{}}\n\
-                 status: {{conditions: [{{type: Ready, status: \"{status}\", reason: Broken, message: gone, \
-                 lastTransitionTime: \"2024-01-01T01:01:01Z\"}}]}}\n"
-            ))
-        };
-        assert_eq!(with("True").readiness(), KwokReadiness::Ready);
-        assert_eq!(
-            with("False").readiness(),
-            KwokReadiness::NotReady {
-                reason: "Broken".into(),
-                message: "gone".into()
-            }
-        );
-        assert_eq!(with("Unknown").readiness(), KwokReadiness::Unknown);
-        let bare =
-            class("apiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {name: c}\n");
-        assert_eq!(bare.readiness(), KwokReadiness::Unknown);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::{
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{
-    kwoknodeclass::{self as kwok, KWOKNodeClass, KwokReadiness},
+    kwoknodeclass::{self as kwok, KWOKNodeClass},
     labels,
     nodeclaim::{NodeClaim, NodeClaimStatus},
     nodepool::NodePool,
@@ -28,6 +28,7 @@ use karpenter_core::{
     cloudprovider::{CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RepairPolicy},
     disruption::drift::DriftProvider,
 };
+use karpenter_nodeclass::{NodeClassReadiness, condition_readiness};
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
@@ -246,7 +247,7 @@ impl KwokCloudProvider {
                 message: problems.to_string(),
             });
         }
-        if let KwokReadiness::NotReady { message, .. } = class.readiness() {
+        if let NodeClassReadiness::NotReady { message, .. } = condition_readiness(&class) {
             return Err(CloudProviderError::NodeClassNotReady {
                 name: class_name.clone(),
                 reason: message,

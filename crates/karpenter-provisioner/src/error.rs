@@ -1,6 +1,7 @@
 //! The crate's one error type.
 
 use karpenter_core::cloudprovider::CloudProviderError;
+use karpenter_nodeclass::NodeClassError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionerError {
@@ -28,6 +29,15 @@ impl ProvisionerError {
             Self::Kube(_) => "KubeAPI",
             Self::CloudProvider(e) => e.category(),
             Self::Encode { .. } => "Encode",
+        }
+    }
+}
+
+/// A node class lookup's API error is the provisioner's own Kubernetes API error (same category).
+impl From<NodeClassError> for ProvisionerError {
+    fn from(error: NodeClassError) -> Self {
+        match error {
+            NodeClassError::Kube(e) => Self::Kube(e),
         }
     }
 }

@@ -5,7 +5,8 @@
 //!   own checks); False with reason `NodePoolValidationFailed` and the fields at fault otherwise. The
 //!   provisioner and the disruption pass skip an invalid NodePool whatever this condition says (core's snapshot
 //!   validates each NodePool itself); the condition is how a user finds out.
-//! - `NodeClassReady`: the referenced NodeClass's own `Ready` condition, or why it cannot be read.
+//! - `NodeClassReady`: the referenced NodeClass's own `Ready` condition, or why it cannot be read (read by
+//!   karpenter-nodeclass, the same way for every kind: [`NodeClassReadiness`]).
 //! - `Ready`: True when both are True; otherwise False if one is False, else Unknown.
 //!
 //! Conditions keep their `lastTransitionTime` while their status stays, so the status is only rewritten when
@@ -17,27 +18,11 @@ use karpenter_api::{
     common::{Condition, ConditionStatus},
     validation::ValidationErrors,
 };
+use karpenter_nodeclass::NodeClassReadiness;
 
 pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
 pub const NODE_CLASS_READY: &str = "NodeClassReady";
 pub const READY: &str = "Ready";
-
-/// What was found of the NodePool's NodeClass.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeClassReadiness {
-    /// Its Ready condition is True.
-    Ready,
-    /// Its Ready condition is False (or Unknown), with the NodeClass's reason and message.
-    NotReady { reason: String, message: String },
-    /// The kind is served but there is no object of that name.
-    NotFound,
-    /// The NodeClass is being deleted.
-    Terminating,
-    /// It has no Ready condition yet.
-    ReadinessUnknown,
-    /// The reference names a kind the provider does not serve, or the API server does not know.
-    UnknownKind { message: String },
-}
 
 /// One condition as it should be: status, reason, message (the NodeOverlay status controller writes its
 /// conditions through the same [`merge_conditions`]).

@@ -10,32 +10,30 @@
 //! lifecycle reported ([`crate::registration_health`]); being the only writer of the conditions, it never races
 //! another controller over the list.
 //!
-//! The NodeClass is read by its reference: a kind the provider does not serve is Unknown; otherwise the API
-//! server's discovery resolves the kind (cached, so a pass costs one GET per NodePool) and the object's Ready
-//! condition decides.
+//! The NodeClass is read by its reference through karpenter-nodeclass's [`NodeClassLookup`]: a kind the provider
+//! does not serve is Unknown; otherwise the API server's discovery resolves the kind (cached, so a pass costs one
+//! GET per NodePool) and the object's Ready condition decides.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use jiff::Timestamp;
 use karpenter_api::{
-    common::NodeClassReference,
     label_policy::LabelPolicy,
     nodepool::{NodePool, NodePoolStatus},
 };
 use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
+use karpenter_nodeclass::{NodeClassLookup, ObservedNodeClass};
 use karpenter_state::api_errors::is_not_found;
 use karpenter_state::{ControllerContext, periodic::run_synced_untimed};
 use kube::{
     Api, ResourceExt,
-    api::{ApiResource, DynamicObject, Patch, PatchParams},
-    discovery,
+    api::{Patch, PatchParams},
 };
 use serde_json::{Map, Value, json};
-use tokio::sync::Mutex;
 
 use crate::{
     ProvisionerError,
-    nodepool_conditions::{NodeClassReadiness, nodepool_conditions},
+    nodepool_conditions::nodepool_conditions,
     nodepool_hash::sync_hashes,
     nodepool_resources::pool_resources,
     registration_health::{Generations, RegistrationHealth},
@@ -56,8 +54,8 @@ pub struct NodePoolStatusController {
     cloud: Arc<dyn CloudProvider>,
     /// The label rules validation applies (the provisioner's `BuildOptions::label_policy`).
     label_policy: LabelPolicy,
-    /// (group, kind) to how the API server serves it; `None` when it does not.
-    kinds: Mutex<HashMap<(String, String), Option<ApiResource>>>,
+    /// Finds and reads each NodePool's NodeClass.
+    node_classes: NodeClassLookup,
     /// Between passes (tokio time).
     pub interval: Duration,
     /// The registration outcomes the lifecycle reports.
@@ -67,10 +65,10 @@ pub struct NodePoolStatusController {
 impl NodePoolStatusController {
     pub fn new(cx: ControllerContext, cloud: Arc<dyn CloudProvider>, label_policy: LabelPolicy) -> Self {
         Self {
+            node_classes: NodeClassLookup::new(cx.client.clone()),
             cx,
             cloud,
             label_policy,
-            kinds: Mutex::new(HashMap::new()),
             interval: Duration::from_secs(5),
             registration_health: Arc::default(),
         }
@@ -113,8 +111,12 @@ impl NodePoolStatusController {
             let hashes = sync_hashes(&self.cx.client, &pool, &claims).await?;
             pass.rehashed.extend(hashes.rehashed);
             let counted = pool_resources(&name, nodes.iter().map(|n| &**n), claims.iter().map(|c| &**c));
-            let (readiness, class_generation) = self
-                .node_class_readiness(&pool.spec.template.spec.node_class_ref)
+            let ObservedNodeClass {
+                readiness,
+                generation: class_generation,
+            } = self
+                .node_classes
+                .observe(self.cloud.as_ref(), &pool.spec.template.spec.node_class_ref)
                 .await?;
             let current = pool.status.clone().unwrap_or_default();
             let mut conditions = nodepool_conditions(
@@ -170,86 +172,6 @@ impl NodePoolStatusController {
         self.registration_health.retain(&live);
         Ok(pass)
     }
-
-    /// The NodeClass's readiness, and its generation when it was found.
-    async fn node_class_readiness(
-        &self,
-        reference: &NodeClassReference,
-    ) -> Result<(NodeClassReadiness, Option<i64>), ProvisionerError> {
-        let served = self
-            .cloud
-            .supported_node_classes()
-            .into_iter()
-            .find(|k| k.group == reference.group && k.kind == reference.kind);
-        let Some(kind) = served else {
-            let message = format!(
-                "{}/{} is not a NodeClass kind the {} provider serves",
-                reference.group,
-                reference.kind,
-                self.cloud.name()
-            );
-            return Ok((NodeClassReadiness::UnknownKind { message }, None));
-        };
-        let Some(resource) = self.resolve(&reference.group, &reference.kind).await else {
-            let message = format!(
-                "the API server does not serve {}/{} (is its CRD installed?)",
-                reference.group, reference.kind
-            );
-            return Ok((NodeClassReadiness::UnknownKind { message }, None));
-        };
-        let api: Api<DynamicObject> = Api::all_with(self.cx.client.clone(), &resource);
-        let Some(object) = api.get_opt(&reference.name).await? else {
-            return Ok((NodeClassReadiness::NotFound, None));
-        };
-        let readiness = readiness_of(&object, self.cloud.node_class_reports_readiness(&kind));
-        Ok((readiness, Some(object.metadata.generation.unwrap_or_default())))
-    }
-
-    /// How the API server serves `group`/`kind`, from discovery once per kind. A failed discovery is not cached,
-    /// so a CRD installed later is found.
-    async fn resolve(&self, group: &str, kind: &str) -> Option<ApiResource> {
-        let key = (group.to_string(), kind.to_string());
-        if let Some(found) = self.kinds.lock().await.get(&key) {
-            return found.clone();
-        }
-        match discovery::group(&self.cx.client, group).await {
-            Ok(g) => {
-                let found = g.recommended_kind(kind).map(|(resource, _)| resource);
-                self.kinds.lock().await.insert(key, found.clone());
-                found
-            }
-            Err(error) => {
-                tracing::debug!(group, %error, "discovering a NodeClass group failed");
-                None
-            }
-        }
-    }
-}
-
-/// A NodeClass's readiness from its object; one of a provider that writes no Ready condition
-/// (`reports_readiness` false) is ready while it exists.
-fn readiness_of(object: &DynamicObject, reports_readiness: bool) -> NodeClassReadiness {
-    if object.metadata.deletion_timestamp.is_some() {
-        return NodeClassReadiness::Terminating;
-    }
-    if !reports_readiness {
-        return NodeClassReadiness::Ready;
-    }
-    let ready = object.data["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
-    let Some(ready) = ready else {
-        return NodeClassReadiness::ReadinessUnknown;
-    };
-    let text = |field: &str| ready[field].as_str().unwrap_or_default().to_string();
-    match ready["status"].as_str() {
-        Some("True") => NodeClassReadiness::Ready,
-        Some("False") => NodeClassReadiness::NotReady {
-            reason: text("reason"),
-            message: text("message"),
-        },
-        _ => NodeClassReadiness::ReadinessUnknown,
-    }
 }
 
 /// Whether writing `wanted` would change nothing.
@@ -285,63 +207,6 @@ fn status_patch(current: &NodePoolStatus, wanted: &NodePoolStatus) -> Result<Val
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn object(status: Value, deleting: bool) -> DynamicObject {
-        let mut o: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-            "metadata": {"name": "default"}, "status": status
-        }))
-        .unwrap();
-        if deleting {
-            o.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                "2026-01-01T00:00:00Z".parse().unwrap(),
-            ));
-        }
-        o
-    }
-
-    #[test]
-    fn node_class_readiness_follows_its_ready_condition() {
-        let ready = json!({"conditions": [{"type": "Ready", "status": "True"}]});
-        assert_eq!(
-            readiness_of(&object(ready.clone(), false), true),
-            NodeClassReadiness::Ready
-        );
-        assert_eq!(
-            readiness_of(&object(ready, true), true),
-            NodeClassReadiness::Terminating
-        );
-        assert_eq!(
-            readiness_of(
-                &object(
-                    json!({"conditions": [{"type": "Ready", "status": "False", "reason": "AMINotFound", "message": "no AMI"}]}),
-                    false
-                ),
-                true
-            ),
-            NodeClassReadiness::NotReady {
-                reason: "AMINotFound".into(),
-                message: "no AMI".into()
-            }
-        );
-        assert_eq!(
-            readiness_of(&object(json!({}), false), true),
-            NodeClassReadiness::ReadinessUnknown
-        );
-    }
-
-    #[test]
-    fn a_node_class_of_a_provider_that_writes_no_readiness_is_ready_while_it_exists() {
-        // kwok: the EC2NodeClass has no status at all, and its NodePools must still launch.
-        assert_eq!(
-            readiness_of(&object(json!({}), false), false),
-            NodeClassReadiness::Ready
-        );
-        assert_eq!(
-            readiness_of(&object(json!({}), true), false),
-            NodeClassReadiness::Terminating
-        );
-    }
 
     #[test]
     fn the_patch_removes_resources_the_pool_no_longer_has() {
