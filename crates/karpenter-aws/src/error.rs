@@ -159,6 +159,15 @@ impl From<kube::Error> for AwsError {
     }
 }
 
+/// The node-class machinery's API errors (the EC2NodeClass finalizer, re-hashing) are the provider's own.
+impl From<karpenter_nodeclass::NodeClassError> for AwsError {
+    fn from(err: karpenter_nodeclass::NodeClassError) -> Self {
+        match err {
+            karpenter_nodeclass::NodeClassError::Kube(err) => Self::from(err),
+        }
+    }
+}
+
 /// Whether an AWS error code means throttling.
 pub fn is_throttling_code(code: &str) -> bool {
     THROTTLING_CODES.contains(&code)

@@ -13,22 +13,24 @@
 //!   CloudProvider's cache (launches and drift read it), and requeues after the refresh interval (upstream
 //!   re-resolves subnets every minute and AMIs every few; a class with capacity reservation terms every minute,
 //!   which keeps the reservations' instance counts current).
+//!
+//! The finalizer's decisions, the NodeClaims a class has and the hash annotations' rules are
+//! karpenter-nodeclass's ([`karpenter_nodeclass::finalizer`], [`karpenter_nodeclass::claims`],
+//! [`karpenter_nodeclass::hash`]); what is done on the way out (launch templates, instance profile) is this
+//! controller's.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use karpenter_api::ec2nodeclass::{EC2NODECLASS_HASH_VERSION, EC2NodeClass, EC2NodeClassStatus};
-use karpenter_api::labels::{
-    AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_GROUP,
-    AWS_NODECLASS_FINALIZER,
-};
+use karpenter_api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus};
+use karpenter_api::labels::AWS_NODECLASS_FINALIZER;
 use karpenter_api::nodeclaim::NodeClaim;
+use karpenter_nodeclass::claims::{class_of, node_claims_using};
+use karpenter_nodeclass::finalizer::{Deletion, TerminationFinalizer, set_finalizers};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -43,6 +45,7 @@ use crate::placement_groups::ResolvedPlacementGroups;
 use crate::settings::AwsSettings;
 
 use super::dry_run::DryRunCache;
+use super::hash::EC2NODECLASS_HASH;
 use super::status::Resolution;
 
 /// How long a deleting class waits before looking at its NodeClaims again (they also wake it).
@@ -51,6 +54,8 @@ pub const NODE_CLAIM_WAIT: Duration = Duration::from_secs(10);
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(30);
 /// The field manager of the controller's patches.
 pub const FIELD_MANAGER: &str = "karpenter-ec2nodeclass";
+/// The finalizer that holds an EC2NodeClass while NodeClaims use it.
+pub const TERMINATION: TerminationFinalizer = TerminationFinalizer(AWS_NODECLASS_FINALIZER);
 
 /// What the controller needs of the CloudProvider: the clients and caches a class's resolution reads and
 /// fills. A trait, implemented by [`crate::cloud_provider::AwsCloudProvider`], so this controller does not
@@ -81,34 +86,6 @@ pub struct Context {
     pub provider: Arc<dyn NodeClassBackend>,
 }
 
-/// The NodeClaims that use the class `name`.
-async fn node_claims_of(client: &kube::Client, name: &str) -> Result<Vec<String>, AwsError> {
-    let claims = Api::<NodeClaim>::all(client.clone())
-        .list(&ListParams::default())
-        .await?;
-    Ok(claims
-        .items
-        .into_iter()
-        .filter(|c| c.spec.node_class_ref.group == AWS_GROUP && c.spec.node_class_ref.name == name)
-        .map(|c| c.name_any())
-        .collect())
-}
-
-/// Sets the class's finalizers, failing on a concurrent change (the resourceVersion precondition).
-async fn set_finalizers(
-    api: &Api<EC2NodeClass>,
-    class: &EC2NodeClass,
-    finalizers: Vec<String>,
-) -> Result<(), AwsError> {
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": class.resource_version(),
-    }});
-    api.patch(&class.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
-}
-
 /// The status as a merge patch: every field present, so an emptied list or a dropped instance profile is
 /// written too.
 fn status_patch(status: &EC2NodeClassStatus) -> serde_json::Value {
@@ -126,30 +103,26 @@ fn status_patch(status: &EC2NodeClassStatus) -> serde_json::Value {
 pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action, AwsError> {
     let api: Api<EC2NodeClass> = Api::all(ctx.client.clone());
     let name = class.name_any();
-    let has_finalizer = class.finalizers().iter().any(|f| f == AWS_NODECLASS_FINALIZER);
 
     if class.metadata.deletion_timestamp.is_some() {
-        let claims = node_claims_of(&ctx.client, &name).await?;
-        if !claims.is_empty() {
-            tracing::info!(
-                ec2nodeclass = %name, node_claims = claims.len(),
-                "WaitingOnNodeClaimTermination: the EC2NodeClass is deleted once its NodeClaims are"
-            );
-            return Ok(Action::requeue(NODE_CLAIM_WAIT));
-        }
-        if has_finalizer {
-            // Its launch templates and the instance profile Karpenter made for the role go with the class.
-            ctx.provider.launch_templates().delete_class(&name).await?;
-            if class.spec.instance_profile.is_none() && class.spec.role.is_some() {
-                ctx.provider.instance_profiles().delete(&name).await?;
+        let claims = node_claims_using::<EC2NodeClass>(&ctx.client, &name).await?;
+        match TERMINATION.on_deletion(&class.metadata, claims) {
+            Deletion::WaitForNodeClaims(claims) => {
+                tracing::info!(
+                    ec2nodeclass = %name, node_claims = claims.len(),
+                    "WaitingOnNodeClaimTermination: the EC2NodeClass is deleted once its NodeClaims are"
+                );
+                return Ok(Action::requeue(NODE_CLAIM_WAIT));
             }
-            let rest = class
-                .finalizers()
-                .iter()
-                .filter(|f| *f != AWS_NODECLASS_FINALIZER)
-                .cloned()
-                .collect();
-            set_finalizers(&api, &class, rest).await?;
+            Deletion::Finalize => {
+                // Its launch templates and the instance profile Karpenter made for the role go with the class.
+                ctx.provider.launch_templates().delete_class(&name).await?;
+                if class.spec.instance_profile.is_none() && class.spec.role.is_some() {
+                    ctx.provider.instance_profiles().delete(&name).await?;
+                }
+                set_finalizers(&api, &class, TERMINATION.removed(&class.metadata)).await?;
+            }
+            Deletion::Released => {}
         }
         ctx.provider.node_class_cache().remove(&name);
         ctx.provider.placement_groups().remove(&name);
@@ -158,9 +131,7 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
     }
 
     let mut class = (*class).clone();
-    if !has_finalizer {
-        let mut finalizers = class.finalizers().to_vec();
-        finalizers.push(AWS_NODECLASS_FINALIZER.to_string());
+    if let Some(finalizers) = TERMINATION.added(&class.metadata) {
         set_finalizers(&api, &class, finalizers).await?;
         // The patch bumped the resourceVersion; later writes need no precondition.
     }
@@ -204,18 +175,8 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
             tracing::info!(ec2nodeclass = %name, node_claims = rehashed, "re-hashed NodeClaims stamped by another EC2NodeClass hash version");
         }
     }
-    let hash = class.hash();
-    let annotations = class.annotations();
-    if annotations.get(AWS_EC2NODECLASS_HASH_ANNOTATION) != Some(&hash)
-        || annotations
-            .get(AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION)
-            .map(String::as_str)
-            != Some(EC2NODECLASS_HASH_VERSION)
-    {
-        let patch = json!({"metadata": {"annotations": BTreeMap::from([
-            (AWS_EC2NODECLASS_HASH_ANNOTATION, hash.as_str()),
-            (AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, EC2NODECLASS_HASH_VERSION),
-        ])}});
+    if let Some(annotations) = EC2NODECLASS_HASH.class_annotations(class.annotations(), &class.hash()) {
+        let patch = json!({"metadata": {"annotations": annotations}});
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
@@ -310,8 +271,7 @@ pub async fn run(ctx: Arc<Context>) {
     let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
     Controller::new(classes, watcher::Config::default())
         .watches(claims, watcher::Config::default(), |claim: NodeClaim| {
-            let reference = &claim.spec.node_class_ref;
-            (reference.group == AWS_GROUP).then(|| ObjectRef::new(&reference.name))
+            class_of::<EC2NodeClass>(&claim)
         })
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -2,69 +2,45 @@
 //! not yet carry this project's `karpenter.k8s.aws/ec2nodeclass-hash-version` (a class upstream Karpenter
 //! annotated with `v6`, after a migration), its NodeClaims stamped by another version take the current version
 //! and, unless already `Drifted`, the class's current hash. Without this a migrated NodeClaim would never be
-//! found drifted by a change to its class (drift compares hashes of the same version only).
+//! found drifted by a change to its class (drift compares hashes of the same version only). The kind-neutral
+//! rules and writes are karpenter-nodeclass's ([`karpenter_nodeclass::hash`]); this module names the EC2NodeClass's
+//! annotations and hash.
 
 use std::collections::BTreeMap;
 
 use karpenter_api::ec2nodeclass::{EC2NODECLASS_HASH_VERSION, EC2NodeClass};
-use karpenter_api::labels::{
-    AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION, AWS_GROUP,
-};
+use karpenter_api::labels::{AWS_EC2NODECLASS_HASH_ANNOTATION, AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION};
 use karpenter_api::nodeclaim::NodeClaim;
-use karpenter_core::disruption::drift::rehash_annotations;
-use karpenter_state::api_errors::ignore_not_found;
-use kube::api::{ListParams, Patch, PatchParams};
-use kube::{Api, ResourceExt};
-use serde_json::json;
+use karpenter_nodeclass::HashAnnotations;
+use kube::ResourceExt;
 
 use crate::error::AwsError;
 
+/// Where an EC2NodeClass and its NodeClaims keep the class's hash, and the current hash version.
+pub const EC2NODECLASS_HASH: HashAnnotations = HashAnnotations {
+    hash_key: AWS_EC2NODECLASS_HASH_ANNOTATION,
+    version_key: AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION,
+    version: EC2NODECLASS_HASH_VERSION,
+};
+
 /// Whether `class` was last annotated by another hash version (or never), so its NodeClaims need re-hashing.
 pub fn class_needs_rehash(class: &EC2NodeClass) -> bool {
-    class
-        .annotations()
-        .get(AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION)
-        .map(String::as_str)
-        != Some(EC2NODECLASS_HASH_VERSION)
+    EC2NODECLASS_HASH.needs_rehash(class.annotations())
 }
 
 /// The annotations that re-hash `claim` against `class`, or `None` when it uses another class or is current.
 pub fn claim_rehash(claim: &NodeClaim, class: &EC2NodeClass) -> Option<BTreeMap<String, String>> {
-    let reference = &claim.spec.node_class_ref;
-    if reference.group != AWS_GROUP || reference.name != class.name_any() {
-        return None;
-    }
-    rehash_annotations(
-        claim,
-        AWS_EC2NODECLASS_HASH_ANNOTATION,
-        AWS_EC2NODECLASS_HASH_VERSION_ANNOTATION,
-        EC2NODECLASS_HASH_VERSION,
-        || class.hash(),
-    )
+    EC2NODECLASS_HASH.claim_rehash(claim, class, || class.hash())
 }
 
 /// Re-hashes the NodeClaims of `class` stamped by another version; returns how many were written. Each write is
-/// conditional on the resourceVersion read; a claim changed or gone meanwhile is an error, so the class keeps
-/// its old version annotation and the next reconcile tries again.
+/// conditional on the resourceVersion read; a claim changed meanwhile is an error, so the class keeps its old
+/// version annotation and the next reconcile tries again (one gone meanwhile needs nothing).
 pub async fn rehash_node_claims(client: &kube::Client, class: &EC2NodeClass) -> Result<usize, AwsError> {
-    let api: Api<NodeClaim> = Api::all(client.clone());
-    let mut written = 0;
-    for claim in api.list(&ListParams::default()).await?.items {
-        let Some(annotations) = claim_rehash(&claim, class) else {
-            continue;
-        };
-        let patch = json!({"metadata": {
-            "resourceVersion": claim.resource_version(),
-            "annotations": annotations,
-        }});
-        let patched = api
-            .patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await;
-        if ignore_not_found(patched)?.is_some() {
-            written += 1;
-        }
-    }
-    Ok(written)
+    Ok(
+        karpenter_nodeclass::hash::rehash_node_claims(client, class, &EC2NODECLASS_HASH, || class.hash())
+            .await?,
+    )
 }
 
 #[cfg(test)]
@@ -72,6 +48,7 @@ mod tests {
     use super::*;
     use karpenter_api::common::{Condition, ConditionStatus};
     use karpenter_api::nodeclaim::conditions;
+    use serde_json::json;
 
     fn class(annotations: serde_json::Value) -> EC2NodeClass {
         serde_json::from_value(json!({

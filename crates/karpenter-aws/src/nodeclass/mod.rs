@@ -6,6 +6,10 @@
 //! while NodeClaims still use the class; the drift hash annotations ([`controller`]) and the re-hashing of NodeClaims after a hash-version change
 //! ([`hash`]).
 //!
+//! What every node class shares (the Ready root condition over the dependents, the hash annotations and the
+//! re-hashing of NodeClaims, the finalizer that waits for the class's NodeClaims) is karpenter-nodeclass's; this
+//! module names the EC2NodeClass's annotations and finalizer and does the EC2 resolution.
+//!
 //! [`resolve`] is shared with the CloudProvider, which resolves a class itself when a launch comes before the
 //! controller has written any status.
 

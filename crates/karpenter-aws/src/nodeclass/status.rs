@@ -19,6 +19,7 @@ use karpenter_api::common::{Condition, ConditionStatus};
 use karpenter_api::ec2nodeclass::{
     Ami, EC2NodeClass, EC2NodeClassStatus, SecurityGroup, Subnet, conditions, reasons,
 };
+use karpenter_nodeclass::conditions::{keep_transition_times, ready_over};
 use serde::Serialize;
 
 use crate::capacity_reservations::ReservationDiscovery;
@@ -33,8 +34,8 @@ pub const INSTANCE_PROFILE_NOT_MANAGED: &str = "InstanceProfileNotManaged";
 pub const INSTANCE_PROFILE_CREATION_FAILED: &str = "InstanceProfileCreationFailed";
 /// Reason of ValidationSucceeded when the spec breaks the CRD's rules (an object the API server would refuse).
 pub const SPEC_VALIDATION_FAILED: &str = "SpecValidationFailed";
-/// Reason of Ready when a dependent is not True.
-pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
+/// Reason of Ready when a dependent is not True (karpenter-nodeclass computes Ready over the dependents).
+pub use karpenter_nodeclass::conditions::UNHEALTHY_DEPENDENTS;
 /// Reason of a dependent whose lookup failed (throttling, permissions, an unreachable endpoint).
 pub const RESOLUTION_FAILED: &str = "ResolutionFailed";
 /// Reason of CapacityReservationsReady when a capacity reservation selector term selected nothing.
@@ -384,26 +385,9 @@ pub fn compute_status(
         generation,
     ));
 
-    let unhealthy: Vec<String> = conditions_out
-        .iter()
-        .filter(|c| c.status != ConditionStatus::True)
-        .map(|c| format!("{}={:?} ({})", c.type_, c.status, c.reason))
-        .collect();
-    conditions_out.push(condition(
-        conditions::READY,
-        unhealthy.is_empty(),
-        UNHEALTHY_DEPENDENTS,
-        unhealthy.join(", "),
-        generation,
-    ));
+    conditions_out.push(ready_over(&conditions_out, generation));
     // A condition keeps its transition time while its status stays.
-    for c in &mut conditions_out {
-        c.last_transition_time = previous
-            .conditions
-            .iter()
-            .find(|old| old.type_ == c.type_ && old.status == c.status)
-            .map_or(Time(now), |old| old.last_transition_time.clone());
-    }
+    keep_transition_times(&mut conditions_out, &previous.conditions, now);
     EC2NodeClassStatus {
         subnets,
         security_groups,
