@@ -95,10 +95,18 @@ pub const PROVIDER_COMPATIBILITY_ANNOTATION: &str = "compatibility.karpenter.sh/
 pub const POD_DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// A static pod's mirror in the API server: the kubelet owns it, nothing drains or counts it.
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// On a NodeClaim: the Node's boot ID before Karpenter asked the provider to reboot it. A different boot ID
+/// means the reboot happened, so it is not asked for again; removed when the reboot ends.
+pub const REBOOT_PRE_BOOT_ID_ANNOTATION: &str = "karpenter.sh/reboot-pre-boot-id";
+/// On a NodeClaim: a duration (`1m0s`) bounding the drain before a reboot, from when it was committed; pods
+/// still on the node then stay on it through the reboot. Unset, the drain waits as long as pods remain.
+pub const REBOOT_TERMINATION_GRACE_PERIOD_ANNOTATION: &str = "karpenter.sh/reboot-termination-grace-period";
 
 // --- taints and finalizers ------------------------------------------------------------------------------------
 /// Put on nodes being disrupted or terminated (effect NoSchedule).
 pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
+/// Put on a Node while Karpenter reboots it (effect NoSchedule): nothing new lands there until it comes back.
+pub const REBOOTING_TAINT_KEY: &str = "karpenter.sh/rebooting";
 /// Expected on a Node when its kubelet registers (effect NoExecute); Karpenter removes it.
 pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";
 /// Kubernetes' own taints that come and go while a node starts; scheduling ignores them.

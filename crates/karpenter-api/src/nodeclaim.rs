@@ -32,6 +32,34 @@ pub mod conditions {
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
     pub const CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
     pub const DISRUPTION_REASON: &str = "DisruptionReason";
+    /// True while a committed reboot is carried out (reason [`super::reboot_reasons::REQUESTED`] until the
+    /// provider accepted it, then [`super::reboot_reasons::ISSUED`]); False once it ended
+    /// ([`super::reboot_reasons::SUCCEEDED`] or [`super::reboot_reasons::FAILED`]).
+    pub const REBOOTING: &str = "Rebooting";
+}
+
+/// The reasons of the [`conditions::REBOOTING`] condition, the phases of a reboot (upstream's `RebootReason*`).
+pub mod reboot_reasons {
+    /// Committed by repair: the node is fenced and drained before the provider is asked.
+    pub const REQUESTED: &str = "RebootRequested";
+    /// The provider accepted the reboot; the controller waits for a new boot ID and a Ready node.
+    pub const ISSUED: &str = "RebootIssued";
+    /// The node came back with a new boot and Ready.
+    pub const SUCCEEDED: &str = "RebootSucceeded";
+    /// The reboot ended without the node coming back (the NodeClaim is replaced) or was invalid.
+    pub const FAILED: &str = "RebootFailed";
+    /// The reason of `Initialized=Unknown` while the node reboots: initialization holds for one boot.
+    pub const REBOOTING: &str = "Rebooting";
+}
+
+/// Whether a reboot of the claim's node is under way: its [`conditions::REBOOTING`] condition is True (upstream's
+/// `RebootInProgress`). Such a node is no candidate for another disruption, counts against the disruption
+/// budgets, and its capacity is coming back, so scheduling ignores its `karpenter.sh/rebooting` taint.
+pub fn is_rebooting(claim: &NodeClaim) -> bool {
+    claim.status.as_ref().is_some_and(|s| {
+        crate::common::find_condition(&s.conditions, conditions::REBOOTING)
+            .is_some_and(|c| c.status == crate::common::ConditionStatus::True)
+    })
 }
 
 /// NodeClaim is the Schema for the NodeClaims API.

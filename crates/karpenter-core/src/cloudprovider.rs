@@ -14,6 +14,9 @@
 //!   be tens of MiB every two minutes);
 //! - [`CloudProvider::instance_types`] lists every instance type a NodePool could launch, available or not, in
 //!   the provider-neutral catalog form that decisions intern;
+//! - [`CloudProvider::reboot`] restarts a NodeClaim's instance in place, for the repair policies a provider lists
+//!   in [`CloudProvider::reboot_policies`] (upstream's `RebootNode` repair action); a provider without reboots
+//!   answers [`RebootError::NotImplemented`], the default;
 //! - drift beyond the NodePool's (AMI, subnets, security groups, ...) comes through [`DriftProvider`], answered
 //!   from the provider's caches so a disruption pass never waits on the cloud.
 
@@ -45,6 +48,63 @@ pub struct RepairPolicy {
     /// "False", "True" or "Unknown".
     pub condition_status: String,
     pub toleration: Duration,
+}
+
+/// What repair does about a node whose condition matched a policy past its toleration (upstream's
+/// `RepairAction`). When policies of both kinds are due on one node, the more disruptive one wins: a replacement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RepairAction {
+    /// Restart the instance in place: the same NodeClaim and Node, drained first, with a new boot.
+    RebootNode,
+    /// Delete the NodeClaim; the provisioner replaces the capacity.
+    ReplaceNode,
+}
+
+impl RepairAction {
+    /// Upstream's name of the action (`RebootNode`, `ReplaceNode`), for logs and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RebootNode => "RebootNode",
+            Self::ReplaceNode => "ReplaceNode",
+        }
+    }
+}
+
+/// A repair policy whose remedy is a reboot rather than a replacement (upstream: a `RepairPolicy` with action
+/// `RebootNode`). `termination_grace_period` bounds the drain before the reboot, counted from when the reboot
+/// was committed; pods still on the node then ride the reboot. `None` drains for as long as pods remain
+/// (unless the NodeClaim sets a terminationGracePeriod, which then bounds it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebootPolicy {
+    pub policy: RepairPolicy,
+    pub termination_grace_period: Option<Duration>,
+}
+
+/// Why a reboot was not accepted. The reboot controller fails a reboot at once on
+/// [`RebootError::NotImplemented`], [`RebootError::Rejected`] and a NodeClaim whose instance is gone, and retries
+/// anything else (within its issuance timeout). Its own type rather than variants of [`CloudProviderError`],
+/// which providers match exhaustively.
+#[derive(Debug, thiserror::Error)]
+pub enum RebootError {
+    /// The provider cannot reboot instances (upstream's `NodeRebootNotImplementedError`).
+    #[error("reboot is not implemented by this cloud provider")]
+    NotImplemented,
+    /// The provider refused the reboot in a way retrying cannot fix, e.g. a missing permission (upstream's
+    /// `NodeRebootFailedError`).
+    #[error("reboot rejected: {0}")]
+    Rejected(String),
+    #[error(transparent)]
+    Provider(#[from] CloudProviderError),
+}
+
+impl RebootError {
+    /// Whether retrying the same request cannot succeed.
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            Self::NotImplemented | Self::Rejected(_) => true,
+            Self::Provider(e) => e.is_not_found(),
+        }
+    }
 }
 
 /// An instance as garbage collection sees it: its provider ID, the NodeClaim its tag names, when it was
@@ -142,6 +202,15 @@ pub enum InterruptionKind {
     /// The instance's capacity reservation is reclaiming it (an interruptible reservation or a capacity block
     /// ending): handled as a spot interruption is.
     CapacityReservationInterruption,
+    /// EC2's instance status checks have failed for a while (DescribeInstanceStatus): the instance is broken,
+    /// so its NodeClaim is terminated forcefully (drained without waiting on disruption budgets).
+    InstanceStatusImpaired,
+    /// EC2's system status checks (the host under the instance) have failed for a while: terminated forcefully
+    /// as [`InterruptionKind::InstanceStatusImpaired`] is.
+    SystemStatusImpaired,
+    /// DescribeInstanceStatus lists a scheduled event for the instance (reboot, maintenance, retirement, stop):
+    /// its NodeClaim is replaced as for a scheduled change.
+    ScheduledEvent,
 }
 
 /// One interruption message.
@@ -165,6 +234,11 @@ pub trait InterruptionSource: Send + Sync {
     /// The controller could not act on `event` (an API error): a source that can keep its message for a retry
     /// does, instead of discarding it as handled.
     async fn not_handled(&self, _event: &InterruptionEvent) {}
+
+    /// A NodeClaim of the cluster owns `event`'s instance, and the controller acted on it (or found it being
+    /// deleted already): a source that counts only the cluster's instances (the instance status poller) learns
+    /// which of its events were.
+    async fn claimed(&self, _event: &InterruptionEvent) {}
 }
 
 /// A cloud Karpenter launches nodes in. See the module documentation.
@@ -203,8 +277,23 @@ pub trait CloudProvider: DriftProvider + Send + Sync {
         node_pool: &NodePool,
     ) -> Result<Vec<CatalogInstanceType>, CloudProviderError>;
 
-    /// Conditions that make a node eligible for repair, and for how long.
+    /// Conditions that make a node eligible for repair (a replacement), and for how long.
     fn repair_policies(&self) -> Vec<RepairPolicy>;
+
+    /// Conditions a reboot clears, so repair reboots the node in place instead of replacing it (two reboots
+    /// within a day that did not clear it, and the next repair replaces it). None by default.
+    fn reboot_policies(&self) -> Vec<RebootPolicy> {
+        Vec::new()
+    }
+
+    /// Restarts the claim's instance in place. Returns once the provider accepted the request; the reboot
+    /// controller watches the Node come back with a new boot ID. `operation_id` is the same for every call of
+    /// one reboot, so a provider can make a retried request change nothing. The default:
+    /// [`RebootError::NotImplemented`].
+    async fn reboot(&self, claim: &NodeClaim, operation_id: &str) -> Result<(), RebootError> {
+        let _ = (claim, operation_id);
+        Err(RebootError::NotImplemented)
+    }
 
     /// The NodeClass kinds this provider serves, the default first.
     fn supported_node_classes(&self) -> Vec<NodeClassKind>;
@@ -254,6 +343,19 @@ mod tests {
         // Without a provider ID there is nothing to collect.
         claim.status = None;
         assert_eq!(InstanceSummary::of_claim(&claim), None);
+    }
+
+    #[test]
+    fn only_a_reboot_retrying_cannot_fix_is_terminal() {
+        assert!(RebootError::NotImplemented.is_terminal());
+        assert!(RebootError::Rejected("no permission".into()).is_terminal());
+        assert!(RebootError::from(CloudProviderError::NodeClaimNotFound("a".into())).is_terminal());
+        assert!(!RebootError::from(CloudProviderError::Transient("throttled".into())).is_terminal());
+        assert!(
+            RepairAction::ReplaceNode > RepairAction::RebootNode,
+            "replacing is the more disruptive"
+        );
+        assert_eq!(RepairAction::RebootNode.as_str(), "RebootNode");
     }
 
     #[test]

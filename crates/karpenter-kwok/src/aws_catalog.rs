@@ -14,7 +14,10 @@ use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_core::{
     catalog::{CatalogFile, CatalogInstanceType},
     clock::Clock,
-    cloudprovider::{CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RepairPolicy},
+    cloudprovider::{
+        CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RebootError, RebootPolicy,
+        RepairPolicy,
+    },
     disruption::drift::DriftProvider,
 };
 use kube::{
@@ -245,6 +248,15 @@ impl CloudProvider for AwsCatalogKwok {
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
         self.offerings.repair_policies()
+    }
+
+    /// kwok's reboot-clearable fault, as in the KWOKNodeClass mode.
+    fn reboot_policies(&self) -> Vec<RebootPolicy> {
+        crate::provider::reboot_policies()
+    }
+
+    async fn reboot(&self, claim: &NodeClaim, operation_id: &str) -> Result<(), RebootError> {
+        crate::provider::reboot_node(&self.nodes, claim, operation_id).await
     }
 
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {

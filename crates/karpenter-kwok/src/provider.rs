@@ -25,7 +25,10 @@ use karpenter_api::{
 use karpenter_core::{
     catalog::{CatalogFile, CatalogInstanceType},
     clock::Clock,
-    cloudprovider::{CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RepairPolicy},
+    cloudprovider::{
+        CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RebootError, RebootPolicy,
+        RepairPolicy,
+    },
     disruption::drift::DriftProvider,
 };
 use karpenter_nodeclass::{NodeClassReadiness, condition_readiness};
@@ -305,34 +308,51 @@ impl KwokCloudProvider {
             }
         }
     }
+}
 
-    /// Upstream's KWOK reboot: the instance restarts in place, which kwok shows as a new boot ID
-    /// (`kwok-<operation>`, so a retried request for the same reboot changes nothing). Core's CloudProvider has
-    /// no reboot (repair only replaces), so this is the provider's own entry point.
-    pub async fn reboot(&self, claim: &NodeClaim, operation_id: &str) -> Result<(), CloudProviderError> {
-        let node = claim
-            .status
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| CloudProviderError::Create {
-                reason: "NodeNotRegistered".into(),
-                message: format!(
-                    "rebooting NodeClaim {}: its node is not registered",
-                    claim.name_any()
-                ),
-            })?;
-        let patch = serde_json::json!({"status": {"nodeInfo": {"bootID": format!("kwok-{operation_id}")}}});
-        match self
-            .nodes()
-            .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Err(CloudProviderError::NodeClaimNotFound(node)),
-            Err(e) => Err(transient(e)),
-        }
+/// Upstream's KWOK reboot: the instance restarts in place, which kwok shows as a new boot ID on the Node
+/// (`kwok-<operation>`, so a retried request for the same reboot changes nothing). kwok's simulated kubelet never
+/// goes NotReady, so the node is back as soon as the reboot controller sees the new boot ID.
+pub(crate) async fn reboot_node(
+    nodes: &Api<Node>,
+    claim: &NodeClaim,
+    operation_id: &str,
+) -> Result<(), RebootError> {
+    let node = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            RebootError::Rejected(format!(
+                "rebooting NodeClaim {}: its node is not registered",
+                claim.name_any()
+            ))
+        })?;
+    let patch = serde_json::json!({"status": {"nodeInfo": {"bootID": format!("kwok-{operation_id}")}}});
+    match nodes
+        .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(CloudProviderError::NodeClaimNotFound(node).into()),
+        Err(e) => Err(transient(e).into()),
     }
+}
+
+/// The condition upstream's KWOK reboots a node for (`KWOKRebootRequiredCondition`).
+pub const KWOK_REBOOT_REQUIRED_CONDITION: &str = "KWOKRebootRequired";
+
+/// KWOK's reboot policies, the same in both node class modes.
+pub(crate) fn reboot_policies() -> Vec<RebootPolicy> {
+    vec![RebootPolicy {
+        policy: RepairPolicy {
+            condition_type: KWOK_REBOOT_REQUIRED_CONDITION.into(),
+            condition_status: "True".into(),
+            toleration: Duration::from_secs(30),
+        },
+        termination_grace_period: Some(Duration::from_secs(60)),
+    }]
 }
 
 impl DriftProvider for KwokCloudProvider {
@@ -421,9 +441,8 @@ impl CloudProvider for KwokCloudProvider {
         })
     }
 
-    /// Upstream KWOK's policies that replace the node. Its `KWOKRebootRequired=True` policy asks for a reboot,
-    /// which core's repair cannot express (every policy replaces), so it is left out rather than turned into a
-    /// replacement; its 45-second termination grace period for `KWOKUnhealthy` likewise has no place here.
+    /// Upstream KWOK's policies that replace the node (its 45-second termination grace period for
+    /// `KWOKUnhealthy` has no place here: repair drains a node it replaces without waiting).
     fn repair_policies(&self) -> Vec<RepairPolicy> {
         let policy = |condition_type: &str, condition_status: &str, secs: u64| RepairPolicy {
             condition_type: condition_type.into(),
@@ -435,6 +454,16 @@ impl CloudProvider for KwokCloudProvider {
             policy("Ready", "Unknown", 10 * 60),
             policy("KWOKUnhealthy", "True", 30),
         ]
+    }
+
+    /// Upstream KWOK's simulated reboot-clearable fault: `KWOKRebootRequired=True` for 30 seconds reboots the
+    /// node, its drain bounded to a minute.
+    fn reboot_policies(&self) -> Vec<RebootPolicy> {
+        reboot_policies()
+    }
+
+    async fn reboot(&self, claim: &NodeClaim, operation_id: &str) -> Result<(), RebootError> {
+        reboot_node(&self.nodes(), claim, operation_id).await
     }
 
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {

@@ -87,6 +87,9 @@ pub struct NodeView {
     pub do_not_disrupt: bool,
     /// The NodeClaim sets a terminationGracePeriod.
     pub has_termination_grace_period: bool,
+    /// Its NodeClaim is being rebooted (`Rebooting=True`): an in-place disruption is in flight, so no other
+    /// method takes it, and it uses up the budgets until the reboot ends.
+    pub rebooting: bool,
     /// Indices into `ClusterView::pods`.
     pub pods: Vec<usize>,
     /// Runs CapacityBuffer placeholder pods.
@@ -122,6 +125,9 @@ pub fn blocked_reason(view: &ClusterView, node: usize, class: MethodClass, now: 
     }
     if n.deleting {
         return Some("node is already being deleted".into());
+    }
+    if n.rebooting {
+        return Some("node is rebooting".into());
     }
     if !n.initialized {
         return Some("node is not initialized yet".into());
@@ -209,6 +215,7 @@ mod tests {
                 node_pool: Some("default".into()),
                 initialized: true,
                 deleting: false,
+                rebooting: false,
                 deleted: false,
                 instance_terminating: false,
                 ready: true,
@@ -281,6 +288,7 @@ mod tests {
             ),
             (|n| n.node_pool = None, "NodePool was not found"),
             (|n| n.deleting = true, "already being deleted"),
+            (|n| n.rebooting = true, "node is rebooting"),
             (|n| n.initialized = false, "not initialized"),
             (
                 |n| n.do_not_disrupt = true,

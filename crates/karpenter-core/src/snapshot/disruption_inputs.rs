@@ -262,12 +262,13 @@ fn count_pool_nodes(view: &ClusterView, pool_index: &HashMap<String, usize>, poo
         let (Some(_), Some(pool)) = (&n.node_claim, &n.node_pool) else {
             continue;
         };
-        if !n.initialized || n.instance_terminating {
+        // A reboot takes the node's initialization away until it is back; it still counts, as disrupting.
+        if !(n.initialized || n.rebooting) || n.instance_terminating {
             continue;
         }
         if let Some(&i) = pool_index.get(pool) {
             pools[i].nodes += 1;
-            if n.deleting || !n.ready {
+            if n.deleting || n.rebooting || !n.ready {
                 pools[i].disrupting += 1;
             }
         }
@@ -689,6 +690,11 @@ mod tests {
                 "  deletionTimestamp: \"2026-06-01T11:00:00Z\"\n  finalizers: [karpenter.sh/termination]\n",
             ),
             &managed("starting", NOW, true, false, ""),
+            // Rebooting: its initialization was taken away for the new boot, and it still counts, as disrupting.
+            &managed("rebooting", NOW, true, false, "").replace(
+                "reason: Launched}",
+                &format!("reason: Launched}}, {{type: Rebooting, status: \"True\", lastTransitionTime: \"{NOW}\", reason: RebootIssued}}"),
+            ),
             &node("unmanaged", "", ""),
             &managed(
                 "terminating",
@@ -710,12 +716,12 @@ mod tests {
         assert!(!p.is_static);
         assert_eq!(p.budgets.as_ref().map(Vec::len), Some(1));
         assert_eq!(
-            p.nodes, 3,
-            "managed, initialized nodes whose instance is not terminating"
+            p.nodes, 4,
+            "managed, initialized (or rebooting) nodes whose instance is not terminating"
         );
         assert_eq!(
-            p.disrupting, 2,
-            "the NotReady and the deleting node, not the one whose instance is terminating"
+            p.disrupting, 3,
+            "the NotReady, the deleting and the rebooting node, not the one whose instance is terminating"
         );
         assert_eq!(d.existing_of[2], None, "a deleting node takes no pods");
         assert!(d.claims[2].is_some());

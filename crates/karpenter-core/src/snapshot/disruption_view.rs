@@ -91,6 +91,7 @@ pub fn build_cluster_view(snapshot: &Snapshot, interner: &mut LabelInterner) -> 
                 labels::DO_NOT_DISRUPT_ANNOTATION,
             )),
             has_termination_grace_period: claim.is_some_and(|c| c.spec.termination_grace_period.is_some()),
+            rebooting: claim.is_some_and(karpenter_api::nodeclaim::is_rebooting),
             pods: Vec::new(),
             holds_capacity_buffer,
             nominated_for: None,

@@ -399,11 +399,15 @@ fn existing_node(
     } else {
         Vec::new()
     };
+    // A node being rebooted comes back: its fence is no reason to launch capacity for the pods it displaced
+    // (they wait for it), as upstream strips the reboot taint while the reboot is in progress.
+    let rebooting = claim.is_some_and(karpenter_api::nodeclaim::is_rebooting);
     let taints = node
         .spec
         .iter()
         .flat_map(|s| s.taints.iter().flatten())
         .filter(|t| !is_ephemeral(&t.key) && !startup.iter().any(|s| same_taint(t, s)))
+        .filter(|t| !(rebooting && t.key == labels::REBOOTING_TAINT_KEY))
         .filter_map(|t| node_taint(t, &mut cx.interner))
         .collect();
     ExistingNode {
@@ -481,6 +485,20 @@ mod tests {
         assert_eq!(keys(0), vec!["dedicated"]);
         assert_eq!(keys(1), vec!["example.com/agent", "dedicated"]);
         assert_eq!(built.input.existing[0].nodepool.as_deref(), Some("default"));
+    }
+
+    #[test]
+    fn a_rebooting_nodes_fence_is_ignored_while_the_reboot_is_under_way() {
+        let taints = "taints: [{key: karpenter.sh/rebooting, effect: NoSchedule}]";
+        let claim = |status: &str| {
+            format!(
+                "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: default-reg}}\nspec:\n  requirements: []\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\nstatus:\n  nodeName: n1\n  conditions: [{{type: Rebooting, status: \"{status}\", reason: RebootRequested, lastTransitionTime: \"2026-01-01T00:00:00Z\"}}]\n"
+            )
+        };
+        for (status, kept) in [("True", 0), ("False", 1)] {
+            let built = build(&[&node("n1", "", taints), &claim(status)]);
+            assert_eq!(built.input.existing[0].taints.len(), kept, "Rebooting={status}");
+        }
     }
 
     #[test]

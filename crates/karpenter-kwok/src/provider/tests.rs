@@ -157,12 +157,16 @@ async fn a_reboot_gives_the_node_a_boot_id_of_the_operation() -> TestResult {
     assert_eq!(boot_id.as_deref(), Some("kwok-op-1"));
     let mut unregistered = launched.clone();
     unregistered.status = None;
-    assert!(
-        kwok.reboot(&unregistered, "op-2")
-            .await
-            .unwrap_err()
-            .to_string()
-            .contains("not registered")
+    let refused = kwok.reboot(&unregistered, "op-2").await.unwrap_err();
+    assert!(refused.is_terminal() && refused.to_string().contains("not registered"));
+    // Repair reboots for kwok's simulated fault, and only for it.
+    let policies = kwok.reboot_policies();
+    assert_eq!(policies.len(), 1);
+    assert_eq!(policies[0].policy.condition_type, "KWOKRebootRequired");
+    assert_eq!(policies[0].policy.toleration, Duration::from_secs(30));
+    assert_eq!(
+        policies[0].termination_grace_period,
+        Some(Duration::from_secs(60))
     );
     Ok(())
 }
