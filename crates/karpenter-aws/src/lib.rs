@@ -25,7 +25,9 @@
 //! - [`settings`]: [`AwsSettings`] and their validation.
 //! - [`nodeclass`]: the EC2NodeClass controller (status, conditions, finalizer, hash annotations), with the EC2
 //!   dry-run authorization checks behind ValidationSucceeded ([`nodeclass::dry_run`], `DISABLE_DRY_RUN`).
-//! - [`interruption_source`]: core's `InterruptionSource` over the SQS queue.
+//! - [`interruption_source`]: core's `InterruptionSource` over the SQS queue; [`instance_status`]: another over
+//!   DescribeInstanceStatus (instances failing their status checks or with a scheduled event), polled every
+//!   minute; [`merged_interruptions`]: both as the one source the interruption controller reads.
 //! - [`launch_plan`]: the offerings, subnets and AMIs one launch sends; [`launch_template`]: launch templates
 //!   (block devices, metadata options, network interfaces with EFA, IPv4 prefixes and connection tracking,
 //!   nested virtualization, tags, content-hashed names), their cache and garbage collection; [`launch`]:
@@ -131,10 +133,12 @@ pub mod instance_types;
 pub(crate) mod pricing;
 pub(crate) mod unavailable_offerings;
 
-// Interruption: the SQS queue and its messages.
+// Interruption: the SQS queue and its messages, the instance status poller, and both as one source.
+pub mod instance_status;
 pub(crate) mod interruption;
 pub(crate) mod interruption_queue;
 pub mod interruption_source;
+pub mod merged_interruptions;
 
 pub use client::{AwsClients, ClientOptions};
 pub use cloud_provider::AwsCloudProvider;

@@ -39,6 +39,8 @@ pub const AWS_ACTIONS: &[&str] = &[
     "ec2:CreateTags",
     "ec2:DescribeInstances",
     "ec2:TerminateInstances",
+    // The instance status poller: instances failing their status checks or with a scheduled event.
+    "ec2:DescribeInstanceStatus",
     // Instance profiles for `spec.role`.
     "iam:AddRoleToInstanceProfile",
     "iam:CreateInstanceProfile",

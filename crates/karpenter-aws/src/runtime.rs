@@ -1,7 +1,8 @@
 //! The one entry point the binary calls: [`AwsProvider::start`] validates the settings, builds the AWS
 //! clients, learns the Kubernetes version, discovers instance types (failing start-up when EC2 cannot be
 //! reached, as upstream's connectivity check does), opens the interruption queue when one is configured, and
-//! returns the CloudProvider, the optional InterruptionSource and the tasks to run (the EC2NodeClass controller,
+//! returns the CloudProvider, the InterruptionSource (the instance status poller, merged with the queue when
+//! there is one: [`crate::instance_status`]) and the tasks to run (the EC2NodeClass controller,
 //! the periodic refreshes, the NodeClaim tagging controller, and with the ReservedCapacity gate the capacity
 //! reservation lifecycle). Nothing runs
 //! until the binary spawns the tasks, typically once elected leader.
@@ -18,8 +19,10 @@ use crate::capacity_reservations::lifecycle::{self, ReservationLifecycleContext}
 use crate::client::{AwsClients, ClientOptions};
 use crate::cloud_provider::AwsCloudProvider;
 use crate::error::AwsError;
+use crate::instance_status::InstanceStatusSource;
 use crate::interruption_queue::InterruptionQueue;
 use crate::interruption_source::SqsInterruptionSource;
+use crate::merged_interruptions::MergedInterruptionSource;
 use crate::node_classes::KubeNodeClasses;
 use crate::nodeclaim_tagging::controller::{self as tagging, TaggingContext};
 use crate::nodeclass::controller::{self, Context, NodeClassBackend};
@@ -48,6 +51,10 @@ pub struct AwsRuntime {
     pub cloud_provider: Arc<AwsCloudProvider>,
     /// Set when `INTERRUPTION_QUEUE` is.
     pub interruption_source: Option<Arc<SqsInterruptionSource>>,
+    /// The instance status poller, with or without a queue (as upstream runs it).
+    pub instance_status: Arc<InstanceStatusSource>,
+    /// The two as the one source the interruption controller reads.
+    pub interruptions: Arc<MergedInterruptionSource>,
     /// The EC2NodeClass controller, the refresh loops, garbage collection and NodeClaim tagging, and with the
     /// ReservedCapacity gate the capacity reservation lifecycle; each runs until dropped.
     pub tasks: Vec<NamedTask>,
@@ -59,11 +66,11 @@ impl AwsRuntime {
         self.cloud_provider.clone()
     }
 
-    /// The interruption source as the interruption controller holds it.
+    /// The interruption source as the interruption controller holds it: the queue's events and the instance
+    /// status poller's, merged. Always set (the poller runs without a queue too); the one value for the one
+    /// controller.
     pub fn interruption_source_dyn(&self) -> Option<Arc<dyn InterruptionSource>> {
-        self.interruption_source
-            .clone()
-            .map(|s| s as Arc<dyn InterruptionSource>)
+        Some(self.interruptions.clone())
     }
 }
 
@@ -157,6 +164,13 @@ impl AwsProvider {
             }
             None => None,
         };
+        let instance_status = Arc::new(InstanceStatusSource::new(Arc::new(clients.ec2.clone())));
+        let mut sources: Vec<Arc<dyn InterruptionSource>> = Vec::new();
+        if let Some(queue) = &interruption_source {
+            sources.push(queue.clone());
+        }
+        sources.push(instance_status.clone());
+        let interruptions = Arc::new(MergedInterruptionSource::new(sources));
 
         let mut tasks = vec![
             NamedTask {
@@ -217,6 +231,8 @@ impl AwsProvider {
         Ok(AwsRuntime {
             cloud_provider: provider,
             interruption_source,
+            instance_status,
+            interruptions,
             tasks,
         })
     }

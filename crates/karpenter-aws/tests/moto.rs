@@ -1,6 +1,6 @@
 //! karpenter-aws against moto (tests/moto/harness.py): instance types and their capacity, prices and their
-//! fallback, error mapping, launches through CreateFleet, capacity reservations, placement groups and the
-//! EC2NodeClass dry-run checks. Each test runs its own server.
+//! fallback, error mapping, launches through CreateFleet, capacity reservations, placement groups, the
+//! EC2NodeClass dry-run checks and the instance status poller. Each test runs its own server.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -47,6 +47,9 @@ mod nodeclaim_tagging;
 
 #[path = "moto/cluster_endpoint.rs"]
 mod cluster_endpoint;
+
+#[path = "moto/instance_status.rs"]
+mod instance_status;
 
 use std::collections::BTreeMap;
 use std::time::Instant;

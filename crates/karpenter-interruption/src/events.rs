@@ -27,13 +27,17 @@ impl InterruptionEventText {
 }
 
 /// The event a message of `kind` raises: a Warning, but the rebalance recommendation's Normal
-/// `SpotRebalanceRecommendation`.
+/// `SpotRebalanceRecommendation`. A scheduled change and every kind the instance status poller reports (failed
+/// instance or system status checks, a scheduled event) raise `InstanceUnhealthy`, as upstream's do.
 pub fn kind_event(kind: InterruptionKind) -> InterruptionEventText {
     match kind {
         InterruptionKind::SpotInterruption => {
             InterruptionEventText::both("SpotInterrupted", "Spot interruption warning was triggered")
         }
-        InterruptionKind::ScheduledChange => InterruptionEventText::both(
+        InterruptionKind::ScheduledChange
+        | InterruptionKind::InstanceStatusImpaired
+        | InterruptionKind::SystemStatusImpaired
+        | InterruptionKind::ScheduledEvent => InterruptionEventText::both(
             "InstanceUnhealthy",
             "An unhealthy warning was triggered for the instance",
         ),

@@ -1,30 +1,41 @@
-//! The interruption controller. Messages come through core's `InterruptionSource` (the SQS queue on AWS, the
-//! simulated cloud in `karpenter simulate`) and are acted on as upstream does:
+//! The interruption controller. Messages come through core's `InterruptionSource` (on AWS the SQS queue and the
+//! instance status poller, the simulated cloud in `karpenter simulate`) and are acted on as upstream does:
 //! - a spot interruption warning, a scheduled change or a state change (stopping, terminated) deletes the
 //!   instance's NodeClaim at once: the terminator taints and drains the Node within PDBs while the instance
 //!   still runs, and the provisioner makes room for the evicted pods straight away (no consolidation wait);
+//! - failed instance or system status checks (polled from EC2's DescribeInstanceStatus) terminate the NodeClaim
+//!   forcefully: its `karpenter.sh/nodeclaim-termination-timestamp` annotation is set to now (unless it has one)
+//!   before it is deleted, so the drain does not wait on disruption budgets for an instance that is broken
+//!   anyway, also when the NodeClaim is already being deleted; a scheduled event the poller reports (reboot,
+//!   maintenance, retirement, stop) deletes the NodeClaim as a scheduled change does;
 //! - a rebalance recommendation deletes nothing (it raises its event only);
 //! - a message for an instance no NodeClaim owns is ignored (it is not this cluster's).
 //!
 //! Kubernetes Events, as upstream raises them ([`events`]): a Warning on the NodeClaim and on its Node for what
-//! the message says (`SpotInterrupted`, `InstanceUnhealthy` for a scheduled change,
-//! `CapacityReservationInstanceInterrupted`; a Normal `SpotRebalanceRecommendation` for a rebalance
-//! recommendation), also when the NodeClaim is already being deleted, and
+//! the message says (`SpotInterrupted`, `InstanceUnhealthy` for a scheduled change and for what the instance
+//! status poller reports, `CapacityReservationInstanceInterrupted`; a Normal `SpotRebalanceRecommendation` for
+//! a rebalance recommendation), also when the NodeClaim is already being deleted, and
 //! `TerminatingOnInterruption` on both when the message deletes the NodeClaim. Identical events within two
 //! minutes are published once (the shared recorder's window).
 //!
-//! Each message counts in `karpenter_interruption_received_messages_total{message_type}`, and each NodeClaim
-//! deleted in `karpenter_nodeclaims_disrupted_total{reason="interrupted"}`. Marking an interrupted spot offering
+//! Each queue message counts in `karpenter_interruption_received_messages_total{message_type}` (what the
+//! instance status poller reports does not: upstream counts it in
+//! `karpenter_interruption_instance_status_unhealthy_total`, the poller's), and each NodeClaim deleted in
+//! `karpenter_nodeclaims_disrupted_total{reason="interrupted"}`. Marking an interrupted spot offering
 //! unavailable is the source's part (it knows the provider's offering cache).
 
 pub mod events;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use std::sync::Arc;
+
 use karpenter_api::{labels, nodeclaim::NodeClaim};
+use karpenter_core::clock::Clock;
 use karpenter_core::cloudprovider::{InterruptionEvent, InterruptionKind};
 use karpenter_state::api_errors::is_not_found;
 use karpenter_state::{ClusterState, ControllerContext, events::DedupedRecorder};
-use kube::{Api, Client, Resource, ResourceExt, api::DeleteParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::events::{InterruptionEventText, TERMINATING_ON_INTERRUPTION, kind_event};
 
@@ -39,15 +50,27 @@ pub enum Handled {
     NotOurs,
 }
 
-/// Upstream's `message_type` label values.
-fn message_type(kind: InterruptionKind) -> &'static str {
-    match kind {
+/// Upstream's `message_type` label values; None for what is polled rather than received from a queue.
+fn message_type(kind: InterruptionKind) -> Option<&'static str> {
+    Some(match kind {
         InterruptionKind::SpotInterruption => "spot_interrupted",
         InterruptionKind::Rebalance => "rebalance_recommendation",
         InterruptionKind::ScheduledChange => "scheduled_change",
         InterruptionKind::InstanceStopping | InterruptionKind::InstanceTerminating => "instance_state_change",
         InterruptionKind::CapacityReservationInterruption => "capacity_reservation_interrupted",
-    }
+        InterruptionKind::InstanceStatusImpaired
+        | InterruptionKind::SystemStatusImpaired
+        | InterruptionKind::ScheduledEvent => return None,
+    })
+}
+
+/// Whether `kind` terminates the NodeClaim forcefully (upstream's `ForcefulTermination`): the instance failed
+/// its status checks, so waiting on disruption budgets to drain it helps nobody.
+fn forceful(kind: InterruptionKind) -> bool {
+    matches!(
+        kind,
+        InterruptionKind::InstanceStatusImpaired | InterruptionKind::SystemStatusImpaired
+    )
 }
 
 /// Whether a NodeClaim's providerID names the instance a message is about. Messages may carry the full
@@ -62,17 +85,20 @@ pub struct InterruptionController {
     client: Client,
     state: ClusterState,
     events: DedupedRecorder,
+    clock: Arc<dyn Clock>,
 }
 
 impl InterruptionController {
     /// Messages are fed to [`InterruptionController::handle`] by the operator's loop over the source
     /// (`karpenter_operator::controllers`), which also records what was done. Events are timed, and their
-    /// two-minute dedupe window measured, by the context's clock (the simulation's virtual one in `simulate`).
+    /// two-minute dedupe window measured, by the context's clock (the simulation's virtual one in `simulate`),
+    /// which also dates a forceful termination.
     pub fn new(cx: &ControllerContext) -> Self {
         Self {
             client: cx.client.clone(),
             state: cx.state.clone(),
             events: cx.recorder(),
+            clock: Arc::clone(&cx.clock),
         }
     }
 
@@ -108,12 +134,14 @@ impl InterruptionController {
 
     pub async fn handle(&self, event: &InterruptionEvent) -> Result<Handled, kube::Error> {
         let metrics = karpenter_metrics::metrics();
-        metrics
-            .interruption_received_messages
-            .get_or_create(&karpenter_metrics::MessageTypeLabels {
-                message_type: message_type(event.kind).to_string(),
-            })
-            .inc();
+        if let Some(message_type) = message_type(event.kind) {
+            metrics
+                .interruption_received_messages
+                .get_or_create(&karpenter_metrics::MessageTypeLabels {
+                    message_type: message_type.to_string(),
+                })
+                .inc();
+        }
         let claim = self.state.node_claims.all().into_iter().find(|c| {
             c.status
                 .as_ref()
@@ -124,10 +152,13 @@ impl InterruptionController {
             return Ok(Handled::NotOurs);
         };
         self.publish(&claim, kind_event(event.kind)).await;
+        let name = claim.name_any();
+        if forceful(event.kind) && !self.annotate_termination_timestamp(&claim).await? {
+            return Ok(Handled::Noted);
+        }
         if event.kind == InterruptionKind::Rebalance || claim.metadata.deletion_timestamp.is_some() {
             return Ok(Handled::Noted);
         }
-        let name = claim.name_any();
         match Api::<NodeClaim>::all(self.client.clone())
             .delete(&name, &DeleteParams::default())
             .await
@@ -146,6 +177,31 @@ impl InterruptionController {
                 Ok(Handled::Deleted(name))
             }
             Err(e) if is_not_found(&e) => Ok(Handled::Noted),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets `claim`'s termination timestamp to now unless it has one, so its drain does not wait on
+    /// disruption budgets (the terminator drains by the earlier of it and the grace period). False when the
+    /// claim is gone.
+    async fn annotate_termination_timestamp(&self, claim: &NodeClaim) -> Result<bool, kube::Error> {
+        if claim
+            .annotations()
+            .contains_key(labels::NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION)
+        {
+            return Ok(true);
+        }
+        let now = self.clock.now();
+        let now = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            labels::NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION: now.to_string()
+        }}});
+        match Api::<NodeClaim>::all(self.client.clone())
+            .patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(e),
         }
     }

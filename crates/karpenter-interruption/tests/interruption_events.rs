@@ -305,3 +305,107 @@ async fn the_dedupe_window_is_measured_on_the_controller_s_clock() -> TestResult
     assert_eq!(told().await?, 2, "the window has passed on the virtual clock");
     Ok(())
 }
+
+#[tokio::test]
+async fn failed_status_checks_terminate_forcefully_and_a_scheduled_event_drains_within_budgets() -> TestResult
+{
+    let server = ApiServer::new(SystemClock);
+    let client = server.client();
+    let state = ClusterState::default();
+    let (impaired, _) = registered_claim(&client, &state, "impaired-a", true).await?;
+    let (host, _) = registered_claim(&client, &state, "host-a", true).await?;
+    let (retiring, _) = registered_claim(&client, &state, "retiring-a", true).await?;
+    let controller = InterruptionController::new(&context(&client, &state));
+    let received = |kind: &str| {
+        karpenter_metrics::metrics()
+            .interruption_received_messages
+            .get_or_create(&karpenter_metrics::MessageTypeLabels {
+                message_type: kind.into(),
+            })
+            .get()
+    };
+    let before = ["instance_status", "system_status", "event_status"].map(received);
+
+    for (instance, kind, claim) in [
+        (
+            "i-impaired-a",
+            InterruptionKind::InstanceStatusImpaired,
+            &impaired,
+        ),
+        ("i-host-a", InterruptionKind::SystemStatusImpaired, &host),
+        ("i-retiring-a", InterruptionKind::ScheduledEvent, &retiring),
+    ] {
+        let handled = controller.handle(&message(instance, kind)).await?;
+        assert_eq!(handled, Handled::Deleted(claim.name_any()), "{kind:?}");
+    }
+    let termination_timestamp = |name: &'static str| {
+        let client = client.clone();
+        async move {
+            let claim = Api::<NodeClaim>::all(client).get(name).await?;
+            assert!(
+                claim.metadata.deletion_timestamp.is_some(),
+                "{name} is being deleted"
+            );
+            Ok::<_, kube::Error>(
+                claim
+                    .annotations()
+                    .get("karpenter.sh/nodeclaim-termination-timestamp")
+                    .cloned(),
+            )
+        }
+    };
+    // Failed instance and system checks: drained at once (the termination timestamp is now).
+    for name in ["impaired-a", "host-a"] {
+        let stamp = termination_timestamp(name)
+            .await?
+            .expect("a termination timestamp");
+        let stamp: jiff::Timestamp = stamp.parse()?;
+        assert!(jiff::Timestamp::now().duration_since(stamp) < jiff::SignedDuration::from_secs(60));
+    }
+    // A scheduled event: drained as a scheduled change is, within budgets.
+    assert_eq!(termination_timestamp("retiring-a").await?, None);
+
+    // Each raises InstanceUnhealthy on the NodeClaim and its Node, then TerminatingOnInterruption.
+    let all = events(&client).await?;
+    for name in ["impaired-a", "host-a", "retiring-a"] {
+        let reasons: Vec<(&str, &str)> = all
+            .iter()
+            .filter(|e| e[1] == name || e[1] == format!("node-{name}"))
+            .map(|e| (e[0].as_str(), e[4].as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("Node", "InstanceUnhealthy"),
+                ("Node", "TerminatingOnInterruption"),
+                ("NodeClaim", "InstanceUnhealthy"),
+                ("NodeClaim", "TerminatingOnInterruption"),
+            ],
+            "{name}"
+        );
+    }
+    assert!(
+        all.iter()
+            .any(|e| e[5] == "An unhealthy warning was triggered for the instance")
+    );
+    // Polled, not received from a queue: not counted as received messages.
+    assert_eq!(
+        ["instance_status", "system_status", "event_status"].map(received),
+        before
+    );
+
+    // A claim already being deleted still gets its termination timestamp, so its drain stops waiting.
+    let (slow, _) = registered_claim(&client, &state, "slow-a", true).await?;
+    Api::<NodeClaim>::all(client.clone())
+        .delete("slow-a", &Default::default())
+        .await?;
+    let mut deleting = Api::<NodeClaim>::all(client.clone()).get("slow-a").await?;
+    deleting.status = slow.status.clone();
+    state.node_claims.apply(deleting);
+    let handled = controller
+        .handle(&message("i-slow-a", InterruptionKind::InstanceStatusImpaired))
+        .await?;
+    assert_eq!(handled, Handled::Noted);
+    assert!(termination_timestamp("slow-a").await?.is_some());
+    Ok(())
+}

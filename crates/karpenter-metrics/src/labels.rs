@@ -132,6 +132,12 @@ pub struct MessageTypeLabels {
 }
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusCategoryLabels {
+    /// The DescribeInstanceStatus category that failed: `InstanceStatus`, `SystemStatus` or `EventStatus`.
+    pub category: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UnhealthyLabels {
     pub condition: String,
     pub nodepool: String,

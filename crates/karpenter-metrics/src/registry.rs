@@ -157,6 +157,9 @@ pub struct Metrics {
     pub interruption_deleted_messages: Counter,
     /// Seconds from an interruption event to its message's deletion (one series, no labels).
     pub interruption_message_queue_duration_seconds: HistogramFamily<NoLabels>,
+    /// Instances of the cluster found unhealthy by DescribeInstanceStatus, counted once per instance and
+    /// category while it stays unhealthy.
+    pub interruption_instance_status_unhealthy: Family<StatusCategoryLabels, Counter>,
     pub cloudprovider_batcher_batch_time_seconds: HistogramFamily<BatcherLabels>,
     pub cloudprovider_batcher_batch_size: HistogramFamily<BatcherLabels>,
     pub cloudprovider_instance_type_offering_available: Family<InstanceTypeOfferingLabels, Gauge>,
@@ -234,6 +237,7 @@ impl Metrics {
             interruption_received_messages: Family::default(),
             interruption_deleted_messages: Counter::default(),
             interruption_message_queue_duration_seconds: histograms(),
+            interruption_instance_status_unhealthy: Family::default(),
             cloudprovider_batcher_batch_time_seconds: histograms(),
             cloudprovider_batcher_batch_size: Family::new_with_constructor(
                 batch_size_histogram as fn() -> Histogram,
@@ -387,6 +391,11 @@ impl Metrics {
             "karpenter_interruption_message_queue_duration_seconds",
             "Time from an interruption event to the deletion of its message from the queue.",
             &m.interruption_message_queue_duration_seconds,
+        );
+        b.add(
+            "karpenter_interruption_instance_status_unhealthy",
+            "Number of unique unhealthy instance statuses of the cluster's instances found with EC2 DescribeInstanceStatus, by status check category.",
+            &m.interruption_instance_status_unhealthy,
         );
         b.add(
             "karpenter_cloudprovider_batcher_batch_time_seconds",

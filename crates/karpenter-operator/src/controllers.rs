@@ -313,9 +313,18 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
                         let mut timer = metrics().reconcile("interruption");
                         match interruption.handle(&event).await {
                             Ok(handled) => {
-                                tracing::info!(controller = "interruption", provider_id = %event.provider_id, kind = ?event.kind, ?handled, "interruption");
+                                // Another cluster's instance (a shared queue, or an impaired instance of the
+                                // account) is nothing to report, as upstream reports nothing for it.
+                                if handled == Handled::NotOurs {
+                                    tracing::debug!(controller = "interruption", provider_id = %event.provider_id, kind = ?event.kind, "interruption for an instance no NodeClaim owns");
+                                } else {
+                                    tracing::info!(controller = "interruption", provider_id = %event.provider_id, kind = ?event.kind, ?handled, "interruption");
+                                }
                                 if let (Handled::Deleted(claim), Some(observer)) = (&handled, &observer) {
                                     observer.interrupted(claim);
+                                }
+                                if handled != Handled::NotOurs {
+                                    source.claimed(&event).await;
                                 }
                             }
                             Err(error) => {

@@ -236,6 +236,12 @@ async fn the_runtime_starts_the_provider_the_queue_and_the_controller() {
     .await
     .unwrap();
     assert!(missing_queue.interruption_source_dyn().is_some());
+    // Without a queue the controller still reads the instance status poller (upstream runs it regardless).
+    let no_queue = AwsProvider::start_with_clients(settings(), clients.clone(), server.client())
+        .await
+        .unwrap();
+    assert!(no_queue.interruption_source.is_none());
+    assert!(no_queue.interruption_source_dyn().is_some());
 
     admin.sqs.create_queue().queue_name(CLUSTER).send().await.unwrap();
     let runtime = AwsProvider::start_with_clients(
