@@ -28,7 +28,7 @@ use karpenter_provisioner::{
     static_capacity::StaticCapacityController,
 };
 use karpenter_repair::NodeRepairController;
-use karpenter_state::{ClusterState, ControllerContext, periodic::run_timed};
+use karpenter_state::{ClusterState, ControllerContext, periodic::run_timed_waking};
 use karpenter_termination::Terminator;
 use kube::{Client, ResourceExt};
 
@@ -261,7 +261,20 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
         Box::pin(async move {
             let (disruption, state, observer) = (&disruption, &state, &observer);
             // Timed before the sync too: the tick answers NotSynced itself.
-            run_timed("disruption", interval, || async move {
+            // A NodePool edited (its template, so its NodeClaims drift; its budgets) is answered at the next
+            // pass, within a second, as upstream's NodeClaim disruption controller reacts to NodePool events.
+            // Only spec changes count (generations, and NodePools coming and going): the NodePool status
+            // written every few seconds during a scale-up must not turn the 10-second pass into a 1-second one.
+            let pools = state.node_pools.clone();
+            let specs = move || {
+                let all = pools.unordered();
+                let generations: u64 = all
+                    .iter()
+                    .map(|p| p.metadata.generation.unwrap_or(0).unsigned_abs())
+                    .sum();
+                generations.wrapping_add((all.len() as u64) << 40)
+            };
+            run_timed_waking("disruption", interval, specs, || async move {
                 match disruption.tick().await {
                     Ok(Tick::Started(command)) => {
                         tracing::info!(controller = "disruption", method = %command.method, candidates = ?command.candidates, replacements = ?command.replacements, "disrupting");
