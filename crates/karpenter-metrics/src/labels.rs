@@ -55,6 +55,12 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// A reboot's terminal result.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CloudProviderLabels {
     pub controller: String,

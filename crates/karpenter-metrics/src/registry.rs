@@ -102,6 +102,13 @@ fn termination_histogram() -> Histogram {
     ))
 }
 
+/// Reboot durations: 10 s to about 21 minutes, doubling (past the reboot's 20-minute observation window).
+fn reboot_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        10.0, 2.0, 8,
+    ))
+}
+
 /// Batch sizes: 1 to 1,000 requests (a CreateFleet batch holds at most 1,000 launches).
 const BATCH_SIZE_BUCKETS: [f64; 21] = [
     1.0, 2.0, 4.0, 5.0, 10.0, 15.0, 20.0, 25.0, 50.0, 75.0, 100.0, 150.0, 200.0, 250.0, 300.0, 400.0, 500.0,
@@ -127,6 +134,13 @@ pub struct Metrics {
     pub nodes_created: Family<NodeLabels, Counter>,
     pub nodes_terminated: Family<NodeLabels, Counter>,
     pub nodes_drained: Family<NodePoolLabels, Counter>,
+    /// Reboots carried out, by terminal result (`succeeded`, `provider_error`, `recovery_timeout`,
+    /// `invalid_request`).
+    pub nodes_reboots: Family<ResultLabels, Counter>,
+    /// Seconds from a reboot's request to its terminal result, by result.
+    pub nodes_reboot_duration_seconds: HistogramFamily<ResultLabels>,
+    /// Seconds from a reboot's issue to the node's return (new boot, Ready), for reboots that succeeded.
+    pub nodes_reboot_recovery_duration_seconds: HistogramFamily<NoLabels>,
     pub nodes_termination_duration_seconds: NodePoolSummary,
     /// Seconds from a node's creation to the removal of its finalizer, by nodepool.
     pub nodes_lifetime_duration_seconds: HistogramFamily<NodePoolLabels>,
@@ -210,6 +224,13 @@ impl Metrics {
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
             nodes_drained: Family::default(),
+            nodes_reboots: Family::default(),
+            nodes_reboot_duration_seconds: Family::new_with_constructor(
+                reboot_histogram as fn() -> Histogram,
+            ),
+            nodes_reboot_recovery_duration_seconds: Family::new_with_constructor(
+                reboot_histogram as fn() -> Histogram,
+            ),
             nodes_termination_duration_seconds: NodePoolSummary::default(),
             nodes_lifetime_duration_seconds: Family::new_with_constructor(
                 lifetime_histogram as fn() -> Histogram,
@@ -298,6 +319,21 @@ impl Metrics {
             "karpenter_nodes_drained",
             "Number of nodes drained in total by Karpenter, by nodepool.",
             &m.nodes_drained,
+        );
+        b.add(
+            "karpenter_nodes_reboots",
+            "Number of node reboots carried out by Karpenter, by terminal result (succeeded, provider_error, recovery_timeout, invalid_request).",
+            &m.nodes_reboots,
+        );
+        b.add(
+            "karpenter_nodes_reboot_duration_seconds",
+            "Duration of the full reboot action from request to terminal outcome, by result.",
+            &m.nodes_reboot_duration_seconds,
+        );
+        b.add(
+            "karpenter_nodes_reboot_recovery_duration_seconds",
+            "Time from issuing a reboot until the node proved a new boot and rejoined (boot ID changed and Ready). Recorded on successful reboots only.",
+            &m.nodes_reboot_recovery_duration_seconds,
         );
         // Written by `encode_chunks` itself: prometheus-client has no summary type.
         b.describe::<NodePoolSummary>(

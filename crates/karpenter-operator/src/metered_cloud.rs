@@ -8,7 +8,10 @@ use async_trait::async_trait;
 use karpenter_api::{nodeclaim::NodeClaim, nodepool::NodePool};
 use karpenter_core::{
     catalog::CatalogInstanceType,
-    cloudprovider::{CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RepairPolicy},
+    cloudprovider::{
+        CloudProvider, CloudProviderError, InstanceSummary, NodeClassKind, RebootError, RebootPolicy,
+        RepairPolicy,
+    },
     disruption::drift::DriftProvider,
 };
 use karpenter_metrics::{CloudProviderErrorLabels, CloudProviderLabels, metrics};
@@ -105,6 +108,39 @@ impl CloudProvider for MeteredCloudProvider {
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
         self.inner.repair_policies()
+    }
+
+    fn reboot_policies(&self) -> Vec<RebootPolicy> {
+        self.inner.reboot_policies()
+    }
+
+    async fn reboot(&self, claim: &NodeClaim, operation_id: &str) -> Result<(), RebootError> {
+        let started = Instant::now();
+        let result = self.inner.reboot(claim, operation_id).await;
+        let m = metrics();
+        m.cloudprovider_duration_seconds
+            .get_or_create(&CloudProviderLabels {
+                controller: self.controller.into(),
+                method: "Reboot".into(),
+                provider: self.inner.name().into(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(error) = &result {
+            let name = match error {
+                RebootError::NotImplemented => "NodeRebootNotImplementedError",
+                RebootError::Rejected(_) => "NodeRebootFailedError",
+                RebootError::Provider(e) => upstream_error_name(e),
+            };
+            m.cloudprovider_errors
+                .get_or_create(&CloudProviderErrorLabels {
+                    controller: self.controller.into(),
+                    method: "Reboot".into(),
+                    provider: self.inner.name().into(),
+                    error: name.into(),
+                })
+                .inc();
+        }
+        result
     }
 
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {

@@ -21,6 +21,8 @@
 //!   taints remain, and its allocatable has every resource the claim's pods requested (a GPU's device plugin has
 //!   registered it), it is labelled `karpenter.sh/initialized=true` and the claim gets `Initialized=True` and
 //!   `Ready=True`; until then `Initialized` is Unknown with the reason it waits for ([`crate::initialization`]).
+//!   A reboot (karpenter-repair's reboot controller) sets `Initialized` Unknown again; it is completed anew,
+//!   label and all, once the reboot has ended.
 //!
 //! - **Liveness**: a claim not launched 5 minutes after its creation, or whose Node has not registered 15
 //!   minutes after the launch, is deleted (the terminator removes any instance) and its pods are provisioned
@@ -287,6 +289,12 @@ impl Lifecycle {
             self.add_node_finalizer(&node.to_node()).await?;
         }
         if is_true(conditions::INITIALIZED) {
+            return Ok(());
+        }
+        // Initialization holds for one boot: a reboot takes it away (Initialized=Unknown, reason Rebooting) and,
+        // as upstream, it is not completed again until the reboot has ended, or the node as it was before the
+        // reboot would pass the checks below.
+        if karpenter_api::nodeclaim::is_rebooting(claim) {
             return Ok(());
         }
         if let Some(waiting) = awaiting_initialization(claim, &node.to_node()) {

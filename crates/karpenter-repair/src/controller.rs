@@ -1,21 +1,33 @@
-//! The repair loop: every pass plans over the state cache and carries the plan out.
+//! The repair loop: every pass plans over the state cache and carries the plan out: a replacement deletes the
+//! NodeClaim, a reboot is committed on it for the reboot controller ([`crate::reboot`]) to carry out (upstream's
+//! `commitReboot`).
 
 use std::{sync::Arc, time::Duration};
 
 use jiff::Timestamp;
-use karpenter_api::{labels, nodeclaim::NodeClaim, nodepool::NodePool};
-use karpenter_core::{clock::Clock, cloudprovider::CloudProvider};
+use karpenter_api::{
+    common::ConditionStatus,
+    labels,
+    nodeclaim::{NodeClaim, conditions, is_rebooting, reboot_reasons},
+    nodepool::NodePool,
+};
+use karpenter_core::{
+    clock::Clock,
+    cloudprovider::{CloudProvider, RepairAction},
+};
 use karpenter_state::api_errors::is_not_found;
 use karpenter_state::{ControllerContext, events::DedupedRecorder, periodic::run_synced_untimed};
 use kube::{
-    Api, Resource,
+    Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
 };
 use serde_json::json;
 
 use crate::{
     RepairError,
-    plan::{BlockedGroup, Repair, plan_repairs},
+    history::RebootHistory,
+    plan::{BlockedGroup, Policies, Repair, plan_repairs_with},
+    reboot::{format_grace, with_condition},
 };
 
 /// The event reason upstream uses when the circuit breaker holds repairs back.
@@ -26,6 +38,8 @@ pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
 pub struct RepairPass {
     /// NodeClaims deleted to replace their unhealthy nodes.
     pub repaired: Vec<String>,
+    /// NodeClaims whose nodes are to be rebooted in place (a reboot committed on them).
+    pub rebooted: Vec<String>,
     /// Repairs the circuit breaker held back.
     pub blocked: Vec<BlockedGroup>,
 }
@@ -35,6 +49,8 @@ pub struct NodeRepairController {
     cx: ControllerContext,
     cloud: Arc<dyn CloudProvider>,
     events: DedupedRecorder,
+    /// Reboots committed recently, by NodeClaim UID: the third due reboot within a day replaces instead.
+    history: tokio::sync::Mutex<RebootHistory>,
     /// Between passes (tokio time). Tolerations are minutes long, so a pass every 10 seconds is on time.
     pub interval: Duration,
 }
@@ -45,6 +61,7 @@ impl NodeRepairController {
             events: cx.recorder(),
             cx,
             cloud,
+            history: tokio::sync::Mutex::new(RebootHistory::default()),
             interval: Duration::from_secs(10),
         }
     }
@@ -52,7 +69,7 @@ impl NodeRepairController {
     /// Runs passes until the future is dropped; a failed pass is logged and the next one retries. Returns at
     /// once when the provider has no repair policies (upstream does not start the controller then).
     pub async fn run(&self) {
-        if self.cloud.repair_policies().is_empty() {
+        if self.cloud.repair_policies().is_empty() && self.cloud.reboot_policies().is_empty() {
             tracing::info!(
                 provider = self.cloud.name(),
                 "no repair policies: node repair is off"
@@ -61,8 +78,8 @@ impl NodeRepairController {
         }
         run_synced_untimed(&self.cx.state, self.interval, || async {
             match self.pass().await {
-                Ok(pass) if !pass.repaired.is_empty() => {
-                    tracing::info!(repaired = ?pass.repaired, "repairing unhealthy nodes")
+                Ok(pass) if !pass.repaired.is_empty() || !pass.rebooted.is_empty() => {
+                    tracing::info!(repaired = ?pass.repaired, rebooted = ?pass.rebooted, "repairing unhealthy nodes")
                 }
                 Ok(_) | Err(RepairError::NotSynced) => {}
                 Err(error) => tracing::warn!(category = error.category(), %error, "node repair pass failed"),
@@ -92,11 +109,21 @@ impl NodeRepairController {
                 )
             })
             .collect();
-        let plan = plan_repairs(
+        let policies = Policies {
+            replace: self.cloud.repair_policies(),
+            reboot: self.cloud.reboot_policies(),
+        };
+        let history = {
+            let mut history = self.history.lock().await;
+            history.prune(now);
+            history.clone()
+        };
+        let plan = plan_repairs_with(
             nodes.iter().map(|n| &**n),
             claims.iter().map(|c| &**c),
             &budgets,
-            &self.cloud.repair_policies(),
+            &policies,
+            &|uid| history.recent(uid, now),
             now,
         );
         let mut pass = RepairPass::default();
@@ -104,8 +131,21 @@ impl NodeRepairController {
             self.report_blocked(group).await;
         }
         for repair in &plan.repairs {
-            if self.repair(repair, now).await? {
-                pass.repaired.push(repair.node_claim.clone());
+            match repair.action {
+                RepairAction::ReplaceNode => {
+                    if repair.escalated {
+                        tracing::info!(nodeclaim = %repair.node_claim, "rebooted twice within a day and still unhealthy; replacing it");
+                    }
+                    if self.repair(repair, now).await? {
+                        pass.repaired.push(repair.node_claim.clone());
+                    }
+                }
+                RepairAction::RebootNode => {
+                    if self.commit_reboot(repair).await? {
+                        self.history.lock().await.record(&repair.node_claim_uid, now);
+                        pass.rebooted.push(repair.node_claim.clone());
+                    }
+                }
             }
         }
         pass.blocked = plan.blocked;
@@ -166,6 +206,86 @@ impl NodeRepairController {
             Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Hands the node to the reboot controller: the drain bound (the policy's, else the NodeClaim's
+    /// terminationGracePeriod, else none) as the `karpenter.sh/reboot-termination-grace-period` annotation, then
+    /// `DisruptionReason=True` (Unhealthy) and `Rebooting=True` (RebootRequested, naming the condition), both
+    /// written conditional on the claim's resourceVersion. Returns false when the claim, read anew, is gone,
+    /// being deleted or already rebooting.
+    async fn commit_reboot(&self, repair: &Repair) -> Result<bool, RepairError> {
+        let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());
+        let Some(claim) = claims.get_opt(&repair.node_claim).await? else {
+            return Ok(false);
+        };
+        if is_rebooting(&claim) || claim.metadata.deletion_timestamp.is_some() {
+            return Ok(false);
+        }
+        let grace = repair
+            .termination_grace_period
+            .or_else(|| claim.spec.termination_grace_period.as_ref().map(|g| g.duration()));
+        let annotation = grace.map(format_grace);
+        let current = claim
+            .annotations()
+            .get(labels::REBOOT_TERMINATION_GRACE_PERIOD_ANNOTATION)
+            .cloned();
+        let mut claim = claim;
+        if current != annotation {
+            let patch = json!({"metadata": {
+                "resourceVersion": claim.resource_version(),
+                "annotations": {labels::REBOOT_TERMINATION_GRACE_PERIOD_ANNOTATION: annotation},
+            }});
+            claim = match claims
+                .patch(&repair.node_claim, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(c) => c,
+                Err(e) if is_not_found(&e) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            };
+        }
+        let now = self.cx.clock.now();
+        let existing = claim
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        let conds = with_condition(
+            existing,
+            (
+                conditions::DISRUPTION_REASON,
+                ConditionStatus::True,
+                "Unhealthy",
+                "Unhealthy",
+            ),
+            now,
+        );
+        let reason = repair.why.condition.clone();
+        let conds = with_condition(
+            &conds,
+            (
+                conditions::REBOOTING,
+                ConditionStatus::True,
+                reboot_reasons::REQUESTED,
+                &format!("rebooting for {reason}"),
+            ),
+            now,
+        );
+        let patch = json!({
+            "metadata": {"resourceVersion": claim.resource_version()},
+            "status": {"conditions": conds},
+        });
+        match claims
+            .patch_status(&repair.node_claim, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(node = %repair.node, nodeclaim = %repair.node_claim, condition = %repair.why.condition,
+            since = %repair.why.since, "node unhealthy past its toleration; committed a reboot");
+        Ok(true)
     }
 
     /// NodeRepairBlocked on the NodePool (when there is one) and on each held-back node.

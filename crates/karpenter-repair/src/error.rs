@@ -8,6 +8,9 @@ pub enum RepairError {
     NotSynced,
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    /// Draining a node for its reboot failed.
+    #[error("draining for a reboot: {0}")]
+    Drain(#[from] karpenter_termination::TerminationError),
 }
 
 impl RepairError {
@@ -16,6 +19,7 @@ impl RepairError {
         match self {
             Self::NotSynced => "NotSynced",
             Self::Kube(_) => "KubeAPI",
+            Self::Drain(e) => e.category(),
         }
     }
 }

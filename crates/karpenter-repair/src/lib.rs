@@ -14,7 +14,9 @@
 mod controller;
 mod error;
 pub mod health;
+pub mod history;
 pub mod plan;
+pub mod reboot;
 
 pub use controller::{NODE_REPAIR_BLOCKED, NodeRepairController, RepairPass};
 pub use error::RepairError;

@@ -10,8 +10,13 @@
 //!
 //! Within the breaker, the NodePool's disruption budgets for reason `Unhealthy` (and budgets without reasons, the
 //! default 10% among them) cap how many of its nodes are replaced at once, counting the nodes already being
-//! deleted; the earliest-due repairs go first, the others wait for a later pass. Repair does not honour
-//! `karpenter.sh/do-not-disrupt`, which guards only voluntary disruption.
+//! deleted or rebooted; the earliest-due repairs go first, the others wait for a later pass. Repair does not
+//! honour `karpenter.sh/do-not-disrupt`, which guards only voluntary disruption.
+//!
+//! A node may be due under a replace policy ([`RepairPolicy`]) and a reboot policy ([`RebootPolicy`]); when both
+//! are due the replacement wins (the more disruptive action, as upstream). A reboot is escalated to a
+//! replacement once the NodeClaim has had [`crate::history::REBOOTS_BEFORE_REPLACEMENT`] reboots within a day,
+//! and after a reboot ends, a condition still there is tolerated anew from that moment.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,10 +27,16 @@ use karpenter_api::{
     nodepool::{Budget, DisruptionReason},
 };
 use karpenter_core::snapshot::CompactNode;
-use karpenter_core::{cloudprovider::RepairPolicy, disruption::budgets::allowed_disruptions};
+use karpenter_core::{
+    cloudprovider::{RebootPolicy, RepairAction, RepairPolicy},
+    disruption::budgets::allowed_disruptions,
+};
 use kube::ResourceExt;
 
-use crate::health::{Unhealthy, unhealthy};
+use crate::{
+    health::{Unhealthy, unhealthy_since},
+    history::escalate,
+};
 
 /// The largest share of a NodePool's nodes that may be unhealthy while repair goes on, in percent.
 pub const UNHEALTHY_PERCENT_LIMIT: usize = 20;
@@ -38,6 +49,32 @@ pub struct Repair {
     /// `None` for a node without the `karpenter.sh/nodepool` label.
     pub node_pool: Option<String>,
     pub why: Unhealthy,
+    /// Replace, or reboot in place.
+    pub action: RepairAction,
+    /// A due reboot became this replacement: the claim was rebooted too often recently.
+    pub escalated: bool,
+    /// For a reboot: the due reboot policy's bound on the drain.
+    pub termination_grace_period: Option<std::time::Duration>,
+    /// The NodeClaim's UID (the reboot history's key).
+    pub node_claim_uid: String,
+}
+
+/// The provider's policies, by action.
+#[derive(Debug, Clone, Default)]
+pub struct Policies {
+    pub replace: Vec<RepairPolicy>,
+    pub reboot: Vec<RebootPolicy>,
+}
+
+/// When the claim's last reboot ended (its `Rebooting` condition False): conditions are tolerated anew from then.
+pub fn reboot_ended_at(claim: &NodeClaim) -> Option<Timestamp> {
+    let status = claim.status.as_ref()?;
+    karpenter_api::common::find_condition(
+        &status.conditions,
+        karpenter_api::nodeclaim::conditions::REBOOTING,
+    )
+    .filter(|c| c.status == karpenter_api::common::ConditionStatus::False)
+    .map(|c| c.last_transition_time.0)
 }
 
 /// What holds a group's repairs back.
@@ -98,13 +135,12 @@ pub fn unhealthy_allowed(total: usize) -> usize {
 struct Group {
     total: usize,
     unhealthy: usize,
-    /// Nodes being deleted (their NodeClaim or the Node), which use up the budget.
+    /// Nodes being deleted (their NodeClaim or the Node) or rebooted, which use up the budget.
     deleting: usize,
     due: Vec<Repair>,
 }
 
-/// Decides the repairs at `now`. Only nodes with a NodeClaim (found by `status.nodeName` or provider ID) are
-/// repaired; a NodeClaim already being deleted is left to its termination.
+/// Decides the repairs at `now` for replace policies only (see [`plan_repairs_with`]).
 pub fn plan_repairs<'a>(
     nodes: impl IntoIterator<Item = &'a CompactNode>,
     claims: impl IntoIterator<Item = &'a NodeClaim>,
@@ -112,6 +148,25 @@ pub fn plan_repairs<'a>(
     policies: &[RepairPolicy],
     now: Timestamp,
 ) -> RepairPlan {
+    let policies = Policies {
+        replace: policies.to_vec(),
+        reboot: Vec::new(),
+    };
+    plan_repairs_with(nodes, claims, budgets, &policies, &|_| 0, now)
+}
+
+/// Decides the repairs at `now`. Only nodes with a NodeClaim (found by `status.nodeName` or provider ID) are
+/// repaired; a NodeClaim already being deleted is left to its termination, one being rebooted to its reboot.
+/// `recent_reboots` says how many reboots a NodeClaim (by UID) has had within the reboot history's window.
+pub fn plan_repairs_with<'a>(
+    nodes: impl IntoIterator<Item = &'a CompactNode>,
+    claims: impl IntoIterator<Item = &'a NodeClaim>,
+    budgets: &HashMap<String, Option<Vec<Budget>>>,
+    policies: &Policies,
+    recent_reboots: &dyn Fn(&str) -> usize,
+    now: Timestamp,
+) -> RepairPlan {
+    let reboot_policies: Vec<RepairPolicy> = policies.reboot.iter().map(|p| p.policy.clone()).collect();
     let mut claim_by_node: HashMap<&str, &NodeClaim> = HashMap::new();
     let mut claim_by_provider_id: HashMap<&str, &NodeClaim> = HashMap::new();
     for claim in claims {
@@ -140,26 +195,39 @@ pub fn plan_repairs<'a>(
         });
         let deleting = node.metadata.deletion_timestamp.is_some()
             || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
-        if deleting {
+        let rebooting = claim.is_some_and(karpenter_api::nodeclaim::is_rebooting);
+        if deleting || rebooting {
             group.deleting += 1;
         }
-        let Some(why) = unhealthy(node, policies, now) else {
+        let not_before = claim.and_then(reboot_ended_at);
+        let replace = unhealthy_since(node, &policies.replace, not_before, now);
+        let reboot = unhealthy_since(node, &reboot_policies, not_before, now);
+        if replace.is_none() && reboot.is_none() {
+            continue;
+        }
+        group.unhealthy += 1;
+        let Some((action, why)) = due_action(replace, reboot, now, &mut plan.next_due) else {
             continue;
         };
-        group.unhealthy += 1;
-        if now < why.repair_at {
-            plan.next_due = Some(plan.next_due.map_or(why.repair_at, |d| d.min(why.repair_at)));
-            continue;
-        }
         let Some(claim) = claim else { continue };
-        if deleting {
+        if deleting || rebooting {
             continue;
         }
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let reboot_grace = policies
+            .reboot
+            .get(why.policy)
+            .and_then(|p| p.termination_grace_period);
+        let (action, escalated) = escalate(action, recent_reboots(&uid));
         group.due.push(Repair {
             node: node.name_any(),
             node_claim: claim.name_any(),
             node_pool: pool,
             why,
+            action,
+            escalated,
+            termination_grace_period: reboot_grace.filter(|_| action == RepairAction::RebootNode),
+            node_claim_uid: uid,
         });
     }
     let cluster_unhealthy: usize = groups.values().map(|g| g.unhealthy).sum();
@@ -216,6 +284,26 @@ pub fn plan_repairs<'a>(
         plan.repairs.extend(due);
     }
     plan
+}
+
+/// The action due at `now` and why: a due replacement wins over a due reboot. When neither is due, `next_due`
+/// is brought forward to the earlier of their due times.
+fn due_action(
+    replace: Option<Unhealthy>,
+    reboot: Option<Unhealthy>,
+    now: Timestamp,
+    next_due: &mut Option<Timestamp>,
+) -> Option<(RepairAction, Unhealthy)> {
+    match (replace, reboot) {
+        (Some(why), _) if now >= why.repair_at => Some((RepairAction::ReplaceNode, why)),
+        (_, Some(why)) if now >= why.repair_at => Some((RepairAction::RebootNode, why)),
+        (replace, reboot) => {
+            if let Some(next) = [replace, reboot].into_iter().flatten().map(|u| u.repair_at).min() {
+                *next_due = Some(next_due.map_or(next, |d| d.min(next)));
+            }
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -317,6 +405,94 @@ mod tests {
         let plan = plan_repairs(&nodes, &claims, &one, &policies(), late);
         assert!(plan.repairs.is_empty(), "{plan:?}");
         assert_eq!(plan.blocked[0].held.len(), 2);
+    }
+
+    #[test]
+    fn a_reboot_policy_reboots_unless_a_replacement_is_due_or_reboots_ran_out() {
+        let reboot = |condition: &str| RebootPolicy {
+            policy: RepairPolicy {
+                condition_type: condition.into(),
+                condition_status: "False".into(),
+                toleration: Duration::from_secs(60),
+            },
+            termination_grace_period: Some(Duration::from_secs(60)),
+        };
+        let (nodes, mut claims) = pool("a", 10, 1);
+        claims[0].metadata.uid = Some("uid-0".into());
+        let mut policies = Policies {
+            replace: policies(),
+            reboot: vec![reboot("Ready")],
+        };
+        let early = at("2026-01-01T00:05:00Z");
+        let plan = plan_repairs_with(&nodes, &claims, &HashMap::new(), &policies, &|_| 0, early);
+        let r = &plan.repairs[0];
+        assert_eq!((r.action, r.escalated), (RepairAction::RebootNode, false));
+        assert_eq!(r.termination_grace_period, Some(Duration::from_secs(60)));
+        assert_eq!(plan.next_due, None);
+        // Rebooted twice recently: replaced instead.
+        let plan = plan_repairs_with(
+            &nodes,
+            &claims,
+            &HashMap::new(),
+            &policies,
+            &|u| usize::from(u == "uid-0") * 2,
+            early,
+        );
+        assert_eq!(
+            (plan.repairs[0].action, plan.repairs[0].escalated),
+            (RepairAction::ReplaceNode, true)
+        );
+        assert_eq!(plan.repairs[0].termination_grace_period, None);
+        // Once the replace policy is due too, it wins.
+        let late = at("2026-01-01T00:30:00Z");
+        let plan = plan_repairs_with(&nodes, &claims, &HashMap::new(), &policies, &|_| 0, late);
+        assert_eq!(plan.repairs[0].action, RepairAction::ReplaceNode);
+        // Reboot policies alone count for the breaker too.
+        policies.replace.clear();
+        let (nodes, claims) = pool("b", 5, 2);
+        let plan = plan_repairs_with(&nodes, &claims, &HashMap::new(), &policies, &|_| 0, early);
+        assert!(plan.repairs.is_empty());
+        assert_eq!(plan.blocked[0].by, HeldBy::CircuitBreaker);
+    }
+
+    #[test]
+    fn a_rebooting_node_is_left_to_its_reboot_uses_the_budget_and_is_tolerated_anew_after() {
+        let policies = Policies {
+            replace: Vec::new(),
+            reboot: vec![RebootPolicy {
+                policy: policies()[0].clone(),
+                termination_grace_period: None,
+            }],
+        };
+        let (nodes, mut claims) = pool("a", 10, 2);
+        let rebooting = |status: &str, since: &str| -> Vec<karpenter_api::common::Condition> {
+            serde_json::from_value(
+                json!([{"type": "Rebooting", "status": status, "reason": "RebootRequested",
+                "lastTransitionTime": since}]),
+            )
+            .unwrap()
+        };
+        claims[0].status.as_mut().unwrap().conditions = rebooting("True", T0);
+        let one = HashMap::from([(
+            "a".to_string(),
+            Some(vec![Budget {
+                nodes: Some("1".into()),
+                ..Budget::default()
+            }]),
+        )]);
+        let late = at("2026-01-01T01:00:00Z");
+        let plan = plan_repairs_with(&nodes, &claims, &one, &policies, &|_| 0, late);
+        assert!(plan.repairs.is_empty(), "{plan:?}");
+        assert_eq!(
+            plan.blocked[0].held[0].node, "a-1",
+            "the budget of 1 is the reboot under way"
+        );
+        // The reboot ended at 00:50: the condition, still there, is tolerated for 30 minutes from then.
+        claims[0].status.as_mut().unwrap().conditions = rebooting("False", "2026-01-01T00:50:00Z");
+        let plan = plan_repairs_with(&nodes, &claims, &HashMap::new(), &policies, &|_| 0, late);
+        let repaired: Vec<&str> = plan.repairs.iter().map(|r| r.node.as_str()).collect();
+        assert_eq!(repaired, vec!["a-1"]);
+        assert_eq!(plan.next_due, Some(at("2026-01-01T01:20:00Z")));
     }
 
     #[test]

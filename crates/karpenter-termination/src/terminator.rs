@@ -482,6 +482,28 @@ impl Terminator {
         Ok(Some(claim))
     }
 
+    /// One drain step for a node that stays (a reboot; karpenter-repair's reboot controller): the node's pods are
+    /// evicted by the same rules and in the same order as for a termination, with `reason` in
+    /// `karpenter_pods_drained_total`, but nothing is ever deleted: PodDisruptionBudgets and do-not-disrupt hold
+    /// their pods for as long as the caller keeps draining, and what is left when it stops rides the reboot. The
+    /// caller fences the node itself. Returns how many pods the drain still waits for (0: drained).
+    pub async fn drain_in_place(&self, node: &Node, reason: &str) -> Result<usize, TerminationError> {
+        let node_ref = node.object_ref(&());
+        let node_name = node.name_any();
+        let mut pods: Vec<Arc<CompactPod>> = self
+            .cx
+            .state
+            .pods
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str()));
+        pods.sort_unstable_by_key(|p| key(p));
+        let plan = drain_plan(&pods, self.cx.clock.now(), None);
+        let mut done = TerminationPass::default();
+        for pod in &plan.evict {
+            self.evict(pod, &node_ref, reason, &mut done).await?;
+        }
+        Ok(plan.waiting)
+    }
+
     /// The VolumeAttachments still naming `node` (their CSI driver has not detached the volume yet) that the
     /// instance waits for: not those of the pods the drain leaves on the node. Read from the state cache, which
     /// watches them (a cluster-wide list per draining claim per pass cost the API server a list of every
