@@ -27,7 +27,7 @@ use karpenter_provisioner::{
     registration_health::RegistrationHealth,
     static_capacity::StaticCapacityController,
 };
-use karpenter_repair::NodeRepairController;
+use karpenter_repair::{NodeRepairController, reboot::RebootController};
 use karpenter_state::{ClusterState, ControllerContext, periodic::run_timed_waking};
 use karpenter_termination::Terminator;
 use kube::{Client, ResourceExt};
@@ -254,6 +254,9 @@ pub fn controller_tasks(parts: &ControllerParts) -> Vec<ControllerTask> {
     if settings.feature_gates.node_repair {
         let repair = NodeRepairController::new(cx.clone(), parts.cloud_for("node.health"));
         tasks.push(("node.health", Box::pin(async move { repair.run().await })));
+        // Carries out the reboots repair commits (upstream starts it with node repair).
+        let reboot = RebootController::new(cx.clone(), parts.cloud_for("nodeclaim.reboot"));
+        tasks.push(("nodeclaim.reboot", Box::pin(async move { reboot.run().await })));
     }
     let (state, observer) = (parts.state.clone(), parts.observer.clone());
     tasks.push((
