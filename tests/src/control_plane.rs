@@ -265,6 +265,23 @@ pub struct StartOptions {
     /// replaced with the admin kubeconfig. Upstream's end-to-end suites expect a profile with default topology
     /// spread constraints.
     pub scheduler_config: Option<PathBuf>,
+    /// kwok also plays the nodes' kubelet API (what `kubectl logs` and `kubectl port-forward` reach) on this
+    /// port, with the kwok documents in this file (ClusterLogs, ClusterPortForward: which pod's logs and ports
+    /// are what), and gives every node it initialises `127.0.0.1` as its address. For a control plane in a
+    /// network namespace of its own (`cargo xtask e2e upstream`): two such control planes in one namespace
+    /// would want the same port.
+    pub kubelet: Option<KubeletOptions>,
+    /// kube-apiserver listens on every address of its network namespace, not only 127.0.0.1, so a client in
+    /// another namespace joined to it (upstream's suites, see `cargo xtask e2e upstream`) reaches it. Only for a
+    /// control plane in a network namespace of its own.
+    pub listen_on_all_addresses: bool,
+}
+
+/// See [`StartOptions::kubelet`].
+#[derive(Debug, Clone)]
+pub struct KubeletOptions {
+    pub port: u16,
+    pub config: PathBuf,
 }
 
 fn pki_commands(pki: &Path) -> Result<(), Error> {
@@ -529,7 +546,11 @@ impl ControlPlane {
             "kube-apiserver",
             &[
                 format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
+                if s.options.listen_on_all_addresses {
+                    "--bind-address=0.0.0.0".into()
+                } else {
+                    "--bind-address=127.0.0.1".into()
+                },
                 "--advertise-address=127.0.0.1".into(),
                 format!("--secure-port={api_port}"),
                 format!("--cert-dir={}", run_dir.join("apiserver").display()),
@@ -601,16 +622,30 @@ impl ControlPlane {
         s.spawn("kube-scheduler", &scheduler_args, &[])?;
         let kwok_dir = run_dir.join("kwok");
         fs::create_dir_all(&kwok_dir)?;
+        let mut kwok_args = vec![
+            format!("--kubeconfig={kc}"),
+            "--manage-all-nodes=false".into(),
+            format!("--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}"),
+            "--node-lease-duration-seconds=40".into(),
+            // Pod IPs of fake pods, kept out of the Service CIDR.
+            "--cidr=10.244.0.1/16".into(),
+        ];
+        if let Some(kubelet) = &s.options.kubelet {
+            kwok_args.extend([
+                // The address and kubelet port kwok writes into each node's status, where kube-apiserver
+                // connects for logs and port-forwards; kwok serves them there (HTTPS: the API server speaks
+                // nothing else to a kubelet, and checks no kubelet certificate without
+                // --kubelet-certificate-authority).
+                "--node-ip=127.0.0.1".into(),
+                format!("--node-port={}", kubelet.port),
+                format!("--tls-cert-file={}", p("apiserver.crt")),
+                format!("--tls-private-key-file={}", p("apiserver.key")),
+                format!("--config={}", kubelet.config.display()),
+            ]);
+        }
         s.spawn(
             "kwok",
-            &[
-                format!("--kubeconfig={kc}"),
-                "--manage-all-nodes=false".into(),
-                format!("--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}"),
-                "--node-lease-duration-seconds=40".into(),
-                // Pod IPs of fake pods, kept out of the Service CIDR.
-                "--cidr=10.244.0.1/16".into(),
-            ],
+            &kwok_args,
             // kwok reads ~/.kwok/kwok.yaml unless its work directory is elsewhere.
             &[("KWOK_WORKDIR", &kwok_dir)],
         )?;

@@ -15,6 +15,7 @@ mod build;
 mod performance;
 mod report;
 mod stand_in;
+mod suite_netns;
 mod supervisor;
 
 use std::{
@@ -248,9 +249,20 @@ fn run_suite(
     }
     std::fs::create_dir_all(run_dir.join("logs"))?;
     let started = Instant::now();
+    let kubelet_config = run_dir.join("kwok-kubelet.yaml");
+    std::fs::write(
+        &kubelet_config,
+        stand_in::kwok_kubelet_config(&run_dir.join("logs")),
+    )?;
     let options = StartOptions {
         detach: false,
         scheduler_config: Some(module.scheduler_config()),
+        kubelet: Some(control_plane::KubeletOptions {
+            port: stand_in::KUBELET_PORT,
+            config: kubelet_config,
+        }),
+        // The suite runs in a namespace of its own and reaches the API server over a veth.
+        listen_on_all_addresses: true,
     };
     let cp = ControlPlane::start(root, &run_dir.join("cluster"), options).map_err(|e| anyhow!(e))?;
     // The control plane must not outlive this process however it ends.

@@ -70,10 +70,14 @@ pub fn run_suite_binary(
     let _ = std::fs::remove_file(&junit);
     let log_path = run_dir.join("logs").join(format!("{suite}.test.log"));
     let log = File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
-    let mut command = std::process::Command::new(UpstreamModule::suite_path(root, suite));
+    // The test process in a network namespace of its own, as on upstream's CI (see `suite_netns`).
+    let netns = super::suite_netns::SuiteNetns::create(&suite.to_string())?;
+    let kubeconfig = run_dir.join("suite.kubeconfig");
+    netns.kubeconfig(&cp.kubeconfig, &kubeconfig)?;
+    let mut command = netns.command(&UpstreamModule::suite_path(root, suite));
     command
         .current_dir(module.dir.join("test/suites").join(suite.to_string()))
-        .env("KUBECONFIG", &cp.kubeconfig)
+        .env("KUBECONFIG", &kubeconfig)
         .env("OUTPUT_DIR", run_dir)
         .args([
             "-test.v",

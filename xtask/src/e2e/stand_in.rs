@@ -228,3 +228,42 @@ fn deployment() -> Value {
         },
     })
 }
+
+/// The port kwok serves the nodes' kubelet API on in the run's network namespace.
+pub const KUBELET_PORT: u16 = 10250;
+
+/// The kwok documents that make the Deployment's pod answer as a real one: `kubectl logs` reads the running
+/// controller process's log, and a port-forward to port 8080 or 8081 reaches its `/metrics` and probes (the
+/// performance suite reads `/metrics` through one). One controller runs at a time and listens on every address
+/// of the namespace, so `127.0.0.1` is its address.
+pub fn kwok_kubelet_config(logs: &Path) -> String {
+    let log = logs.join(super::supervisor::CURRENT_LOG);
+    format!(
+        "apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterPortForward
+metadata:
+  name: karpenter-controller
+spec:
+  selector:
+    matchNamespaces: [{NAMESPACE}]
+  forwards:
+  - ports: [8080]
+    target: {{port: 8080, address: 127.0.0.1}}
+  - ports: [8081]
+    target: {{port: 8081, address: 127.0.0.1}}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: karpenter-controller
+spec:
+  selector:
+    matchNamespaces: [{NAMESPACE}]
+  logs:
+  - containers: [{CONTAINER}]
+    logsFile: {}
+    follow: true
+",
+        log.display()
+    )
+}

@@ -286,23 +286,46 @@ fn controller_pods(kubeconfig: &Path) -> anyhow::Result<Vec<PodView>> {
     Ok(pods)
 }
 
+/// In the logs folder: a link to the log of the process running now, which kwok serves as the controller
+/// container's log (the run's ClusterLogs, `stand_in::kwok_kubelet_config`).
+pub const CURRENT_LOG: &str = "controller.log";
+
 fn start(kubeconfig: &Path, program: &Program, logs: &Path, pod: &PodView) -> anyhow::Result<Process> {
     let env = container_env(&pod.object)?;
     let log_path = logs.join(format!("{}.log", pod.name));
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
+    let open = |path: &Path| {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))
+    };
+    let log = open(&log_path)?;
+    // The same lines in the CRI log format a kubelet keeps (`<time> <stream> F <line>`), which is what kwok
+    // serves to `kubectl logs` (the suites print the controller's log after a failed spec).
+    let cri_path = logs.join(format!("{}.cri.log", pod.name));
+    let cri = Arc::new(std::sync::Mutex::new(open(&cri_path)?));
     let mut command = program.command(&pod.name, kubeconfig);
     command
         .envs(env)
         .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
         .spawn()
         .with_context(|| format!("starting {}", program.binary.display()))?;
+    if let Some(stdout) = child.stdout.take() {
+        copy_lines(stdout, "stdout", log.try_clone()?, Arc::clone(&cri));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        copy_lines(stderr, "stderr", log, cri);
+    }
+    // What `kubectl logs` of the controller's pod shows (kwok serves this file, see `CURRENT_LOG`): the
+    // running process's log.
+    let current = logs.join(CURRENT_LOG);
+    let _ = std::fs::remove_file(&current);
+    std::os::unix::fs::symlink(&cri_path, &current)
+        .with_context(|| format!("linking {}", current.display()))?;
     eprintln!(
         "supervisor: pod {} runs as process {} (log {})",
         pod.name,
@@ -315,6 +338,26 @@ fn start(kubeconfig: &Path, program: &Program, logs: &Path, pod: &PodView) -> an
         child,
         grace: pod.grace,
     })
+}
+
+/// Copies a process's output, line by line, to its log as written and to its CRI-format log, on a thread that
+/// ends with the output.
+fn copy_lines(
+    output: impl std::io::Read + Send + 'static,
+    stream: &'static str,
+    mut log: std::fs::File,
+    cri: Arc<std::sync::Mutex<std::fs::File>>,
+) {
+    use std::io::{BufRead, Write};
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(output).lines().map_while(Result::ok) {
+            let _ = writeln!(log, "{line}");
+            let stamp = jiff::Timestamp::now();
+            if let Ok(mut cri) = cri.lock() {
+                let _ = writeln!(cri, "{stamp} {stream} F {line}");
+            }
+        }
+    });
 }
 
 /// SIGTERM, then SIGKILL once the grace period has passed.
