@@ -1,4 +1,5 @@
-//! `cargo xtask bench schedule [--json] [--pods N]` (`bench disrupt` and `bench controller` are in their own
+//! `cargo xtask bench schedule [--json] [--pods N]` (`bench schedule --upstream`, upstream's scheduler and ours
+//! on the same workloads in one table, is in [`upstream`]; `bench disrupt` and `bench controller` are in their own
 //! modules): the scheduling benchmarks of benchmarks.md, run through
 //! the same path the CLI takes (Kubernetes objects -> `Snapshot` -> `build_schedule_inputs` -> `schedule`).
 //!
@@ -22,6 +23,7 @@ mod controller_real;
 mod disrupt;
 mod disrupt_workloads;
 mod report;
+mod upstream;
 mod workloads;
 
 use std::time::{Duration, Instant};
@@ -51,8 +53,29 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
         /// Run only the diverse workload, at this many pods.
-        #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+        #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..),
+              conflicts_with = "upstream")]
         pods: Option<usize>,
+        /// Compare with upstream: build upstream's scheduler from the pinned Go module (tests/upstream-bench,
+        /// sigs.k8s.io/karpenter v1.15.0, GOTOOLCHAIN=go1.27.3), run it and ours on the same catalog and pods
+        /// (upstream's benchmark workloads: diverse at --sizes, 4000 preference pods Respect and Ignore), and
+        /// print one Markdown table of both sides' time, pods/s, nodes and cost with the ratios. Needs Go.
+        /// Upstream's side takes about ten minutes on 2 cores (its 20,000-pod row four).
+        #[arg(long)]
+        upstream: bool,
+        /// With --upstream: the diverse workload sizes, comma-separated.
+        #[arg(long, value_name = "N,..", value_delimiter = ',', requires = "upstream",
+              default_value = "1000,5000,10000,20000",
+              value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+        sizes: Vec<usize>,
+        /// With --upstream: leave out the two preference workloads.
+        #[arg(long, requires = "upstream")]
+        no_preferences: bool,
+        /// With --upstream: also build and run upstream's own benchmark binary (`go test -c -tags
+        /// test_performance` of its scheduling package) on the same sizes, list its times and check that its
+        /// node counts equal those of upstream's side of the table (doubles upstream's run time).
+        #[arg(long, requires = "upstream")]
+        upstream_benchmark: bool,
     },
     /// Time a disruption pass (build_disruption_inputs + disruption_pass) on generated clusters of 100, 1000
     /// and 5000 nodes x NodePools x hostname spread.
@@ -114,7 +137,20 @@ const BEST_OF_THREE_UP_TO: usize = 5000;
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.command {
-        BenchCommand::Schedule { json, pods } => run_schedule(*json, *pods),
+        BenchCommand::Schedule {
+            json,
+            upstream: true,
+            sizes,
+            no_preferences,
+            upstream_benchmark,
+            ..
+        } => upstream::run(&upstream::Options {
+            json: *json,
+            sizes: sizes.clone(),
+            preferences: !*no_preferences,
+            benchmark: *upstream_benchmark,
+        }),
+        BenchCommand::Schedule { json, pods, .. } => run_schedule(*json, *pods),
         BenchCommand::Disrupt {
             json,
             nodes,
@@ -193,8 +229,19 @@ fn run_schedule(json: bool, pods: Option<usize>) -> Result<()> {
     Ok(())
 }
 
-/// Builds the workload's snapshot and scheduling input (untimed), then times `schedule`.
-fn run_workload(mut workload: Workload) -> Result<Row> {
+/// Builds the workload's snapshot and scheduling input (untimed), then times `schedule` (best of three up to
+/// [`BEST_OF_THREE_UP_TO`] pods, one run above).
+fn run_workload(workload: Workload) -> Result<Row> {
+    let runs = if workload.requests.len() <= BEST_OF_THREE_UP_TO {
+        3
+    } else {
+        1
+    };
+    run_workload_runs(workload, runs)
+}
+
+/// [`run_workload`] with the best of `runs` timed runs.
+fn run_workload_runs(mut workload: Workload, runs: usize) -> Result<Row> {
     let mut snapshot = Snapshot::default();
     let notes = snapshot.add_documents(workload.take_documents(), &workload.name);
     let options = BuildOptions {
@@ -225,10 +272,9 @@ fn run_workload(mut workload: Workload) -> Result<Row> {
     }
 
     report::reset_peak_rss();
-    let runs = if pods <= BEST_OF_THREE_UP_TO { 3 } else { 1 };
     let mut best = Duration::MAX;
     let mut first = None;
-    for _ in 0..runs {
+    for _ in 0..runs.max(1) {
         let mut interner = inputs.interner.clone();
         let start = Instant::now();
         let results = schedule(&inputs.input, &mut interner, &inputs.table);

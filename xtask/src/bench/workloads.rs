@@ -3,7 +3,8 @@
 //!
 //! Randomness: every workload starts its own [`SplitMix64`] from [`SEED`] (42, upstream's seed; upstream's Go
 //! `math/rand` stream cannot be reproduced, so the pods differ from upstream's but have the same
-//! distributions and are the same on every run here).
+//! distributions and are the same on every run here). `bench schedule --upstream` runs on upstream's own draws
+//! instead, written out by upstream's module (see `upstream.rs`).
 
 use karpenter_api::manifest::DecodeError;
 use karpenter_core::{catalog::CatalogFile, scheduling::PreferencePolicy};
@@ -161,7 +162,7 @@ fn random_requests(rng: &mut SplitMix64) -> Requests {
 /// the benchmark's limits. Upstream uses 10,000,000Gi of memory; that does not fit our exact milli-byte
 /// integers, so memory is 8,000,000Gi, still above twice what even pessimistic limit charging reaches at
 /// 20,000 pods (4000 NodeClaims x 800Gi).
-fn fake_nodepool() -> Value {
+pub(super) fn fake_nodepool() -> Value {
     json!({
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
