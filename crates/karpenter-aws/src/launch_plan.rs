@@ -10,6 +10,11 @@
 //! those labels gets only the reservations it names. Each override carries the AMI for its type (the first of
 //! the class's AMIs that runs it), so one fleet can mix architectures; the launch template holds the cheapest
 //! override's AMI. At most [`MAX_OVERRIDES`] overrides, cheapest first.
+//!
+//! Before the capacity type is chosen, upstream's launch filters narrow the offerings ([`filters`]): exotic
+//! types (metal, GPUs and other accelerators) are dropped when ordinary ones can serve the claim, and in a launch
+//! that may be spot or on-demand, spot offerings dearer than the cheapest on-demand one are dropped (all of them
+//! dearer: the launch is on-demand).
 
 use std::collections::BTreeMap;
 
@@ -30,6 +35,8 @@ use crate::capacity_reservations::{ReservationTarget, reservation_type_label};
 use crate::instance_types::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 use crate::launch::LaunchOverride;
 use crate::pod_addressing::PodAddressing;
+
+mod filters;
 
 /// CreateFleet's limit on overrides Karpenter uses (upstream's `maxInstanceTypes`).
 pub const MAX_OVERRIDES: usize = 60;
@@ -83,6 +90,8 @@ struct Candidate {
     reservation: Option<ReservationTarget>,
     /// The type's max pods.
     pods: i64,
+    /// The type is exotic (metal, GPUs, accelerators): see [`filters::is_exotic`].
+    exotic: bool,
 }
 
 /// The plan for `claim` over `catalog` (the class's instance types, with its reserved offerings), `amis` and
@@ -138,6 +147,7 @@ pub fn plan_launch(
         };
         let has_reservations = entry.offerings.iter().any(|o| o.reservation_id.is_some());
         let pods = entry.capacity.get("pods").copied().unwrap_or(0) / 1000;
+        let exotic = filters::is_exotic(entry);
         for offering in entry.offerings.iter().filter(|o| o.available) {
             if !subnets.contains_key(&offering.zone) {
                 continue;
@@ -190,11 +200,36 @@ pub fn plan_launch(
                     image,
                     reservation,
                     pods,
+                    exotic,
                 });
             }
         }
     }
-    let capacity_type = if candidates.iter().any(|c| c.reservation.is_some()) {
+    // Reserved offerings first, as upstream's reserved-offering filter keeps only them when there are some; then
+    // its exotic and spot filters (`filters`), so a reservation of an exotic type is still launched into.
+    let reserved = candidates.iter().any(|c| c.reservation.is_some());
+    if reserved {
+        candidates.retain(|c| c.reservation.is_some());
+    }
+    let min_values = wanted.has_min_values();
+    let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
+    let exotic = filters::drop_exotic(&mut candidates, min_values);
+    if !exotic.is_empty() {
+        tracing::debug!(nodeclaim = claim_name, filter = "exotic-instance-filter", instance_types = ?exotic,
+            "filtered out instance types from launch");
+    }
+    let (spot, on_demand) = (
+        interner.intern(CAPACITY_TYPE_SPOT),
+        interner.intern(CAPACITY_TYPE_ON_DEMAND),
+    );
+    let spot_and_on_demand =
+        wanted.allows(capacity_type_key, spot) && wanted.allows(capacity_type_key, on_demand);
+    let pricier_spot = filters::drop_pricier_spot(&mut candidates, spot_and_on_demand, min_values);
+    if !pricier_spot.is_empty() {
+        tracing::debug!(nodeclaim = claim_name, filter = "spot-offering-filter", instance_types = ?pricier_spot,
+            "filtered out instance types from launch");
+    }
+    let capacity_type = if reserved {
         CAPACITY_TYPE_RESERVED
     } else if candidates.iter().any(|c| c.capacity_type == CAPACITY_TYPE_SPOT) {
         CAPACITY_TYPE_SPOT

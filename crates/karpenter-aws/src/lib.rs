@@ -28,7 +28,8 @@
 //! - [`interruption_source`]: core's `InterruptionSource` over the SQS queue; [`instance_status`]: another over
 //!   DescribeInstanceStatus (instances failing their status checks or with a scheduled event), polled every
 //!   minute; [`merged_interruptions`]: both as the one source the interruption controller reads.
-//! - [`launch_plan`]: the offerings, subnets and AMIs one launch sends; [`launch_template`]: launch templates
+//! - [`launch_plan`]: the offerings, subnets and AMIs one launch sends (after upstream's launch filters: no
+//!   exotic types when ordinary ones serve, no spot dearer than on-demand); [`launch_template`]: launch templates
 //!   (block devices, metadata options, network interfaces with EFA, IPv4 prefixes and connection tracking,
 //!   nested virtualization, tags, content-hashed names), their cache and garbage collection; [`launch`]:
 //!   instant CreateFleet, with ICE handling; [`fleet_batcher`]: launches of the same fleet input within 35 ms

@@ -424,3 +424,152 @@ fn with_ip_prefixes_a_launch_is_counted_on_whole_prefixes() {
         "what EC2 assigns at launch, at least"
     );
 }
+
+/// The types and capacity types of `plan`'s overrides, deduplicated across zones.
+fn types_of(plan: &LaunchPlan) -> Vec<(String, String)> {
+    let mut types: Vec<(String, String)> = plan
+        .overrides
+        .iter()
+        .map(|o| (o.instance_type.clone(), plan.capacity_type.clone()))
+        .collect();
+    types.sort();
+    types.dedup();
+    types
+}
+
+#[test]
+fn exotic_types_are_launched_only_for_claims_that_need_them() {
+    const MIXED: [&str; 4] = ["m5.large", "m5.metal", "g4dn.xlarge", "inf2.xlarge"];
+    let plan_for = |requirements: serde_json::Value, requests: serde_json::Value| {
+        plan_launch(
+            &claim(requirements, requests),
+            &catalog(),
+            &amd64_ami(),
+            &subnets(),
+            &[],
+            PodAddressing::SecondaryIps,
+        )
+        .unwrap()
+    };
+    let on_demand = json!({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]});
+    // Ordinary pods: the GPU, Neuron and metal types are not launched while m5.large can serve.
+    let ordinary = plan_for(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": MIXED}, on_demand]),
+        json!({"cpu": "1"}),
+    );
+    assert_eq!(
+        types_of(&ordinary),
+        [("m5.large".to_string(), "on-demand".to_string())]
+    );
+    // A pod asking for a GPU: only the GPU type fits, so it is launched.
+    let gpu = plan_for(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": MIXED}, on_demand]),
+        json!({"cpu": "1", "nvidia.com/gpu": "1"}),
+    );
+    assert_eq!(
+        types_of(&gpu),
+        [("g4dn.xlarge".to_string(), "on-demand".to_string())]
+    );
+    // Too big for the ordinary type: the exotic ones that fit are all there is.
+    let big = plan_for(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": MIXED}, on_demand]),
+        json!({"cpu": "3"}),
+    );
+    let names: Vec<String> = types_of(&big).into_iter().map(|(t, _)| t).collect();
+    assert_eq!(names, ["g4dn.xlarge", "inf2.xlarge", "m5.metal"]);
+    // A claim with minValues keeps every type.
+    let flexible = plan_for(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": MIXED, "minValues": 2},
+               on_demand]),
+        json!({"cpu": "1"}),
+    );
+    assert_eq!(types_of(&flexible).len(), 4);
+}
+
+/// The catalog with the spot price of `instance_type` set to `price` in every zone.
+fn with_spot_price(
+    mut catalog: Vec<CatalogInstanceType>,
+    instance_type: &str,
+    price: f64,
+) -> Vec<CatalogInstanceType> {
+    for entry in catalog.iter_mut().filter(|t| t.name == instance_type) {
+        for offering in entry.offerings.iter_mut().filter(|o| o.capacity_type == "spot") {
+            offering.price = price;
+        }
+    }
+    catalog
+}
+
+#[test]
+fn spot_dearer_than_the_cheapest_on_demand_is_not_launched() {
+    const TWO: [&str; 2] = ["m5.large", "m5.xlarge"];
+    let on_demand_price = |catalog: &[CatalogInstanceType]| {
+        catalog
+            .iter()
+            .find(|t| t.name == "m5.large")
+            .and_then(|t| t.offerings.iter().find(|o| o.capacity_type == "on-demand"))
+            .map(|o| o.price)
+            .unwrap()
+    };
+    let cheapest_on_demand = on_demand_price(&catalog());
+    let plan_for = |capacity_types: &[&str], catalog: &[CatalogInstanceType]| {
+        plan_launch(
+            &claim(
+                json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": TWO},
+                       {"key": "karpenter.sh/capacity-type", "operator": "In", "values": capacity_types}]),
+                json!({"cpu": "1"}),
+            ),
+            catalog,
+            &amd64_ami(),
+            &subnets(),
+            &[],
+            PodAddressing::SecondaryIps,
+        )
+        .unwrap()
+    };
+    // m5.large's spot dearer than its on-demand, m5.xlarge's spot cheaper: only m5.xlarge's spot is sent.
+    let catalog = with_spot_price(catalog(), "m5.large", cheapest_on_demand * 1.5);
+    let catalog = with_spot_price(catalog, "m5.xlarge", cheapest_on_demand * 0.9);
+    let plan = plan_for(&["spot", "on-demand"], &catalog);
+    assert_eq!(types_of(&plan), [("m5.xlarge".to_string(), "spot".to_string())]);
+    // A claim that may only be spot still gets both.
+    let spot_only = plan_for(&["spot"], &catalog);
+    assert_eq!(types_of(&spot_only).len(), 2);
+
+    // Every spot offering dearer than the cheapest on-demand one: the launch is on-demand.
+    let dear = with_spot_price(catalog, "m5.xlarge", cheapest_on_demand * 1.01);
+    let plan = plan_for(&["spot", "on-demand"], &dear);
+    assert_eq!(plan.capacity_type, "on-demand");
+    assert!(plan.overrides.iter().all(|o| o.price >= cheapest_on_demand));
+    assert_eq!(plan.overrides[0].instance_type, "m5.large");
+    // A spot offering priced exactly as the cheapest on-demand one stays.
+    let equal = with_spot_price(dear, "m5.xlarge", cheapest_on_demand);
+    assert_eq!(plan_for(&["spot", "on-demand"], &equal).capacity_type, "spot");
+}
+
+#[test]
+fn a_reservation_of_an_exotic_type_is_still_launched_into() {
+    // The reserved offerings are preferred first, as upstream's reserved filters run before the exotic one.
+    let reservations = [CapacityReservation {
+        instance_type: "g4dn.xlarge".into(),
+        ..reservation("cr-gpu", "us-west-2a", CapacityReservationType::Default)
+    }];
+    let catalog = reserved_catalog(&reservations, 1);
+    let claim = claim(
+        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "g4dn.xlarge"]},
+               {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}]),
+        json!({"cpu": "1"}),
+    );
+    let plan = plan_launch(
+        &claim,
+        &catalog,
+        &amd64_ami(),
+        &subnets(),
+        &reservations,
+        PodAddressing::SecondaryIps,
+    )
+    .unwrap();
+    assert_eq!(plan.capacity_type, "reserved");
+    assert_eq!(plan.reservation.unwrap().id, "cr-gpu");
+    assert_eq!(plan.overrides[0].instance_type, "g4dn.xlarge");
+}

@@ -197,7 +197,8 @@ async fn insufficient_capacity_falls_back_and_marks_offerings_unavailable() {
     .await;
 
     set_ice(&admin, "spot:c6g.large:*").await;
-    let claim = node_claim("default-spot1", "default", requirements(&["spot", "on-demand"]));
+    // Spot only: with on-demand allowed too, the m5 types' spot offerings would not be sent at all (below).
+    let claim = node_claim("default-spot1", "default", requirements(&["spot"]));
     let launched = provider.create(&claim).await.unwrap();
     let labels = launched.metadata.labels.as_ref().unwrap();
     assert_eq!(labels["karpenter.sh/capacity-type"], "spot");
@@ -215,6 +216,25 @@ async fn insufficient_capacity_falls_back_and_marks_offerings_unavailable() {
         );
         assert!(!unavailable.is_unavailable("c6g.large", zone, "on-demand", now));
     }
+    // Spot or on-demand: spot offerings dearer than the cheapest on-demand one are not sent (upstream's spot
+    // offering filter). Without spot price history each spot price is the type's on-demand price, so the m5 types'
+    // spot costs more than c6g.large on demand; c6g.large's spot is out of capacity: c6g.large on demand.
+    let mixed = provider
+        .create(&node_claim(
+            "default-mixed1",
+            "default",
+            requirements(&["spot", "on-demand"]),
+        ))
+        .await
+        .unwrap();
+    let labels = mixed.metadata.labels.as_ref().unwrap();
+    assert_eq!(
+        (
+            labels["karpenter.sh/capacity-type"].as_str(),
+            labels["node.kubernetes.io/instance-type"].as_str()
+        ),
+        ("on-demand", "c6g.large")
+    );
     // The NodePool's instance types say so.
     let types = provider.instance_types(&node_pool("default")).await.unwrap();
     let c6g = types.iter().find(|t| t.name == "c6g.large").unwrap();
