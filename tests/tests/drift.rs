@@ -201,3 +201,108 @@ async fn terminate_first_drift_deletes_the_drifted_node_before_its_replacement_i
     until_running(&client, "app=web", PODS, 900).await?;
     Ok(())
 }
+
+/// Upstream's e2e "Drift Budgets should respect budgets for empty drift": three nodes, a budget of 50% (two at
+/// once), each Node held by a finalizer of the test's own so none can go away; the nodes are emptied, then the
+/// NodePool changes so all three drift. Sampled as upstream's monitor does (tainted Nodes, leaving out those
+/// whose NodeClaim's instance is terminating), never more than two nodes are disrupting, and the drift finishes:
+/// all three claims' instances terminating, no tainted node left uncounted.
+#[tokio::test(start_paused = true)]
+async fn empty_drift_held_by_node_finalizers_stays_within_a_budget_of_half() -> TestResult {
+    use karpenter_api::{common::ConditionStatus, labels, nodeclaim::conditions};
+    let h = Harness::start_with(Controllers { disruption: true })?;
+    let client = h.client();
+    let mut nodepool = pool("a")?;
+    nodepool.spec.disruption.budgets = Some(vec![serde_json::from_value(json!({"nodes": "50%"}))?]);
+    Api::<NodePool>::all(client.clone())
+        .create(&PostParams::default(), &nodepool)
+        .await?;
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"},
+                    "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "web"}},
+                         "topologyKey": "kubernetes.io/hostname"}]}},
+                    "containers": [{"name": "c", "image": "sim",
+                        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}
+    }))?;
+    let deployments = Api::<Deployment>::namespaced(client.clone(), "default");
+    deployments.create(&PostParams::default(), &deployment).await?;
+    until_running(&client, "app=web", 3, 600).await?;
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let held = nodes.list(&ListParams::default()).await?.items;
+    assert_eq!(held.len(), 3, "one node per pod");
+    for node in &held {
+        let mut finalizers = node.finalizers().to_vec();
+        finalizers.push("karpenter.sh/test-finalizer".into());
+        nodes
+            .patch(
+                &node.name_any(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {
+                    "finalizers": finalizers, "resourceVersion": node.resource_version()}})),
+            )
+            .await?;
+    }
+    deployments
+        .delete("web", &kube::api::DeleteParams::default())
+        .await?;
+    drift_nodepool(&client, "default").await?;
+
+    let instance_terminating = |c: &NodeClaim| {
+        c.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == conditions::INSTANCE_TERMINATING && c.status == ConditionStatus::True)
+        })
+    };
+    let (mut most, mut finished) = (0, false);
+    for _ in 0..300 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let all_claims = claims.list(&ListParams::default()).await?.items;
+        let terminated: BTreeSet<String> = all_claims
+            .iter()
+            .filter(|c| instance_terminating(c))
+            .filter_map(|c| c.status.as_ref()?.provider_id.clone())
+            .collect();
+        let disrupting = nodes
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|n| {
+                !n.spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_ref())
+                    .is_some_and(|id| terminated.contains(id))
+            })
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY))
+            })
+            .count();
+        most = most.max(disrupting);
+        assert!(
+            disrupting <= 2,
+            "{disrupting} nodes disrupting at once under a budget of 50% of 3"
+        );
+        if terminated.len() == 3 && disrupting == 0 {
+            finished = true;
+            break;
+        }
+    }
+    assert!(
+        finished,
+        "the drift did not finish: most disrupting at once {most}"
+    );
+    assert!(most >= 1, "the sampling did not see the drift");
+    Ok(())
+}

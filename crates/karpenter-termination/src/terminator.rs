@@ -366,6 +366,17 @@ impl Terminator {
                 );
                 done.released_nodes.push(node.name_any());
             }
+            // As upstream's, the NodeClaim outlives its Node: a Node another finalizer still holds keeps its
+            // claim (InstanceTerminating, its instance gone), so whoever looks finds the Node's instance
+            // terminated and the disruption budgets leave it out, rather than a tainted Node with no claim.
+            // The claim's finalizer goes on a later pass, once the Node is gone.
+            if node
+                .finalizers()
+                .iter()
+                .any(|f| f != labels::TERMINATION_FINALIZER)
+            {
+                return Ok(());
+            }
         }
         // Locked to the version read, so a finalizer another controller still holds the claim with is kept.
         let claims: Api<NodeClaim> = Api::all(self.cx.client.clone());

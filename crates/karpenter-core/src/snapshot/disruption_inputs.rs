@@ -259,9 +259,23 @@ fn count_pool_nodes(view: &ClusterView, pool_index: &HashMap<String, usize>, poo
     for n in &view.nodes {
         // Upstream counts managed, initialized nodes whose instance is not already terminating; NotReady or
         // deleting ones are already disrupting.
-        let (Some(_), Some(pool)) = (&n.node_claim, &n.node_pool) else {
+        let Some(pool) = &n.node_pool else {
             continue;
         };
+        if n.node_claim.is_none() {
+            // A Node of the NodePool whose NodeClaim is gone while the Node itself stays, deleted or tainted
+            // for disruption (a finalizer not ours holds it): upstream's NodeClaim outlives its Node, so there
+            // this node would still count as being deleted. It counts here as disrupting too, in the total
+            // and in those disrupting, which can only lower the allowance: left out, its place would go to
+            // one more node, and more than the budget would be going at once.
+            if n.deleting
+                && let Some(&i) = pool_index.get(pool)
+            {
+                pools[i].nodes += 1;
+                pools[i].disrupting += 1;
+            }
+            continue;
+        }
         // A reboot takes the node's initialization away until it is back; it still counts, as disrupting.
         if !(n.initialized || n.rebooting) || n.instance_terminating {
             continue;
@@ -725,5 +739,82 @@ mod tests {
         );
         assert_eq!(d.existing_of[2], None, "a deleting node takes no pods");
         assert!(d.claims[2].is_some());
+    }
+
+    /// Upstream's e2e "Drift Budgets should respect budgets for empty drift": three empty drifted nodes under a
+    /// budget of 50% (two at once), each Node held by a finalizer of the test's own, so once its NodeClaim has
+    /// been deleted and is gone the Node stays, tainted and being deleted. Such a Node is still disrupting: pass
+    /// after pass, no more than two nodes are ever disrupted at once.
+    #[test]
+    fn nodes_left_by_their_deleted_claims_keep_using_the_budget() {
+        use crate::disruption::pass::{PassSettings, disruption_pass};
+
+        #[derive(Clone, Copy, PartialEq, Debug)]
+        enum Stage {
+            Live,
+            /// Tainted, its NodeClaim being deleted.
+            Disrupted,
+            /// Its NodeClaim terminated and gone; the Node stays (a foreign finalizer), tainted and deleting.
+            ClaimGone,
+        }
+        let pool = DEFAULT_POOL.to_string()
+            + "  disruption: {consolidationPolicy: WhenEmpty, consolidateAfter: Never, budgets: [{nodes: \"50%\"}]}\n";
+        let names = ["a", "b", "c"];
+        let taint = "spec: {taints: [{key: karpenter.sh/disrupted, effect: NoSchedule}]}";
+        let objects = |stages: &[Stage]| -> Vec<String> {
+            let mut out = vec![pool.clone()];
+            for (name, stage) in names.iter().zip(stages) {
+                // Drifted: its instance type is no longer offered.
+                let both = managed(name, "2026-06-01T00:00:00Z", true, true, "").replace("small", "gone");
+                let (node, claim) = both.split_once("---\n").unwrap();
+                match stage {
+                    Stage::Live => out.push(both.clone()),
+                    Stage::Disrupted => {
+                        out.push(node.replace("spec: {}", taint));
+                        out.push(claim.replace(
+                            "metadata:\n",
+                            "metadata:\n  deletionTimestamp: \"2026-06-01T11:59:00Z\"\n  finalizers: [karpenter.sh/termination]\n",
+                        ));
+                    }
+                    Stage::ClaimGone => out.push(node.replace("spec: {}", taint).replace(
+                        "metadata:\n",
+                        "metadata:\n  deletionTimestamp: \"2026-06-01T11:59:00Z\"\n  finalizers: [test/finalizer]\n",
+                    )),
+                }
+            }
+            out
+        };
+        let settings = PassSettings {
+            now: at(NOW),
+            spot_to_spot: false,
+        };
+        let mut stages = [Stage::Live; 3];
+        let mut most = 0;
+        for pass in 0..5 {
+            let objs = objects(&stages);
+            let refs: Vec<&str> = objs.iter().map(String::as_str).collect();
+            let mut d = inputs(&refs);
+            let result = disruption_pass(&mut d, &settings);
+            // The claims the pass disrupts are tainted and deleted; those deleted before are gone by now.
+            for s in stages.iter_mut().filter(|s| **s == Stage::Disrupted) {
+                *s = Stage::ClaimGone;
+            }
+            for c in &result.commands {
+                for &n in &c.candidates {
+                    let name = &d.view.nodes[n].name;
+                    let i = names.iter().position(|x| x == name).unwrap();
+                    assert_eq!(stages[i], Stage::Live, "pass {pass} disrupted {name} again");
+                    stages[i] = Stage::Disrupted;
+                }
+            }
+            // What upstream's monitor counts: tainted Nodes, none of whose NodeClaims' instance is terminating.
+            let disrupting = stages.iter().filter(|s| **s != Stage::Live).count();
+            most = most.max(disrupting);
+            assert!(
+                disrupting <= 2,
+                "pass {pass}: {disrupting} nodes disrupting at once under a budget of 50% of 3 ({stages:?})"
+            );
+        }
+        assert_eq!(most, 2, "two of the three drifted nodes go at once");
     }
 }
