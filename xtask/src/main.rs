@@ -12,6 +12,7 @@ mod cluster;
 mod crds;
 mod docs;
 mod e2e;
+mod go;
 mod heap;
 mod measure;
 mod reference;

@@ -34,8 +34,6 @@ use super::{
     workloads::{self, Requests, Workload},
 };
 
-/// The Go toolchain upstream v1.15.0 builds with (it needs 1.26.9 or newer).
-const GO_TOOLCHAIN: &str = "go1.27.3";
 /// Our pinned Go module: go.mod, go.sum and the `upstream-bench` program.
 const MODULE: &str = "tests/upstream-bench";
 /// Where the binaries and the workloads go.
@@ -404,28 +402,7 @@ pub fn workload_names(sizes: &[usize], preferences: bool) -> Vec<String> {
 }
 
 fn go(root: &Path) -> Command {
-    let mut command = Command::new("go");
-    command
-        .current_dir(root.join(MODULE))
-        .env("GOTOOLCHAIN", GO_TOOLCHAIN)
-        .env("GOFLAGS", "-mod=readonly")
-        .stdin(Stdio::null());
-    command
-}
-
-fn run_checked(mut command: Command, what: &str) -> Result<String> {
-    let out = command
-        .output()
-        .with_context(|| format!("{what}: cannot run {command:?} (is Go installed?)"))?;
-    if !out.status.success() {
-        bail!(
-            "{what}: {command:?} failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    crate::go::go(&root.join(MODULE))
 }
 
 fn sizes_arg(sizes: &[usize]) -> String {
@@ -456,7 +433,7 @@ pub fn run(options: &Options) -> Result<()> {
     eprintln!("building upstream-bench ({}) from {MODULE}", harness.display());
     let mut build = go(&root);
     build.args(["build", "-o"]).arg(&harness).arg(".");
-    run_checked(build, "building upstream-bench")?;
+    crate::go::run(build, "building upstream-bench")?;
     let benchmark = out.join("scheduling.test");
     if options.benchmark {
         eprintln!(
@@ -468,7 +445,7 @@ pub fn run(options: &Options) -> Result<()> {
             .args(["test", "-c", "-tags", "test_performance", "-o"])
             .arg(&benchmark)
             .arg(BENCHMARK_PACKAGE);
-        run_checked(build, "building upstream's scheduling benchmark")?;
+        crate::go::run(build, "building upstream's scheduling benchmark")?;
     }
 
     // The catalog and the pods first (no solving), so ours runs while nothing else does.
@@ -479,7 +456,7 @@ pub fn run(options: &Options) -> Result<()> {
         .arg(format!("-preferences={}", options.preferences))
         .arg("-dump-only")
         .stdin(Stdio::null());
-    run_checked(dump, "writing upstream's workloads")?;
+    crate::go::run(dump, "writing upstream's workloads")?;
     let catalog_path = workloads_dir.join("catalog.json");
     let text = std::fs::read_to_string(&catalog_path)
         .with_context(|| format!("reading {}", catalog_path.display()))?;
@@ -635,7 +612,7 @@ fn run_benchmark(
         .arg(format!("-test.bench={}", benchmark_pattern(sizes, preferences)))
         .arg("-test.benchtime=1x")
         .stdin(Stdio::null());
-    let text = run_checked(command, "running upstream's benchmark")?;
+    let text = crate::go::run(command, "running upstream's benchmark")?;
     let lines = parse_benchmark_output(&text);
     for c in rows {
         match lines.iter().find(|b| b.workload == c.upstream.workload) {

@@ -4,15 +4,13 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
 };
 
 use anyhow::{Context, bail};
 
 use super::Suite;
-
-/// The Go toolchain upstream v1.15.0 builds with (it needs 1.26.9 or newer; the module proxy serves this one).
-const GO_TOOLCHAIN: &str = "go1.27.3";
+use crate::go::run;
 
 /// The module whose suites and controller are built: `tests/upstream-e2e/`.
 const MODULE: &str = "tests/upstream-e2e";
@@ -28,28 +26,7 @@ pub struct UpstreamModule {
 }
 
 fn go(root: &Path) -> Command {
-    let mut command = Command::new("go");
-    command
-        .current_dir(root.join(MODULE))
-        .env("GOTOOLCHAIN", GO_TOOLCHAIN)
-        .env("GOFLAGS", "-mod=readonly")
-        .stdin(Stdio::null());
-    command
-}
-
-fn run(mut command: Command, what: &str) -> anyhow::Result<String> {
-    let out = command
-        .output()
-        .with_context(|| format!("{what}: cannot run {command:?} (is Go installed?)"))?;
-    if !out.status.success() {
-        bail!(
-            "{what}: {command:?} failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    crate::go::go(&root.join(MODULE))
 }
 
 impl UpstreamModule {
